@@ -1,0 +1,5 @@
+import sys
+
+from controlplane.cli import main
+
+sys.exit(main())

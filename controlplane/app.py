@@ -1,0 +1,143 @@
+"""Composition root: settings -> store -> provider -> sessions -> gRPC server. No logic of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from controlplane.config import DockerProviderConfig, Settings
+from controlplane.core.models import Resources
+from controlplane.core.sessions import SessionManager, SessionPolicy
+from controlplane.errors import ConfigError
+from controlplane.rpc.auth import Authenticator
+from controlplane.rpc.server import build_server, mark_serving
+from controlplane.sandbox.provider import ReconcileReport, SandboxProvider
+from controlplane.store.sqlite import SqliteStore, hash_token
+
+log = logging.getLogger(__name__)
+ENDPOINT_FILE = "endpoint"
+
+
+def build_provider(settings: Settings, store: SqliteStore) -> SandboxProvider:
+    if isinstance(settings.provider, DockerProviderConfig):
+        from controlplane.sandbox.docker import DockerSandboxProvider
+
+        return DockerSandboxProvider(
+            settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store
+        )
+    from controlplane.sandbox.local import LocalSandboxProvider
+
+    return LocalSandboxProvider(settings.data_dir, settings.instance, store)
+
+
+def session_policy(settings: Settings) -> SessionPolicy:
+    r, lt = settings.resources, settings.lifetime
+    return SessionPolicy(
+        defaults=Resources(r.cpu, r.memory_mb, r.pids),
+        maximum=Resources(r.max_cpu, r.max_memory_mb, r.max_pids),
+        idle_timeout_s=lt.idle_timeout_s,
+        max_lifetime_s=lt.max_lifetime_s,
+        reap_interval_s=lt.reap_interval_s,
+        max_archive_bytes=settings.server.max_message_mb * 1024 * 1024,
+    )
+
+
+async def bootstrap_tenants(settings: Settings, store: SqliteStore) -> None:
+    """Configured tenants are upserted; with none, a `default` tenant gets a token file (0600)."""
+    for tenant in settings.tenants:
+        if bool(tenant.token) == bool(tenant.token_sha256):
+            raise ConfigError(f"tenant {tenant.name!r}: set exactly one of token and token_sha256")
+        await store.put_tenant(tenant.name, tenant.token_sha256 or hash_token(tenant.token or ""))
+    if settings.tenants:
+        return
+    tokens = await store.tenant_tokens()
+    if tokens and settings.token_file.exists():
+        return
+    token = secrets.token_urlsafe(32)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(settings.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(settings.token_file, 0o600)
+    await store.put_tenant("default", hash_token(token))
+    log.info("created tenant 'default'; its token is in %s", settings.token_file)
+
+
+@dataclass
+class ControlPlane:
+    settings: Settings
+    store: SqliteStore
+    sessions: SessionManager
+    server: grpc.aio.Server
+    port: int
+    report: ReconcileReport
+
+    @property
+    def address(self) -> str:
+        host = self.settings.server.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+
+async def start(settings: Settings) -> ControlPlane:
+    _warn_if_exposed(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(settings.data_dir, 0o700)
+    store = SqliteStore(settings.data_dir / "controlplane.db")
+    await bootstrap_tenants(settings, store)
+    auth = Authenticator(await store.tenant_tokens())
+    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings))
+    report = await sessions.start()
+    log.info(
+        "reconciled: %d adopted, %d pooled, %d removed, %d lost",
+        len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
+    )
+    server, health_servicer, port = build_server(settings, sessions, auth)
+    await server.start()
+    await mark_serving(health_servicer, True)
+    plane = ControlPlane(settings, store, sessions, server, port, report)
+    (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
+    return plane
+
+
+async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
+    await plane.server.stop(grace_s)
+    await plane.sessions.close()
+    plane.store.close()
+    with contextlib.suppress(FileNotFoundError):
+        (plane.settings.data_dir / ENDPOINT_FILE).unlink()
+
+
+async def serve(settings: Settings) -> None:
+    """Runs until SIGINT or SIGTERM."""
+    plane = await start(settings)
+    print(f"control plane serving on {plane.address} (data dir {settings.data_dir})", flush=True)
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    await done.wait()
+    await stop(plane)
+
+
+def _warn_if_exposed(settings: Settings) -> None:
+    host = settings.server.listen.rsplit(":", 1)[0].strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not settings.server.tls_cert:
+        log.warning("listening on %s without TLS: bearer tokens cross the network in clear", host)
+
+
+def data_dir_token(data_dir: Path) -> str | None:
+    path = data_dir / "default.token"
+    return path.read_text().strip() if path.exists() else None

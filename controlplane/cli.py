@@ -1,0 +1,181 @@
+"""`controlplane`: serve the platform, manage sessions, run commands in them.
+
+    controlplane serve [--config FILE]
+    controlplane session create|list|get|delete [...] [--json]
+    controlplane exec SESSION [--cwd DIR] [--timeout-ms N] -- CMD [ARGS...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import logging
+import os
+import sys
+import tarfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from controlplane import app
+from controlplane.client import AsyncClient
+from controlplane.config import Settings, load_settings
+from controlplane.errors import ControlPlaneError
+from controlplane.v1 import session_pb2
+
+STATE_NAMES = {v: k for k, v in session_pb2.Session.State.items()}
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(Path(args.config) if args.config else None)
+
+
+def _target_and_token(args: argparse.Namespace) -> tuple[str, str]:
+    settings = _settings(args)
+    target = args.target or os.environ.get("CONTROLPLANE_TARGET")
+    if not target:
+        endpoint = settings.data_dir / app.ENDPOINT_FILE
+        target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
+    token = args.token or os.environ.get("CONTROLPLANE_TOKEN") or app.data_dir_token(settings.data_dir)
+    if not token:
+        raise SystemExit(f"no token: pass --token, set CONTROLPLANE_TOKEN, or start the server once ({settings.token_file})")
+    return target, token
+
+
+def _ts(ts: Any) -> str:
+    if not ts.seconds:
+        return "-"
+    return datetime.fromtimestamp(ts.seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(sessions: Sequence[session_pb2.Session]) -> str:
+    rows = [("ID", "STATE", "AGENT", "SANDBOX", "CREATED (UTC)", "EXPIRES (UTC)", "MESSAGE")]
+    for s in sessions:
+        rows.append((s.id, STATE_NAMES[s.state], s.agent, s.sandbox_id, _ts(s.created_at), _ts(s.expires_at),
+                     s.status_message))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _print_sessions(sessions: Sequence[session_pb2.Session], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([MessageToDict(s, preserving_proto_field_name=True) for s in sessions], indent=2))
+    else:
+        print(_table(sessions))
+
+
+def _workspace_archive(path: str | None) -> bytes:
+    if not path:
+        return b""
+    source = Path(path)
+    if source.is_file():
+        return source.read_bytes()
+    if not source.is_dir():
+        raise SystemExit(f"--workspace {path}: no such file or directory")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for entry in sorted(source.iterdir()):
+            tar.add(entry, arcname=entry.name)
+    return buf.getvalue()
+
+
+async def _session_cmd(args: argparse.Namespace) -> int:
+    target, token = _target_and_token(args)
+    async with AsyncClient(target, token) as client:
+        if args.action == "create":
+            labels = dict(item.split("=", 1) for item in args.label)
+            session = await client.create_session(
+                agent=args.agent, workspace_archive=_workspace_archive(args.workspace), labels=labels,
+                config_json=Path(args.opencode_json).read_text() if args.opencode_json else "",
+                cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids,
+            )
+            _print_sessions([session], args.json)
+        elif args.action == "list":
+            _print_sessions(await client.list_sessions(args.all), args.json)
+        elif args.action == "get":
+            _print_sessions([await client.get_session(args.session)], args.json)
+        elif args.action == "delete":
+            _print_sessions([await client.delete_session(args.session)], args.json)
+    return 0
+
+
+async def _exec_cmd(args: argparse.Namespace) -> int:
+    target, token = _target_and_token(args)
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise SystemExit("nothing to run: controlplane exec SESSION -- CMD [ARGS...]")
+    async with AsyncClient(target, token) as client:
+        async for event in client.exec(args.session, argv, cwd=args.cwd, timeout_ms=args.timeout_ms):
+            kind = event.WhichOneof("event")
+            if kind == "stdout":
+                sys.stdout.buffer.write(event.stdout)
+                sys.stdout.buffer.flush()
+            elif kind == "stderr":
+                sys.stderr.buffer.write(event.stderr)
+                sys.stderr.buffer.flush()
+            elif kind == "exited":
+                if event.exited.timed_out:
+                    print(f"controlplane: timed out after {event.exited.duration_ms} ms", file=sys.stderr)
+                return event.exited.exit_code
+    return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="operator TOML file (default: $CONTROLPLANE_CONFIG)")
+    common.add_argument("--target", help="host:port of the control plane (default: the data dir's endpoint)")
+    common.add_argument("--token", help="bearer token (default: $CONTROLPLANE_TOKEN or the default tenant's)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser = argparse.ArgumentParser(prog="controlplane", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", parents=[common], help="run the control plane")
+    serve.add_argument("--log-level", default="INFO")
+    session = sub.add_parser("session", help="manage sessions")
+    actions = session.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", parents=[common])
+    create.add_argument("--agent", default="")
+    create.add_argument("--workspace", help="a directory or a tar(.gz) to upload")
+    create.add_argument("--opencode-json", help="an opencode.json for the project")
+    create.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    create.add_argument("--cpu", type=float, default=0)
+    create.add_argument("--memory-mb", type=int, default=0)
+    create.add_argument("--pids", type=int, default=0)
+    listing = actions.add_parser("list", parents=[common])
+    listing.add_argument("--all", action="store_true", help="include deleted sessions")
+    for name in ("get", "delete"):
+        actions.add_parser(name, parents=[common]).add_argument("session")
+    run = sub.add_parser("exec", parents=[common], help="run a command in a session's sandbox")
+    run.add_argument("session")
+    run.add_argument("--cwd", default="")
+    run.add_argument("--timeout-ms", type=int, default=0)
+    run.add_argument("argv", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            asyncio.run(app.serve(_settings(args)))
+            return 0
+        if args.command == "session":
+            return asyncio.run(_session_cmd(args))
+        return asyncio.run(_exec_cmd(args))
+    except grpc.aio.AioRpcError as exc:
+        print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 2
+    except ControlPlaneError as exc:
+        print(f"controlplane: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Operator configuration: a TOML file plus `CONTROLPLANE_*` environment overrides.
+
+The environment wins over the file; nested keys use `__` (`CONTROLPLANE_POOL__SIZE=4`). Unknown
+keys are errors. This is the only module that reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from controlplane.errors import ConfigError
+
+DEFAULT_LISTEN = "127.0.0.1:50061"
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourcesConfig(_Closed):
+    """Per-session limits: the default a session gets and the most it may ask for."""
+
+    cpu: float = 1.0
+    """CPUs per session."""
+    memory_mb: int = 1024
+    """Memory (and memory+swap) limit per session, MiB."""
+    pids: int = 512
+    """Process limit per session."""
+    max_cpu: float = 4.0
+    max_memory_mb: int = 8192
+    max_pids: int = 4096
+    tmpfs_mb: int = 256
+    """Size of the /tmp tmpfs (counts against the memory limit)."""
+
+
+class DockerProviderConfig(_Closed):
+    """One hardened container per session on a Docker engine."""
+
+    type: Literal["docker"] = "docker"
+    image: str = "ocsb-sandbox:latest"
+    """Image built by `make image`."""
+    base_url: str | None = None
+    """Docker endpoint; unset means DOCKER_HOST or the local socket."""
+    runtime: str | None = None
+    """OCI runtime (e.g. `runsc` for gVisor); unset means the engine's default."""
+    start_timeout_s: float = 30.0
+    """How long a new container's agent may take to answer."""
+
+
+class LocalProviderConfig(_Closed):
+    """The real agent run as a host process per sandbox: no isolation, for fast tests only."""
+
+    type: Literal["local"] = "local"
+
+
+ProviderConfig = Annotated[DockerProviderConfig | LocalProviderConfig, Field(discriminator="type")]
+
+
+class PoolConfig(_Closed):
+    size: int = Field(default=2, ge=0)
+    """Ready sandboxes kept for CreateSession; 0 disables the pool."""
+    refill_concurrency: int = Field(default=2, ge=1)
+    """Sandboxes created at once while refilling."""
+
+
+class LifetimeConfig(_Closed):
+    idle_timeout_s: float = Field(default=1800.0, gt=0)
+    """A session unused this long is deleted."""
+    max_lifetime_s: float = Field(default=8 * 3600.0, gt=0)
+    """A session is deleted this long after creation, used or not."""
+    reap_interval_s: float = Field(default=5.0, gt=0)
+    """How often lifetimes are checked."""
+
+
+class ServerConfig(_Closed):
+    listen: str = DEFAULT_LISTEN
+    """host:port of the public gRPC API."""
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_message_mb: int = 64
+    """Largest request (workspace archives travel in CreateSession)."""
+
+
+class ExecConfig(_Closed):
+    default_timeout_ms: int = 120_000
+    """Timeout of SandboxService.Exec when the request sets none."""
+    max_timeout_ms: int = 3_600_000
+
+
+class TenantConfig(_Closed):
+    name: str
+    token: str | None = None
+    """The bearer token in clear; prefer token_sha256."""
+    token_sha256: str | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CONTROLPLANE_", env_nested_delimiter="__", extra="forbid")
+
+    data_dir: Path = Path(os.path.expanduser("~/.local/share/ocsandbox"))
+    """SQLite store, per-sandbox socket dirs and the default tenant's token."""
+    instance: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
+    """Names this control plane on every label; reconciliation touches only its own."""
+    provider: ProviderConfig = Field(default_factory=DockerProviderConfig)
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    lifetime: LifetimeConfig = Field(default_factory=LifetimeConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    exec: ExecConfig = Field(default_factory=ExecConfig)
+    tenants: list[TenantConfig] = Field(default_factory=list)
+    """Tenants and their tokens; with none, a `default` tenant is created on first start."""
+
+    @property
+    def token_file(self) -> Path:
+        return self.data_dir / "default.token"
+
+
+def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
+    """Settings from `config_file` (or $CONTROLPLANE_CONFIG), the environment and `overrides`."""
+    path = config_file or (Path(os.environ["CONTROLPLANE_CONFIG"]) if os.environ.get("CONTROLPLANE_CONFIG") else None)
+    if path is not None and not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+
+    class _FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
+            if path is not None:
+                sources += (TomlConfigSettingsSource(settings_cls),)
+            return sources
+
+    try:
+        loaded = _FileSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+    return Settings.model_validate(loaded.model_dump())

@@ -1,0 +1,1 @@
+"""The domain: sessions, executions and their rules. Imports neither grpc nor docker."""

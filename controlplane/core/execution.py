@@ -1,0 +1,52 @@
+"""A command run in a sandbox, as the domain sees it (independent of the agent's wire format)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    argv: list[str] = field(default_factory=list)
+    """Program and arguments, no shell. Exactly one of argv and command is set."""
+    command: str = ""
+    """A script for /bin/bash -c."""
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    timeout_ms: int = 0
+    stdin: bool = False
+    merge_stderr: bool = False
+    kill_grace_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+
+
+@dataclass(frozen=True)
+class Output:
+    stream: str  # "stdout" | "stderr"
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Exited:
+    exit_code: int
+    signal: int = 0
+    timed_out: bool = False
+    aborted: bool = False
+    duration_ms: int = 0
+    abort_reason: str = ""
+
+
+ExecEvent = Started | Output | Exited
+
+
+@dataclass(frozen=True)
+class UploadSummary:
+    files: int
+    directories: int
+    symlinks: int
+    bytes: int
+    skipped: list[str]

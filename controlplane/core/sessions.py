@@ -1,0 +1,271 @@
+"""Sessions: creation on a sandbox, ownership by tenant, lifetimes, and recovery after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from controlplane.core.models import Resources, Session, SessionState
+from controlplane.errors import (
+    ControlPlaneError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    SandboxError,
+)
+from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
+
+log = logging.getLogger(__name__)
+TOUCH_WRITE_INTERVAL_S = 1.0
+"""Activity is kept in memory and written to the store at most this often per session."""
+
+
+class SessionStore(Protocol):
+    async def put_session(self, s: Session) -> None: ...
+
+    async def touch_session(self, session_id: str, at: float) -> None: ...
+
+    async def get_session(self, session_id: str) -> Session | None: ...
+
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    defaults: Resources
+    maximum: Resources
+    idle_timeout_s: float
+    max_lifetime_s: float
+    reap_interval_s: float
+    max_archive_bytes: int
+
+
+@dataclass(frozen=True)
+class CreateSpec:
+    agent: str = ""
+    workspace_archive: bytes = b""
+    config_json: str = ""
+    labels: dict[str, str] | None = None
+    resources: Resources | None = None
+
+
+class SessionManager:
+    def __init__(
+        self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._provider = provider
+        self._policy = policy
+        self._clock = clock
+        self._live: dict[str, Session] = {}
+        self._touched: dict[str, float] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def policy(self) -> SessionPolicy:
+        return self._policy
+
+    def expires_at(self, session: Session) -> float:
+        return session.expires_at(self._policy.idle_timeout_s, self._policy.max_lifetime_s)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> ReconcileReport:
+        """Adopts what the store knows, fails what cannot be recovered, starts the reaper."""
+        live: dict[str, str] = {}
+        for session in await self._store.list_sessions(live_only=True):
+            if session.state == SessionState.CREATING or not session.sandbox_id:
+                await self._finish(session, SessionState.FAILED, "the control plane restarted while creating it")
+            else:
+                live[session.sandbox_id] = session.id
+                self._live[session.id] = session
+        report = await self._provider.start(live)
+        for sandbox_id in report.lost:
+            session_id = live[sandbox_id]
+            await self._finish(self._live.pop(session_id), SessionState.FAILED, "its sandbox was lost")
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+        return report
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for session_id, at in list(self._touched.items()):
+            await self._store.touch_session(session_id, at)
+        await self._provider.close()
+
+    # -- API ------------------------------------------------------------------------------------
+
+    async def create(self, tenant: str, spec: CreateSpec) -> Session:
+        resources = self._resources(spec.resources)
+        if len(spec.workspace_archive) > self._policy.max_archive_bytes:
+            raise ResourceExhaustedError(
+                f"workspace archive is {len(spec.workspace_archive)} bytes; the limit is "
+                f"{self._policy.max_archive_bytes}"
+            )
+        if spec.config_json:
+            _check_config_json(spec.config_json)
+        now = self._clock()
+        session = Session(
+            id="ses_" + secrets.token_hex(12), tenant=tenant, agent=spec.agent or "build",
+            state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
+            labels=dict(spec.labels or {}), config_json=spec.config_json,
+        )
+        await self._store.put_session(session)
+        try:
+            sandbox = await self._provider.acquire(session.id, tenant, resources)
+        except ControlPlaneError as exc:
+            await self._finish(session, SessionState.FAILED, str(exc))
+            raise
+        session.sandbox_id = sandbox.id
+        await self._store.put_session(session)
+        try:
+            if spec.workspace_archive:
+                summary = await sandbox.agent.upload(spec.workspace_archive)
+                if summary.skipped:
+                    log.info("session %s: upload skipped %s", session.id, summary.skipped)
+        except ControlPlaneError as exc:
+            await self._provider.destroy(sandbox.id)
+            await self._finish(session, SessionState.FAILED, f"workspace upload failed: {exc}")
+            raise
+        except BaseException:
+            await asyncio.shield(self._provider.destroy(sandbox.id))
+            await asyncio.shield(self._finish(session, SessionState.FAILED, "creation was cancelled"))
+            raise
+        session.state = SessionState.READY
+        await self._store.put_session(session)
+        self._live[session.id] = session
+        return replace(session)
+
+    async def get(self, tenant: str, session_id: str) -> Session:
+        session = self._live.get(session_id) or await self._store.get_session(session_id)
+        if session is None or session.tenant != tenant:
+            raise NotFoundError(f"session {session_id!r} not found")
+        return replace(session, last_active_at=self._touched.get(session_id, session.last_active_at))
+
+    async def list(self, tenant: str, include_deleted: bool = False) -> list[Session]:
+        sessions = await self._store.list_sessions(tenant)
+        out = []
+        for s in sessions:
+            if s.state == SessionState.DELETED and not include_deleted:
+                continue
+            out.append(replace(s, last_active_at=self._touched.get(s.id, s.last_active_at)))
+        return out
+
+    async def delete(self, tenant: str, session_id: str) -> Session:
+        session = await self.get(tenant, session_id)
+        if session.state == SessionState.DELETED:
+            return session
+        return await self._end(session, SessionState.DELETED, "deleted")
+
+    async def sandbox_for(self, tenant: str, session_id: str) -> Sandbox:
+        """The READY session's sandbox; marks the session active."""
+        session = self._live.get(session_id)
+        if session is None or session.tenant != tenant:
+            session = await self.get(tenant, session_id)  # raises NotFound for strangers
+            raise FailedPreconditionError(
+                f"session {session_id} is {session.state.value}"
+                + (f" ({session.status_message})" if session.status_message else "")
+            )
+        if session.state != SessionState.READY:
+            raise FailedPreconditionError(f"session {session_id} is {session.state.value}")
+        try:
+            sandbox = await self._provider.get(session.sandbox_id)
+        except SandboxError as exc:
+            await self._end(session, SessionState.FAILED, str(exc))
+            raise
+        self._touch(session_id)
+        return sandbox
+
+    async def report_lost(self, session_id: str, reason: str) -> None:
+        """Called when a sandbox stops answering mid-call."""
+        session = self._live.get(session_id)
+        if session is not None:
+            await self._end(session, SessionState.FAILED, reason)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _resources(self, asked: Resources | None) -> Resources:
+        d, m = self._policy.defaults, self._policy.maximum
+        r = Resources(
+            cpu=asked.cpu if asked and asked.cpu else d.cpu,
+            memory_mb=asked.memory_mb if asked and asked.memory_mb else d.memory_mb,
+            pids=asked.pids if asked and asked.pids else d.pids,
+        )
+        if r.cpu < 0.01 or r.cpu > m.cpu:
+            raise InvalidArgumentError(f"resources.cpu must be between 0.01 and {m.cpu}, got {r.cpu}")
+        if r.memory_mb < 32 or r.memory_mb > m.memory_mb:
+            raise InvalidArgumentError(f"resources.memory_mb must be between 32 and {m.memory_mb}, got {r.memory_mb}")
+        if r.pids < 16 or r.pids > m.pids:
+            raise InvalidArgumentError(f"resources.pids must be between 16 and {m.pids}, got {r.pids}")
+        return r
+
+    def _touch(self, session_id: str) -> None:
+        now = self._clock()
+        last_written = self._touched.get(session_id)
+        self._touched[session_id] = now
+        session = self._live.get(session_id)
+        if session is not None:
+            session.last_active_at = now
+        if last_written is None or now - last_written >= TOUCH_WRITE_INTERVAL_S:
+            task = asyncio.get_running_loop().create_task(self._store.touch_session(session_id, now))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _end(self, session: Session, state: SessionState, message: str) -> Session:
+        self._live.pop(session.id, None)
+        self._touched.pop(session.id, None)
+        if session.sandbox_id:
+            await self._provider.destroy(session.sandbox_id)
+        return await self._finish(session, state, message)
+
+    async def _finish(self, session: Session, state: SessionState, message: str) -> Session:
+        session.state = state
+        session.status_message = message
+        session.deleted_at = self._clock() if state == SessionState.DELETED else None
+        await self._store.put_session(session)
+        return replace(session)
+
+    async def reap_expired(self) -> list[str]:
+        now = self._clock()
+        ended = []
+        for session in list(self._live.values()):
+            if session.state != SessionState.READY:
+                continue
+            if now >= session.created_at + self._policy.max_lifetime_s:
+                reason = f"expired: reached the maximum lifetime of {self._policy.max_lifetime_s:g} s"
+            elif now >= session.last_active_at + self._policy.idle_timeout_s:
+                reason = f"expired: idle for {self._policy.idle_timeout_s:g} s"
+            else:
+                continue
+            await self._end(session, SessionState.DELETED, reason)
+            ended.append(session.id)
+        return ended
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._policy.reap_interval_s)
+            try:
+                await self.reap_expired()
+            except ControlPlaneError:
+                log.exception("reaping expired sessions failed")
+
+
+def _check_config_json(text: str) -> None:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"config_json is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError("config_json must be a JSON object (an opencode.json document)")

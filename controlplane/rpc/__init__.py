@@ -1,0 +1,1 @@
+"""The gRPC transport: servicers, proto<->domain conversion, auth and error mapping."""

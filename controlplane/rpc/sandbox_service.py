@@ -1,0 +1,73 @@
+"""controlplane.v1.SandboxService: raw commands in a session's sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from controlplane.config import ExecConfig
+from controlplane.core.execution import Exited
+from controlplane.core.sessions import SessionManager
+from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
+from controlplane.rpc import convert
+from controlplane.rpc.auth import Authenticator
+from controlplane.rpc.errors import abort_with
+from controlplane.sandbox.provider import ExecStream
+from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
+
+
+class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
+    def __init__(self, sessions: SessionManager, auth: Authenticator, config: ExecConfig) -> None:
+        self._sessions = sessions
+        self._auth = auth
+        self._config = config
+
+    async def Exec(
+        self, request_iterator: AsyncIterator[sandbox_pb2.ExecRequest], context: Any
+    ) -> AsyncIterator[sandbox_pb2.ExecEvent]:
+        requests = aiter(request_iterator)
+        stream: ExecStream | None = None
+        pump: asyncio.Task[None] | None = None
+        finished = False
+        session_id = ""
+        try:
+            tenant = self._auth.tenant_of(context)
+            first = await anext(requests, None)
+            if first is None or first.WhichOneof("msg") != "start":
+                raise InvalidArgumentError("the first Exec message must be `start`")
+            session_id = first.start.session_id
+            spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
+            sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
+            stream = await sandbox.agent.exec(spec)
+            pump = asyncio.ensure_future(_relay(requests, stream))
+            seq = 0
+            async for event in stream.events():
+                seq += 1
+                yield convert.exec_event(seq, event)
+                finished = isinstance(event, Exited)
+        except SandboxLostError as exc:
+            await self._sessions.report_lost(session_id, str(exc))
+            await abort_with(context, exc)
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
+        finally:
+            if pump is not None:
+                pump.cancel()
+            if stream is not None and not finished:
+                stream.cancel()  # the agent stops the command's whole process group
+
+
+async def _relay(requests: AsyncIterator[sandbox_pb2.ExecRequest], stream: ExecStream) -> None:
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        async for request in requests:
+            kind = request.WhichOneof("msg")
+            if kind == "stdin":
+                await stream.write_stdin(request.stdin)
+            elif kind == "close_stdin":
+                await stream.close_stdin()
+            elif kind == "abort":
+                await stream.abort(request.abort or "aborted by the client")

@@ -1,0 +1,48 @@
+"""Builds the public gRPC server: services, auth, health and reflection."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from controlplane.config import Settings
+from controlplane.core.sessions import SessionManager
+from controlplane.rpc.auth import AuthInterceptor, Authenticator
+from controlplane.rpc.sandbox_service import SandboxService
+from controlplane.rpc.session_service import SessionService
+from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc
+
+SERVICE_NAMES = (
+    session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+    sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
+)
+
+
+def build_server(
+    settings: Settings, sessions: SessionManager, auth: Authenticator
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The server (not started), its health servicer and the bound port."""
+    limit = settings.server.max_message_mb * 1024 * 1024
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(auth)],
+        options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
+    )
+    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth), server)
+    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SandboxService(sessions, auth, settings.exec), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    tls = settings.server
+    if tls.tls_cert and tls.tls_key:
+        credentials = grpc.ssl_server_credentials([(tls.tls_key.read_bytes(), tls.tls_cert.read_bytes())])
+        port = server.add_secure_port(settings.server.listen, credentials)
+    else:
+        port = server.add_insecure_port(settings.server.listen)
+    return server, health_servicer, port
+
+
+async def mark_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, status)

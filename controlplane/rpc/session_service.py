@@ -1,0 +1,45 @@
+"""controlplane.v1.SessionService."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.core.sessions import SessionManager
+from controlplane.rpc import convert
+from controlplane.rpc.auth import Authenticator
+from controlplane.rpc.errors import unary
+from controlplane.v1 import session_pb2, session_pb2_grpc
+
+
+class SessionService(session_pb2_grpc.SessionServiceServicer):
+    def __init__(self, sessions: SessionManager, auth: Authenticator) -> None:
+        self._sessions = sessions
+        self._auth = auth
+
+    def _proto(self, session: Any) -> session_pb2.Session:
+        return convert.session_to_proto(session, self._sessions.expires_at(session))
+
+    @unary
+    async def CreateSession(self, request: session_pb2.CreateSessionRequest, context: Any) -> session_pb2.Session:
+        tenant = self._auth.tenant_of(context)
+        return self._proto(await self._sessions.create(tenant.name, convert.create_spec(request)))
+
+    @unary
+    async def GetSession(self, request: session_pb2.GetSessionRequest, context: Any) -> session_pb2.Session:
+        tenant = self._auth.tenant_of(context)
+        return self._proto(await self._sessions.get(tenant.name, request.session_id))
+
+    @unary
+    async def ListSessions(
+        self, request: session_pb2.ListSessionsRequest, context: Any
+    ) -> session_pb2.ListSessionsResponse:
+        tenant = self._auth.tenant_of(context)
+        sessions = await self._sessions.list(tenant.name, request.include_deleted)
+        return session_pb2.ListSessionsResponse(sessions=[self._proto(s) for s in sessions])
+
+    @unary
+    async def DeleteSession(
+        self, request: session_pb2.DeleteSessionRequest, context: Any
+    ) -> session_pb2.DeleteSessionResponse:
+        tenant = self._auth.tenant_of(context)
+        return session_pb2.DeleteSessionResponse(session=self._proto(await self._sessions.delete(tenant.name, request.session_id)))

@@ -1,0 +1,1 @@
+"""Sandboxes: the provider interface, its Docker and local implementations, the agent channel."""

@@ -1,0 +1,143 @@
+"""The gRPC client of a sandbox agent (sandbox.v1), turned into domain events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from controlplane.core.execution import CommandSpec, ExecEvent, Exited, Output, Started, UploadSummary
+from controlplane.errors import (
+    ControlPlaneError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    SandboxLostError,
+)
+from controlplane.sandbox.provider import AgentHealth, ExecStream, SandboxAgent
+from sandbox.v1 import agent_pb2, agent_pb2_grpc
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # A new sandbox's socket appears within milliseconds; the default 1 s backoff would stall us.
+    ("grpc.initial_reconnect_backoff_ms", 10),
+    ("grpc.min_reconnect_backoff_ms", 10),
+    ("grpc.max_reconnect_backoff_ms", 200),
+]
+UPLOAD_CHUNK = 1024 * 1024
+_END = object()
+
+
+def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneError:
+    """Agent statuses are a closed set; anything else means the sandbox is gone or broken."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgumentError(details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return FailedPreconditionError(details)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFoundError(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return ResourceExhaustedError(details)
+    return SandboxLostError(f"sandbox {sandbox_id} is not answering ({code.name}: {details})")
+
+
+class GrpcExecStream(ExecStream):
+    def __init__(self, call: grpc.aio.StreamStreamCall, outbox: asyncio.Queue[object], sandbox_id: str) -> None:
+        self._call = call
+        self._outbox = outbox
+        self._sandbox_id = sandbox_id
+
+    async def events(self) -> AsyncIterator[ExecEvent]:
+        try:
+            async for event in self._call:
+                kind = event.WhichOneof("event")
+                if kind == "output":
+                    stream = event.output.WhichOneof("data")
+                    yield Output(stream, getattr(event.output, stream))
+                elif kind == "started":
+                    yield Started(event.started.pid)
+                elif kind == "exited":
+                    e = event.exited
+                    yield Exited(e.exit_code, e.signal, e.timed_out, e.aborted, e.duration_ms, e.abort_reason)
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self._sandbox_id) from exc
+        finally:
+            self._outbox.put_nowait(_END)
+        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the command without an exit status")
+
+    async def write_stdin(self, data: bytes) -> None:
+        await self._outbox.put(agent_pb2.ExecRequest(stdin=data))
+
+    async def close_stdin(self) -> None:
+        await self._outbox.put(agent_pb2.ExecRequest(close_stdin=agent_pb2.CloseStdin()))
+
+    async def abort(self, reason: str) -> None:
+        await self._outbox.put(agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class GrpcSandboxAgent(SandboxAgent):
+    """Talks to one agent over a gRPC channel (a Unix socket on one host)."""
+
+    def __init__(self, target: str, sandbox_id: str) -> None:
+        self.target = target
+        self.sandbox_id = sandbox_id
+        self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._stub = agent_pb2_grpc.SandboxAgentStub(self._channel)
+
+    async def health(self, timeout_s: float = 5.0) -> AgentHealth:
+        try:
+            r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        return AgentHealth(r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running)
+
+    async def exec(self, spec: CommandSpec) -> ExecStream:
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        outbox.put_nowait(
+            agent_pb2.ExecRequest(
+                start=agent_pb2.ExecStart(
+                    argv=spec.argv, command=spec.command, env=spec.env, cwd=spec.cwd, timeout_ms=spec.timeout_ms,
+                    stdin=spec.stdin, kill_grace_ms=spec.kill_grace_ms, merge_stderr=spec.merge_stderr,
+                )
+            )
+        )
+
+        async def requests() -> AsyncIterator[agent_pb2.ExecRequest]:
+            while (item := await outbox.get()) is not _END:
+                assert isinstance(item, agent_pb2.ExecRequest)
+                yield item
+
+        call = self._stub.Exec(requests())
+        return GrpcExecStream(call, outbox, self.sandbox_id)
+
+    async def upload(self, archive: bytes, path: str = "") -> UploadSummary:
+        async def chunks() -> AsyncIterator[agent_pb2.UploadWorkspaceRequest]:
+            yield agent_pb2.UploadWorkspaceRequest(path=path, chunk=archive[:UPLOAD_CHUNK])
+            for offset in range(UPLOAD_CHUNK, len(archive), UPLOAD_CHUNK):
+                yield agent_pb2.UploadWorkspaceRequest(chunk=archive[offset : offset + UPLOAD_CHUNK])
+
+        try:
+            r = await self._stub.UploadWorkspace(chunks())
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        return UploadSummary(r.files, r.directories, r.symlinks, r.bytes, list(r.skipped))
+
+    async def download(self, path: str = "") -> AsyncIterator[bytes]:
+        try:
+            async for piece in self._stub.DownloadWorkspace(agent_pb2.DownloadWorkspaceRequest(path=path)):
+                yield piece.chunk
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self.sandbox_id) from exc
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._channel.close()

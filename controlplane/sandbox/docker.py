@@ -1,0 +1,337 @@
+"""One hardened Docker container per session, a warm pool of them, and label-based reconciliation.
+
+Every container, volume and socket dir carries `ocsb.instance` (this control plane) and
+`ocsb.sandbox`; a container created for a known session also carries `ocsb.session` (a pooled
+container's session is recorded in the store and in its socket dir's labels.json, since Docker
+labels cannot change after creation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+from docker.types import Mount
+
+from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig
+from controlplane.core.models import Resources
+from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
+from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.sandbox.layout import SandboxDirs
+from controlplane.sandbox.pool import WarmPool
+from controlplane.sandbox.provider import (
+    PoolStats,
+    ReconcileReport,
+    Sandbox,
+    SandboxLedger,
+    SandboxProvider,
+    SandboxRecord,
+)
+
+log = logging.getLogger(__name__)
+
+LABEL_MANAGED = "ocsb.managed"
+LABEL_INSTANCE = "ocsb.instance"
+LABEL_SANDBOX = "ocsb.sandbox"
+LABEL_SESSION = "ocsb.session"
+LABEL_IMAGE = "ocsb.image"
+AGENT_CAPS = ["SETUID", "SETGID", "KILL"]
+"""All the agent keeps: switching to the tool uid and stopping tool process groups."""
+WORKSPACE = "/workspace"
+AGENT_DIR = "/run/agent"
+
+
+class DockerSandboxProvider(SandboxProvider):
+    def __init__(
+        self,
+        config: DockerProviderConfig,
+        pool: PoolConfig,
+        resources: ResourcesConfig,
+        data_dir: Path,
+        instance: str,
+        ledger: SandboxLedger,
+    ) -> None:
+        self._config = config
+        self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
+        self._tmpfs_mb = resources.tmpfs_mb
+        self._instance = instance
+        self._ledger = ledger
+        self._dirs = SandboxDirs(data_dir)
+        self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
+        self._live: dict[str, Sandbox] = {}
+        self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
+
+    # -- naming ---------------------------------------------------------------------------------
+
+    def _name(self, sandbox_id: str) -> str:
+        return f"ocsb-{self._instance}-{sandbox_id}"
+
+    def _volume(self, sandbox_id: str) -> str:
+        return f"ocsb-{self._instance}-{sandbox_id}-ws"
+
+    def _labels(self, sandbox_id: str, session_id: str = "") -> dict[str, str]:
+        labels = {
+            LABEL_MANAGED: "true",
+            LABEL_INSTANCE: self._instance,
+            LABEL_SANDBOX: sandbox_id,
+            LABEL_IMAGE: self._config.image,
+        }
+        if session_id:
+            labels[LABEL_SESSION] = session_id
+        return labels
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, live: Mapping[str, str]) -> ReconcileReport:
+        try:
+            await asyncio.to_thread(self._client.images.get, self._config.image)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxStartError(
+                f"sandbox image {self._config.image} is not on the engine; build it with `make image`"
+            ) from exc
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
+        report = await self._reconcile(live)
+        self._pool.start()
+        return report
+
+    async def close(self) -> None:
+        await self._pool.close()
+        for sandbox in list(self._live.values()):
+            await sandbox.agent.close()
+        self._live.clear()
+        await asyncio.to_thread(self._client.close)
+
+    def pool_stats(self) -> PoolStats:
+        return self._pool.stats()
+
+    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
+        if resources == self._defaults:
+            sandbox = await self._pool.take()
+            if sandbox is not None:
+                await self._ledger.claim_sandbox(sandbox.id, session_id)
+                labels = self._labels(sandbox.id, session_id) | {"ocsb.tenant": tenant}
+                await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
+                sandbox.from_pool = True
+                return sandbox
+        return await self._create(session_id, resources, tenant)
+
+    async def get(self, sandbox_id: str) -> Sandbox:
+        sandbox = self._live.get(sandbox_id)
+        if sandbox is None:
+            raise SandboxLostError(f"sandbox {sandbox_id} does not exist (any more)")
+        return sandbox
+
+    async def destroy(self, sandbox_id: str) -> None:
+        sandbox = self._live.pop(sandbox_id, None)
+        if sandbox is not None:
+            await sandbox.agent.close()
+        await asyncio.to_thread(self._remove_everything, sandbox_id)
+        await self._ledger.forget_sandbox(sandbox_id)
+
+    def _remove_everything(self, sandbox_id: str) -> None:
+        try:
+            self._client.api.remove_container(self._name(sandbox_id), force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise
+        try:
+            self._client.api.remove_volume(self._volume(sandbox_id), force=True)
+        except docker.errors.NotFound:
+            pass
+        self._dirs.remove(sandbox_id)
+
+    # -- creation -------------------------------------------------------------------------------
+
+    async def _create_pooled(self) -> Sandbox:
+        return await self._create("", self._defaults, "")
+
+    async def _create(self, session_id: str, resources: Resources, tenant: str) -> Sandbox:
+        sandbox_id = secrets.token_hex(6)
+        state = "claimed" if session_id else "pool"
+        await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
+        try:
+            container = await asyncio.to_thread(self._create_container, sandbox_id, session_id, resources, tenant)
+            agent = GrpcSandboxAgent(f"unix:{self._dirs.socket_path(sandbox_id)}", sandbox_id)
+            sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
+            self._live[sandbox_id] = sandbox
+            await self._wait_ready(sandbox, container)
+            await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
+        except BaseException:
+            await asyncio.shield(self.destroy(sandbox_id))
+            raise
+        return sandbox
+
+    def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str) -> Container:
+        labels = self._labels(sandbox_id, session_id)
+        self._dirs.create(sandbox_id, labels | ({"ocsb.tenant": tenant} if tenant else {}))
+        self._client.volumes.create(name=self._volume(sandbox_id), labels=labels)
+        kwargs: dict[str, Any] = {
+            "name": self._name(sandbox_id),
+            "labels": labels,
+            "hostname": "sandbox",
+            "user": "0:0",
+            "init": True,
+            "network_mode": "none",
+            "cap_drop": ["ALL"],
+            "cap_add": AGENT_CAPS,
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "privileged": False,
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={self._tmpfs_mb}m,mode=1777"},
+            "mounts": [
+                Mount(WORKSPACE, self._volume(sandbox_id), type="volume"),
+                Mount(AGENT_DIR, str(self._dirs.path(sandbox_id)), type="bind"),
+            ],
+            "pids_limit": resources.pids,
+            "mem_limit": resources.memory_mb * 1024 * 1024,
+            "memswap_limit": resources.memory_mb * 1024 * 1024,
+            "nano_cpus": int(resources.cpu * 1e9),
+            "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE},
+            "detach": True,
+        }
+        if self._config.runtime:
+            kwargs["runtime"] = self._config.runtime
+        try:
+            container = self._client.containers.create(self._config.image, **kwargs)
+        except docker.errors.APIError as exc:
+            raise HardeningError(f"the engine refused the hardened container: {exc.explanation or exc}") from exc
+        verify_hardening(container.attrs, resources, self._config.runtime)
+        container.start()
+        return container
+
+    async def _wait_ready(self, sandbox: Sandbox, container: Container) -> None:
+        socket = self._dirs.socket_path(sandbox.id)
+        deadline = time.monotonic() + self._config.start_timeout_s
+        next_check = time.monotonic() + 0.25
+        while not socket.exists():
+            if time.monotonic() > deadline:
+                raise SandboxStartError(f"sandbox {sandbox.id}: agent did not start within {self._config.start_timeout_s} s")
+            if time.monotonic() > next_check:
+                next_check = time.monotonic() + 0.25
+                await asyncio.to_thread(container.reload)
+                if container.status not in ("created", "running"):
+                    logs = await asyncio.to_thread(container.logs, tail=20)
+                    raise SandboxStartError(
+                        f"sandbox {sandbox.id} exited while starting ({container.status}): "
+                        f"{logs.decode(errors='replace').strip()}"
+                    )
+            await asyncio.sleep(0.005)
+        await sandbox.agent.health(timeout_s=max(1.0, deadline - time.monotonic()))
+
+    async def _healthy(self, sandbox: Sandbox) -> bool:
+        try:
+            await sandbox.agent.health(timeout_s=1.0)
+        except SandboxError:
+            return False
+        return True
+
+    # -- reconciliation -------------------------------------------------------------------------
+
+    async def _reconcile(self, live: Mapping[str, str]) -> ReconcileReport:
+        report = ReconcileReport()
+        records = {r.id: r for r in await self._ledger.list_sandboxes(self._instance)}
+        containers = await asyncio.to_thread(
+            self._client.containers.list, all=True, filters={"label": f"{LABEL_INSTANCE}={self._instance}"}
+        )
+        kept: set[str] = set()
+        for container in containers:
+            sandbox_id = container.labels.get(LABEL_SANDBOX, "")
+            record = records.get(sandbox_id)
+            keep = await self._adopt(container, record, live, report) if record else False
+            if keep:
+                kept.add(sandbox_id)
+            else:
+                await self.destroy(sandbox_id) if sandbox_id else await asyncio.to_thread(container.remove, force=True)
+                report.removed.append(sandbox_id or container.name or "")
+        for sandbox_id, record in records.items():
+            if sandbox_id not in kept:
+                if record.state == "claimed" and sandbox_id in live:
+                    report.lost.append(sandbox_id)
+                await self.destroy(sandbox_id)
+        volumes = await asyncio.to_thread(
+            self._client.volumes.list, filters={"label": f"{LABEL_INSTANCE}={self._instance}"}
+        )
+        for volume in volumes:
+            if (volume.attrs.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:
+                await asyncio.to_thread(volume.remove, force=True)
+                report.removed.append(volume.name or "")
+        for sandbox_id in await asyncio.to_thread(self._dirs.list_ids):
+            if sandbox_id not in kept:
+                await asyncio.to_thread(self._dirs.remove, sandbox_id)
+                report.removed.append(sandbox_id)
+        return report
+
+    async def _adopt(
+        self, container: Container, record: SandboxRecord, live: Mapping[str, str], report: ReconcileReport
+    ) -> bool:
+        sandbox_id = record.id
+        if record.state == "claimed" and live.get(sandbox_id) != record.session_id:
+            return False
+        if record.state == "pool" and container.labels.get(LABEL_IMAGE) != self._config.image:
+            return False
+        if record.state == "creating":
+            return False
+        if container.status != "running":
+            if record.state != "claimed":
+                return False
+            try:  # the engine restarted: the workspace volume survived, so bring the session back
+                await asyncio.to_thread(container.start)
+            except docker.errors.APIError:
+                return False
+        agent = GrpcSandboxAgent(f"unix:{self._dirs.socket_path(sandbox_id)}", sandbox_id)
+        sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
+        self._live[sandbox_id] = sandbox
+        try:
+            await sandbox.agent.health(timeout_s=10.0)
+        except SandboxError:
+            self._live.pop(sandbox_id, None)
+            await agent.close()
+            return False
+        if record.state == "pool":
+            self._pool.adopt(sandbox)
+            report.pooled.append(sandbox_id)
+        else:
+            report.adopted.append(sandbox_id)
+        return True
+
+
+def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str | None) -> None:
+    """Fails closed when the engine did not apply a required option (it may drop some silently)."""
+    host = attrs.get("HostConfig") or {}
+    problems = []
+    if host.get("NetworkMode") != "none":
+        problems.append(f"network is {host.get('NetworkMode')!r}, not none")
+    if host.get("CapDrop") != ["ALL"]:
+        problems.append(f"capabilities not all dropped ({host.get('CapDrop')})")
+    if not set(host.get("CapAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
+        problems.append(f"unexpected capabilities {host.get('CapAdd')}")
+    if not any(str(o).startswith("no-new-privileges") for o in host.get("SecurityOpt") or []):
+        problems.append("no-new-privileges is not set")
+    if host.get("ReadonlyRootfs") is not True:
+        problems.append("root filesystem is writable")
+    if host.get("Privileged"):
+        problems.append("container is privileged")
+    if host.get("PidsLimit") != resources.pids:
+        problems.append(f"pids limit is {host.get('PidsLimit')}, wanted {resources.pids}")
+    if host.get("Memory") != resources.memory_mb * 1024 * 1024:
+        problems.append(f"memory limit is {host.get('Memory')}, wanted {resources.memory_mb} MiB")
+    if host.get("NanoCpus") != int(resources.cpu * 1e9):
+        problems.append(f"cpu limit is {host.get('NanoCpus')}, wanted {resources.cpu}")
+    if runtime and host.get("Runtime") != runtime:
+        problems.append(f"runtime is {host.get('Runtime')}, wanted {runtime}")
+    mounts = [str(m.get("Source", "")) for m in attrs.get("Mounts") or []] + list(host.get("Binds") or [])
+    if any("docker.sock" in m for m in mounts):
+        problems.append("the Docker socket is mounted")
+    if problems:
+        raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))

@@ -1,0 +1,86 @@
+"""The real sandbox agent served from this process, one per sandbox: no isolation at all.
+
+For fast tests of everything above the provider (the rpc layer, sessions, the client). The Docker
+provider is the product; this one never hardens anything and must not host untrusted code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from controlplane.core.models import Resources
+from controlplane.errors import SandboxLostError
+from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.sandbox.layout import SandboxDirs
+from controlplane.sandbox.provider import (
+    PoolStats,
+    ReconcileReport,
+    Sandbox,
+    SandboxLedger,
+    SandboxProvider,
+    SandboxRecord,
+)
+from sandbox_agent.config import AgentConfig
+from sandbox_agent.server import serve
+
+
+class LocalSandboxProvider(SandboxProvider):
+    def __init__(self, data_dir: Path, instance: str, ledger: SandboxLedger) -> None:
+        self._dirs = SandboxDirs(data_dir)
+        self._instance = instance
+        self._ledger = ledger
+        self._running: dict[str, tuple[Sandbox, asyncio.Event, asyncio.Task[None]]] = {}
+
+    async def start(self, live: Mapping[str, str]) -> ReconcileReport:
+        report = ReconcileReport()
+        for record in await self._ledger.list_sandboxes(self._instance):
+            # In-process agents die with the process: nothing can be adopted.
+            if record.id in live:
+                report.lost.append(record.id)
+            await self.destroy(record.id)
+        return report
+
+    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
+        sandbox_id = secrets.token_hex(6)
+        path = self._dirs.create(sandbox_id, {"ocsb.instance": self._instance, "ocsb.session": session_id})
+        workspace = path / "workspace"
+        workspace.mkdir()
+        config = AgentConfig(
+            socket_path=str(self._dirs.socket_path(sandbox_id)), workspace=str(workspace), tool_uid=-1,
+            tool_home=str(path / "home"),
+        )
+        ready, stop = asyncio.Event(), asyncio.Event()
+        task = asyncio.get_running_loop().create_task(serve(config, ready, stop))
+        await ready.wait()
+        sandbox = Sandbox(sandbox_id, GrpcSandboxAgent(f"unix:{config.socket_path}", sandbox_id))
+        self._running[sandbox_id] = (sandbox, stop, task)
+        await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "claimed", session_id, time.time()))
+        return sandbox
+
+    async def get(self, sandbox_id: str) -> Sandbox:
+        if sandbox_id not in self._running:
+            raise SandboxLostError(f"sandbox {sandbox_id} does not exist (any more)")
+        return self._running[sandbox_id][0]
+
+    async def destroy(self, sandbox_id: str) -> None:
+        entry = self._running.pop(sandbox_id, None)
+        if entry is not None:
+            sandbox, stop, task = entry
+            await sandbox.agent.close()
+            stop.set()
+            with contextlib.suppress(Exception):
+                await task
+        self._dirs.remove(sandbox_id)
+        await self._ledger.forget_sandbox(sandbox_id)
+
+    async def close(self) -> None:
+        for sandbox_id in list(self._running):
+            await self.destroy(sandbox_id)
+
+    def pool_stats(self) -> PoolStats:
+        return PoolStats(0, 0, 0, 0, 0)

@@ -1,0 +1,1 @@
+"""Durable state: SQLite under the data dir."""

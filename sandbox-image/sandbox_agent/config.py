@@ -1,0 +1,38 @@
+"""The agent's settings, read once from its environment (set by the control plane's provider)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    socket_path: str = "/run/agent/agent.sock"
+    """Unix socket the agent serves on; its directory is the per-sandbox host mount."""
+    workspace: str = "/workspace"
+    """The only writable directory besides the tmpfs mounts."""
+    tool_uid: int = 1000
+    """uid (and gid) of every tool process."""
+    tool_home: str = "/tmp/home"
+    """HOME for tool processes; on the /tmp tmpfs, so Bun and git can write there."""
+    kill_grace_ms: int = 200
+    """Default delay between SIGTERM and SIGKILL when a command is stopped."""
+    output_buffer_bytes: int = 4 * 1024 * 1024
+    """Output held per command before reading pauses (backpressure on a slow client)."""
+    max_upload_bytes: int = 1024 * 1024 * 1024
+    """Largest workspace upload, in extracted bytes."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
+        env = dict(os.environ) if env is None else env
+        default = cls()
+        return cls(
+            socket_path=env.get("AGENT_SOCKET", default.socket_path),
+            workspace=env.get("AGENT_WORKSPACE", default.workspace),
+            tool_uid=int(env.get("AGENT_TOOL_UID", default.tool_uid)),
+            tool_home=env.get("AGENT_TOOL_HOME", default.tool_home),
+            kill_grace_ms=int(env.get("AGENT_KILL_GRACE_MS", default.kill_grace_ms)),
+            output_buffer_bytes=int(env.get("AGENT_OUTPUT_BUFFER_BYTES", default.output_buffer_bytes)),
+            max_upload_bytes=int(env.get("AGENT_MAX_UPLOAD_BYTES", default.max_upload_bytes)),
+        )

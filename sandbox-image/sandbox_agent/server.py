@@ -1,0 +1,270 @@
+"""The SandboxAgent gRPC service and the server that hosts it on a Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+import grpc
+
+from sandbox.v1 import agent_pb2, agent_pb2_grpc
+from sandbox_agent import __version__
+from sandbox_agent.config import AgentConfig
+from sandbox_agent.errors import SpawnError, WorkspacePathError
+from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+from sandbox_agent.workspace import resolve_cwd, resolve_inside
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
+    def __init__(self, config: AgentConfig) -> None:
+        self._config = config
+        use_uid = config.tool_uid >= 0
+        self._identity = Identity(uid=config.tool_uid if use_uid else None, gid=config.tool_uid if use_uid else None)
+        self._started = time.monotonic()
+        self._running: set[Execution] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def base_env(self) -> dict[str, str]:
+        """The clean environment of every tool process: nothing of the agent's own leaks in."""
+        return {
+            "PATH": DEFAULT_PATH,
+            "HOME": self._config.tool_home,
+            "LANG": "C.UTF-8",
+            "USER": "tool",
+            "TMPDIR": "/tmp",
+            "TERM": "dumb",
+        }
+
+    def _spawn_background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def run_tool(self, argv: list[str], *, stdin: bool = False, env: dict[str, str] | None = None) -> Execution:
+        """Starts a process of the agent's own as the tool user, in the workspace."""
+        spec = ExecSpec(
+            argv=argv, env=self.base_env() | (env or {}), cwd=self._config.workspace, timeout_s=None,
+            stdin=stdin, kill_grace_s=self._config.kill_grace_ms / 1000, merge_stderr=False,
+        )
+        return await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
+
+    async def run_helper(self, argv: list[str], stdin: bool = False) -> Execution:
+        """Starts an agent helper module (python -m sandbox_agent.x) as the tool user."""
+        env = {"PYTHONPATH": _AGENT_ROOT, "PYTHONDONTWRITEBYTECODE": "1"}
+        return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env)
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(e.stop(reason="agent shutting down") for e in list(self._running)))
+
+    # -- RPCs -----------------------------------------------------------------------------------
+
+    async def Health(self, request: agent_pb2.HealthRequest, context: Any) -> agent_pb2.HealthResponse:
+        return agent_pb2.HealthResponse(
+            version=__version__,
+            agent_pid=os.getpid(),
+            agent_uid=os.getuid(),
+            tool_uid=self._identity.uid if self._identity.uid is not None else os.getuid(),
+            workspace=self._config.workspace,
+            uptime_ms=int((time.monotonic() - self._started) * 1000),
+            running=len(self._running),
+        )
+
+    def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:
+        if start.argv and start.command:
+            raise SpawnError("set either argv or command, not both")
+        argv = list(start.argv) if start.argv else ["/bin/bash", "-c", start.command] if start.command else []
+        grace = (start.kill_grace_ms or self._config.kill_grace_ms) / 1000
+        return ExecSpec(
+            argv=argv,
+            env=self.base_env() | dict(start.env),
+            cwd=resolve_cwd(self._config.workspace, start.cwd),
+            timeout_s=start.timeout_ms / 1000 if start.timeout_ms else None,
+            stdin=start.stdin,
+            kill_grace_s=grace,
+            merge_stderr=start.merge_stderr,
+        )
+
+    async def Exec(
+        self, request_iterator: AsyncIterator[agent_pb2.ExecRequest], context: Any
+    ) -> AsyncIterator[agent_pb2.ExecEvent]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("msg") != "start":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first Exec message must be `start`")
+            return
+        try:
+            execution = await Execution.start(
+                self._spec_from(first.start), self._identity, self._config.output_buffer_bytes
+            )
+        except SpawnError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            return
+        self._running.add(execution)
+        pump = asyncio.ensure_future(_pump_requests(request_iterator, execution))
+        seq = 0
+        try:
+            seq += 1
+            yield agent_pb2.ExecEvent(seq=seq, started=agent_pb2.Started(pid=execution.pid))
+            async for item in execution.events():
+                seq += 1
+                yield _event(seq, item)
+        finally:
+            pump.cancel()
+            if not execution.finished:
+                # The client went away (cancel, deadline, lost channel): that is an abort.
+                self._spawn_background(execution.stop(reason="client cancelled"))
+            self._running.discard(execution)
+
+    async def UploadWorkspace(
+        self, request_iterator: AsyncIterator[agent_pb2.UploadWorkspaceRequest], context: Any
+    ) -> agent_pb2.UploadWorkspaceResponse:
+        iterator = aiter(request_iterator)
+        first = await anext(iterator, None)
+        try:
+            dest = resolve_inside(self._config.workspace, first.path if first else "")
+        except WorkspacePathError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        helper = await self.run_helper(
+            ["sandbox_agent.tario", "extract", dest, str(self._config.max_upload_bytes)], stdin=True
+        )
+        self._running.add(helper)
+        try:
+            feed = asyncio.ensure_future(_feed(helper, first, iterator))
+            stdout, stderr, exit_ = await _collect(helper)
+            await feed
+        finally:
+            self._running.discard(helper)
+            if not helper.finished:
+                self._spawn_background(helper.stop(reason="upload cancelled"))
+        if exit_.exit_code != 0:
+            message = stderr.decode(errors="replace").strip() or f"extraction failed ({exit_.exit_code})"
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if exit_.exit_code == 3 else grpc.StatusCode.INVALID_ARGUMENT
+            await context.abort(code, f"workspace upload refused: {message}")
+        summary = json.loads(stdout)
+        return agent_pb2.UploadWorkspaceResponse(**summary)
+
+    async def DownloadWorkspace(
+        self, request: agent_pb2.DownloadWorkspaceRequest, context: Any
+    ) -> AsyncIterator[agent_pb2.DownloadWorkspaceResponse]:
+        try:
+            src = resolve_inside(self._config.workspace, request.path)
+        except WorkspacePathError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        if not os.path.lexists(src):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{request.path!r} does not exist in the workspace")
+            return
+        helper = await self.run_helper(["sandbox_agent.tario", "create", src])
+        self._running.add(helper)
+        errors = bytearray()
+        try:
+            async for item in helper.events():
+                if isinstance(item, Chunk) and item.stream == "stdout":
+                    yield agent_pb2.DownloadWorkspaceResponse(chunk=item.data)
+                elif isinstance(item, Chunk):
+                    errors += item.data
+                elif item.exit_code != 0:
+                    await context.abort(grpc.StatusCode.INTERNAL, errors.decode(errors="replace").strip())
+        finally:
+            self._running.discard(helper)
+            if not helper.finished:
+                self._spawn_background(helper.stop(reason="download cancelled"))
+
+
+async def _pump_requests(requests: AsyncIterator[agent_pb2.ExecRequest], execution: Execution) -> None:
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        async for request in requests:
+            kind = request.WhichOneof("msg")
+            if kind == "stdin":
+                await execution.write_stdin(request.stdin)
+            elif kind == "close_stdin":
+                execution.close_stdin()
+            elif kind == "abort":
+                execution.stop(reason=request.abort.reason or "aborted")
+
+
+async def _feed(
+    helper: Execution, first: agent_pb2.UploadWorkspaceRequest | None,
+    rest: AsyncIterator[agent_pb2.UploadWorkspaceRequest],
+) -> None:
+    if first is not None and first.chunk:
+        await helper.write_stdin(first.chunk)
+    async for request in rest:
+        if request.chunk:
+            await helper.write_stdin(request.chunk)
+    helper.close_stdin()
+
+
+async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
+    out, err = bytearray(), bytearray()
+    async for item in helper.events():
+        if isinstance(item, Exit):
+            return bytes(out), bytes(err), item
+        (out if item.stream == "stdout" else err).extend(item.data)
+    raise RuntimeError("helper ended without an exit event")
+
+
+def _event(seq: int, item: Chunk | Exit) -> agent_pb2.ExecEvent:
+    if isinstance(item, Chunk):
+        output = agent_pb2.Output(stdout=item.data) if item.stream == "stdout" else agent_pb2.Output(stderr=item.data)
+        return agent_pb2.ExecEvent(seq=seq, output=output)
+    return agent_pb2.ExecEvent(
+        seq=seq,
+        exited=agent_pb2.Exited(
+            exit_code=item.exit_code, signal=item.signal, timed_out=item.timed_out, aborted=item.aborted,
+            duration_ms=item.duration_ms, abort_reason=item.abort_reason,
+        ),
+    )
+
+
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    """Serves until SIGTERM/SIGINT (or `stop` is set); the socket is private to its owner."""
+    os.makedirs(os.path.dirname(config.socket_path), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(config.socket_path)
+    service = SandboxAgentService(config)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    agent_pb2_grpc.add_SandboxAgentServicer_to_server(service, server)
+    server.add_insecure_port(f"unix:{config.socket_path}")
+    await _prepare_home(service, config)
+    await server.start()
+    os.chmod(config.socket_path, 0o600)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await service.stop_all()
+        await server.stop(grace=0.5)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(config.socket_path)
+
+
+async def _prepare_home(service: SandboxAgentService, config: AgentConfig) -> None:
+    """Creates the tool user's HOME on the tmpfs; done as that user, since the agent has no CAP_CHOWN."""
+    os.makedirs(os.path.dirname(config.tool_home) or "/", exist_ok=True)
+    helper = await service.run_tool(["/bin/mkdir", "-p", "-m", "700", config.tool_home])
+    await _collect(helper)
