@@ -44,7 +44,9 @@ def _target_and_token(args: argparse.Namespace) -> tuple[str, str]:
         target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
     token = args.token or os.environ.get("CONTROLPLANE_TOKEN") or app.data_dir_token(settings.data_dir)
     if not token:
-        raise SystemExit(f"no token: pass --token, set CONTROLPLANE_TOKEN, or start the server once ({settings.token_file})")
+        raise SystemExit(
+            f"no token: pass --token, set CONTROLPLANE_TOKEN, or start the server once ({settings.token_file})"
+        )
     return target, token
 
 
@@ -85,14 +87,20 @@ def _workspace_archive(path: str | None) -> bytes:
     return buf.getvalue()
 
 
-async def _session_cmd(args: argparse.Namespace) -> int:
+def _create_inputs(args: argparse.Namespace) -> tuple[bytes, str]:
+    if args.action != "create":
+        return b"", ""
+    config_json = Path(args.opencode_json).read_text() if args.opencode_json else ""
+    return _workspace_archive(args.workspace), config_json
+
+
+async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: str) -> int:
     target, token = _target_and_token(args)
     async with AsyncClient(target, token) as client:
         if args.action == "create":
             labels = dict(item.split("=", 1) for item in args.label)
             session = await client.create_session(
-                agent=args.agent, workspace_archive=_workspace_archive(args.workspace), labels=labels,
-                config_json=Path(args.opencode_json).read_text() if args.opencode_json else "",
+                agent=args.agent, workspace_archive=archive, labels=labels, config_json=config_json,
                 cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids,
             )
             _print_sessions([session], args.json)
@@ -167,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(app.serve(_settings(args)))
             return 0
         if args.command == "session":
-            return asyncio.run(_session_cmd(args))
+            return asyncio.run(_session_cmd(args, *_create_inputs(args)))
         return asyncio.run(_exec_cmd(args))
     except grpc.aio.AioRpcError as exc:
         print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)

@@ -54,14 +54,14 @@ class AsyncClient:
     async def create_session(
         self, *, agent: str = "", workspace_archive: bytes = b"", config_json: str = "",
         labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0, pids: int = 0,
-        timeout: float | None = 120,
+        deadline_s: float | None = 120,
     ) -> Session:
         request = session_pb2.CreateSessionRequest(
             agent=agent, workspace_archive=workspace_archive, config_json=config_json, labels=labels or {},
         )
         if cpu or memory_mb or pids:
             request.resources.CopyFrom(session_pb2.Resources(cpu=cpu, memory_mb=memory_mb, pids=pids))
-        return await self.sessions.CreateSession(request, metadata=self._metadata, timeout=timeout)
+        return await self.sessions.CreateSession(request, metadata=self._metadata, timeout=deadline_s)
 
     async def get_session(self, session_id: str) -> Session:
         request = session_pb2.GetSessionRequest(session_id=session_id)

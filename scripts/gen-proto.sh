@@ -18,5 +18,17 @@ gen() {  # gen OUT_ROOT PROTO_SUBDIR
     proto/"$sub"/*.proto
   touch "$out/$sub/__init__.py" "$out/${sub%/*}/__init__.py"
 }
+if [ "${1:-}" = "--check" ]; then
+  # Generates into a scratch tree and compares with the committed stubs.
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  gen "$tmp/cp" controlplane/v1
+  gen "$tmp/sb" sandbox/v1
+  if ! diff -r -x __pycache__ "$tmp/cp/controlplane/v1" controlplane/v1 >/dev/null \
+     || ! diff -r -x __pycache__ "$tmp/sb/sandbox/v1" sandbox-image/sandbox/v1 >/dev/null; then
+    echo "generated stubs are stale: run 'make proto' and commit the result" >&2
+    exit 1
+  fi
+  exit 0
+fi
 gen . controlplane/v1
 gen sandbox-image sandbox/v1

@@ -154,7 +154,7 @@ class SessionManager:
             raise NotFoundError(f"session {session_id!r} not found")
         return replace(session, last_active_at=self._touched.get(session_id, session.last_active_at))
 
-    async def list(self, tenant: str, include_deleted: bool = False) -> list[Session]:
+    async def list_sessions(self, tenant: str, include_deleted: bool = False) -> list[Session]:
         sessions = await self._store.list_sessions(tenant)
         out = []
         for s in sessions:

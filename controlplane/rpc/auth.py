@@ -26,7 +26,7 @@ class Authenticator:
                 return tenant
         return None
 
-    def tenant(self, metadata: Sequence[tuple[str, Any]] | None) -> Tenant:
+    def tenant(self, metadata: Sequence[tuple[str, Any]] | Any) -> Tenant:
         header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -48,9 +48,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(OPEN_PREFIXES):
             return handler
@@ -61,7 +61,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def _rejecting(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+def _rejecting(handler: grpc.RpcMethodHandler[Any, Any], message: str) -> grpc.RpcMethodHandler[Any, Any]:
     async def reject(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 

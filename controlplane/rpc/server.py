@@ -8,7 +8,7 @@ from grpc_reflection.v1alpha import reflection
 
 from controlplane.config import Settings
 from controlplane.core.sessions import SessionManager
-from controlplane.rpc.auth import AuthInterceptor, Authenticator
+from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
 from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc

@@ -34,7 +34,7 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         self, request: session_pb2.ListSessionsRequest, context: Any
     ) -> session_pb2.ListSessionsResponse:
         tenant = self._auth.tenant_of(context)
-        sessions = await self._sessions.list(tenant.name, request.include_deleted)
+        sessions = await self._sessions.list_sessions(tenant.name, request.include_deleted)
         return session_pb2.ListSessionsResponse(sessions=[self._proto(s) for s in sessions])
 
     @unary
@@ -42,4 +42,5 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         self, request: session_pb2.DeleteSessionRequest, context: Any
     ) -> session_pb2.DeleteSessionResponse:
         tenant = self._auth.tenant_of(context)
-        return session_pb2.DeleteSessionResponse(session=self._proto(await self._sessions.delete(tenant.name, request.session_id)))
+        session = await self._sessions.delete(tenant.name, request.session_id)
+        return session_pb2.DeleteSessionResponse(session=self._proto(session))

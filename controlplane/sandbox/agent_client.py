@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -47,7 +48,9 @@ def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneE
 
 
 class GrpcExecStream(ExecStream):
-    def __init__(self, call: grpc.aio.StreamStreamCall, outbox: asyncio.Queue[object], sandbox_id: str) -> None:
+    def __init__(
+        self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str
+    ) -> None:
         self._call = call
         self._outbox = outbox
         self._sandbox_id = sandbox_id

@@ -34,6 +34,7 @@ from controlplane.sandbox.provider import (
     SandboxLedger,
     SandboxProvider,
     SandboxRecord,
+    SandboxState,
 )
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class DockerSandboxProvider(SandboxProvider):
 
     async def _create(self, session_id: str, resources: Resources, tenant: str) -> Sandbox:
         sandbox_id = secrets.token_hex(6)
-        state = "claimed" if session_id else "pool"
+        state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
         try:
             container = await asyncio.to_thread(self._create_container, sandbox_id, session_id, resources, tenant)
@@ -216,7 +217,9 @@ class DockerSandboxProvider(SandboxProvider):
         next_check = time.monotonic() + 0.25
         while not socket.exists():
             if time.monotonic() > deadline:
-                raise SandboxStartError(f"sandbox {sandbox.id}: agent did not start within {self._config.start_timeout_s} s")
+                raise SandboxStartError(
+                    f"sandbox {sandbox.id}: agent did not start within {self._config.start_timeout_s} s"
+                )
             if time.monotonic() > next_check:
                 next_check = time.monotonic() + 0.25
                 await asyncio.to_thread(container.reload)

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from sandbox_agent.errors import SpawnError
 
@@ -98,9 +99,9 @@ class Execution:
     async def start(cls, spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
         if not spec.argv:
             raise SpawnError("nothing to run: the command is empty")
-        if not os.path.isdir(spec.cwd):
+        if not os.path.isdir(spec.cwd):  # noqa: ASYNC240 - one stat on a local filesystem
             raise SpawnError(f"working directory {spec.cwd} does not exist")
-        extra: dict[str, object] = {}
+        extra: dict[str, Any] = {}
         if identity.uid is not None:
             extra = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
         try:
@@ -114,7 +115,7 @@ class Execution:
                 start_new_session=True,
                 close_fds=True,
                 umask=0o022,
-                **extra,  # type: ignore[arg-type]
+                **extra,
             )
         except FileNotFoundError as exc:
             raise SpawnError(f"cannot run {spec.argv[0]!r}: no such file or directory") from exc

@@ -1,0 +1,136 @@
+"""Control planes for tests: in-process (docker or local provider) and as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from controlplane import app
+from controlplane.client import AsyncClient
+from controlplane.config import load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def short_tmp() -> Path:
+    """Unix socket paths are limited to 107 bytes, so data dirs live in a short /tmp path."""
+    return Path(tempfile.mkdtemp(prefix="ocsb", dir="/tmp"))
+
+
+def new_instance(prefix: str = "t") -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class Plane:
+    plane: app.ControlPlane
+    client: AsyncClient
+    token: str
+
+    @property
+    def instance(self) -> str:
+        return self.plane.settings.instance
+
+
+@asynccontextmanager
+async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIterator[Plane]:
+    data_dir = short_tmp()
+    instance = overrides.pop("instance", new_instance())
+    settings = load_settings(
+        None, data_dir=data_dir, instance=instance, provider={"type": provider},
+        server={"listen": "127.0.0.1:0"}, **overrides,
+    )
+    plane = await app.start(settings)
+    tenants = overrides.get("tenants")
+    token = tenants[0]["token"] if tenants else (data_dir / "default.token").read_text().strip()
+    client = AsyncClient(plane.address, token)
+    try:
+        yield Plane(plane, client, token)
+    finally:
+        for session in await client.list_sessions():
+            await client.delete_session(session.id)
+        await client.close()
+        await app.stop(plane)
+        remove_instance_leftovers(instance)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def instance_containers(instance: str) -> list[Any]:
+    return docker.from_env().containers.list(all=True, filters={"label": f"ocsb.instance={instance}"})
+
+
+def instance_volumes(instance: str) -> list[Any]:
+    return docker.from_env().volumes.list(filters={"label": f"ocsb.instance={instance}"})
+
+
+def remove_instance_leftovers(instance: str) -> int:
+    """Removes (by id) whatever a test's own instance left, and says how much there was."""
+    client = docker.from_env()
+    left = 0
+    for container in client.containers.list(all=True, filters={"label": f"ocsb.instance={instance}"}):
+        container.remove(force=True)
+        left += 1
+    for volume in client.volumes.list(filters={"label": f"ocsb.instance={instance}"}):
+        volume.remove(force=True)
+        left += 1
+    return left
+
+
+class PlaneProcess:
+    """`python -m controlplane serve` as a child process, so it can be SIGKILLed."""
+
+    def __init__(self, data_dir: Path, instance: str, pool_size: int = 1) -> None:
+        self.data_dir = data_dir
+        self.instance = instance
+        self.env = os.environ | {
+            "CONTROLPLANE_DATA_DIR": str(data_dir),
+            "CONTROLPLANE_INSTANCE": instance,
+            "CONTROLPLANE_SERVER__LISTEN": "127.0.0.1:0",
+            "CONTROLPLANE_POOL__SIZE": str(pool_size),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> str:
+        endpoint = self.data_dir / "endpoint"
+        endpoint.unlink(missing_ok=True)
+        log = self.data_dir / "serve.log"
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(  # noqa: ASYNC220 - spawning returns at once
+                [sys.executable, "-m", "controlplane", "serve"], env=self.env, cwd=REPO,
+                stdout=out, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while not endpoint.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"control plane died: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("control plane did not start")
+            await asyncio.sleep(0.05)
+        return endpoint.read_text().strip()
+
+    def token(self) -> str:
+        return (self.data_dir / "default.token").read_text().strip()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(self.proc.wait, 30)

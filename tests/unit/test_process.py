@@ -1,0 +1,100 @@
+"""The agent's process runner, on the host as the current user (no uid switch)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from sandbox_agent.errors import SpawnError
+from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+
+ME = Identity(None, None)
+
+
+def spec(command: str, **kw: object) -> ExecSpec:
+    base: dict[str, object] = {
+        "argv": ["/bin/bash", "-c", command], "env": {"PATH": os.environ["PATH"]}, "cwd": "/tmp",
+        "timeout_s": None, "stdin": False, "kill_grace_s": 0.2, "merge_stderr": False,
+    }
+    base.update(kw)
+    return ExecSpec(**base)  # type: ignore[arg-type]
+
+
+async def collect(execution: Execution) -> tuple[bytes, bytes, Exit]:
+    out, err = bytearray(), bytearray()
+    async for item in execution.events():
+        if isinstance(item, Chunk):
+            (out if item.stream == "stdout" else err).extend(item.data)
+        else:
+            return bytes(out), bytes(err), item
+    raise AssertionError("no exit")
+
+
+async def test_exit_code_and_streams() -> None:
+    out, err, exit_ = await collect(await Execution.start(spec("echo a; echo b >&2; exit 3"), ME, 1 << 20))
+    assert (out, err, exit_.exit_code, exit_.signal) == (b"a\n", b"b\n", 3, 0)
+
+
+async def test_missing_program_and_cwd_are_clear_errors() -> None:
+    with pytest.raises(SpawnError, match="no such file"):
+        await Execution.start(spec("", argv=["/no/such/program"]), ME, 1 << 20)
+    with pytest.raises(SpawnError, match="does not exist"):
+        await Execution.start(spec("true", cwd="/no/such/dir"), ME, 1 << 20)
+
+
+async def test_background_holder_does_not_hang() -> None:
+    started = time.monotonic()
+    execution = await Execution.start(spec("sleep 5 & echo hi"), ME, 1 << 20)
+    out, _, exit_ = await collect(execution)
+    assert out == b"hi\n"
+    assert exit_.exit_code == 0
+    assert time.monotonic() - started < 2
+    execution.stop(reason="cleanup")
+
+
+async def test_stop_kills_the_group_and_reports_abort() -> None:
+    execution = await Execution.start(spec("sleep 100 & sleep 100"), ME, 1 << 20)
+    await asyncio.sleep(0.2)
+    execution.stop(reason="user pressed stop")
+    _, _, exit_ = await collect(execution)
+    assert exit_.aborted
+    assert exit_.abort_reason == "user pressed stop"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(execution.pid, 0)
+
+
+async def test_sigterm_ignored_leads_to_sigkill() -> None:
+    execution = await Execution.start(spec("trap '' TERM; sleep 100", kill_grace_s=0.1), ME, 1 << 20)
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    await execution.stop(reason="x")
+    _, _, exit_ = await collect(execution)
+    assert exit_.signal == 9
+    assert time.monotonic() - started < 1.5
+
+
+async def test_timeout_keeps_partial_output() -> None:
+    out, _, exit_ = await collect(await Execution.start(spec("echo part; sleep 10", timeout_s=0.2), ME, 1 << 20))
+    assert out == b"part\n"
+    assert exit_.timed_out
+    assert exit_.exit_code == 143
+
+
+async def test_large_output_with_small_buffer_is_complete_and_ordered() -> None:
+    command = "head -c 5000000 /dev/zero | tr '\\0' 'x'"
+    out, _, exit_ = await collect(await Execution.start(spec(command), ME, 64 * 1024))
+    assert exit_.exit_code == 0
+    assert out == b"x" * 5_000_000
+
+
+async def test_stdin_closed_by_default_and_writable_when_asked() -> None:
+    _, _, exit_ = await collect(await Execution.start(spec("cat", timeout_s=5), ME, 1 << 20))
+    assert not exit_.timed_out
+    execution = await Execution.start(spec("cat", stdin=True, timeout_s=5), ME, 1 << 20)
+    await execution.write_stdin(b"ping\n")
+    execution.close_stdin()
+    out, _, _ = await collect(execution)
+    assert out == b"ping\n"
