@@ -93,7 +93,7 @@ class AsyncClient:
                 async for data in stdin:
                     yield sandbox_pb2.ExecRequest(stdin=data)
                 yield sandbox_pb2.ExecRequest(close_stdin=True)
-            await asyncio.Event().wait()  # keep the request side open; the call ends on `exited`
+            # Returning half-closes the request side; the command keeps running until `exited`.
 
         return self.sandbox.Exec(requests(), metadata=self._metadata)
 

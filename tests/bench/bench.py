@@ -11,6 +11,8 @@ Rows (each reports p50/p99 over its samples, wall-clock time seen by the caller)
   plane -> agent -> fork/exec -> exit status back), after a warm-up.
 * Baselines: ``docker run --rm --network none --entrypoint true <image>`` and ``docker exec <cid> true``
   via the Docker CLI against the session's own container, plus docker-py ``exec_run`` for the same.
+* Diagnostics (``diag:`` rows, no target): the control plane's own channel to the session's agent, a
+  unary Health call and an Exec of ``true`` -- the exec round trip minus the public gRPC hop.
 
 The control planes run in this process (``controlplane.app.start``) on 127.0.0.1 with an ephemeral port
 and their own instance labels; every container they or the baselines start is removed at the end and the
@@ -27,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import secrets
 import shutil
 import sys
@@ -42,6 +45,7 @@ import docker
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from controlplane.core.execution import CommandSpec, Exited
 
 IMAGE = "ocsb-sandbox:latest"
 WARM_TARGET_MS = 30.0
@@ -58,6 +62,7 @@ DEFAULT_SAMPLES = {
     "docker_run": 10,
     "docker_exec": 30,
     "dockerpy_exec": 30,
+    "diag": 100,
 }
 QUICK_FACTOR = 0.2
 
@@ -96,6 +101,22 @@ async def timed(fn: Callable[[], Awaitable[object]]) -> float:
     start = time.perf_counter()
     await fn()
     return (time.perf_counter() - start) * 1000.0
+
+
+class AsyncioErrorCounter(logging.Filter):
+    """Counts (and unless verbose, hides) asyncio's "Task was destroyed"/"never retrieved" reports."""
+
+    def __init__(self, show: bool) -> None:
+        super().__init__()
+        self.show = show
+        self.counts: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            key = record.getMessage().splitlines()[0]
+            self.counts[key] = self.counts.get(key, 0) + 1
+            return self.show
+        return True
 
 
 def progress(message: str) -> None:
@@ -200,6 +221,25 @@ async def bench_exec(client: AsyncClient, session_id: str, n: int, warmup: int) 
     return [await timed(once) for _ in range(n)]
 
 
+async def bench_agent_direct(p: Plane, sandbox_id: str, n: int, warmup: int) -> tuple[list[float], list[float]]:
+    """Diagnostics: the control plane's own channel to the agent, skipping the public gRPC hop."""
+    sandbox = await p.plane.sessions._provider.get(sandbox_id)
+
+    async def health() -> None:
+        await sandbox.agent.health()
+
+    async def exec_true() -> None:
+        stream = await sandbox.agent.exec(CommandSpec(argv=["true"]))
+        async for event in stream.events():
+            if isinstance(event, Exited) and event.exit_code != 0:
+                raise RuntimeError(f"`true` exited {event.exit_code} in the agent")
+
+    for _ in range(warmup):
+        await health()
+        await exec_true()
+    return [await timed(health) for _ in range(n)], [await timed(exec_true) for _ in range(n)]
+
+
 async def bench_docker_exec(container_id: str, n: int) -> list[float]:
     await docker_cli("exec", container_id, "true")  # warm-up
     return [await timed(lambda: docker_cli("exec", container_id, "true")) for _ in range(n)]
@@ -243,7 +283,7 @@ def speedup(baseline: Row | None, row: Row | None) -> str:
 
 def print_report(rows: dict[str, Row], notes: list[str]) -> None:
     print()
-    header = f"{'measurement':<36} {'n':>5} {'p50 ms':>10} {'p99 ms':>10} {'min ms':>10} {'max ms':>10}"
+    header = f"{'measurement':<38} {'n':>5} {'p50 ms':>10} {'p99 ms':>10} {'min ms':>10} {'max ms':>10}"
     print(header)
     print("-" * len(header))
     for row in rows.values():
@@ -251,7 +291,7 @@ def print_report(rows: dict[str, Row], notes: list[str]) -> None:
         lo = min(s) if s else math.nan
         hi = max(s) if s else math.nan
         cells = " ".join(f"{fmt_ms(v):>10}" for v in (row.p50, row.p99, lo, hi))
-        print(f"{row.name:<36} {len(s):>5} {cells}")
+        print(f"{row.name:<38} {len(s):>5} {cells}")
 
     warm, cold = rows.get("warm"), rows.get("cold")
     exec_row, docker_run, docker_exec = rows.get("exec"), rows.get("docker_run"), rows.get("docker_exec")
@@ -262,6 +302,10 @@ def print_report(rows: dict[str, Row], notes: list[str]) -> None:
     print(f"  cold create  vs docker run --rm     : {speedup(docker_run, cold)}")
     print(f"  exec         vs docker exec (CLI)   : {speedup(docker_exec, exec_row)}")
     print(f"  exec         vs docker-py exec_run  : {speedup(dockerpy_exec, exec_row)}")
+    agent_exec = rows.get("agent_exec")
+    if exec_row is not None and agent_exec is not None and exec_row.samples_ms and agent_exec.samples_ms:
+        hop = exec_row.p50 - agent_exec.p50
+        print(f"  exec p50 in the public API hop (exec - diag agent Exec, measured apart): ~{hop:.2f} ms")
 
     print()
     print("targets:")
@@ -296,7 +340,11 @@ async def cleanup(instances: list[str], planes: list[Plane], data_dirs: list[Pat
         except Exception as exc:
             notes.append(f"stopping control plane {p.instance} failed: {exc!r}")
     for instance in instances:
-        containers, volumes = await leftovers(instance)
+        try:
+            containers, volumes = await leftovers(instance)
+        except (OSError, RuntimeError) as exc:
+            notes.append(f"instance {instance}: STILL LEFT? could not list leftovers: {exc!r}")
+            continue
         for cid in containers:
             await docker_cli("rm", "-f", "-v", cid, check=False)
         for volume in volumes:
@@ -306,7 +354,7 @@ async def cleanup(instances: list[str], planes: list[Plane], data_dirs: list[Pat
                 f"instance {instance}: removed {len(containers)} leftover container(s) "
                 f"{[c[:12] for c in containers]} and {len(volumes)} volume(s) {volumes}"
             )
-        remaining, remaining_volumes = await leftovers(instance)
+        remaining, remaining_volumes = await leftovers(instance) if containers or volumes else ([], [])
         if remaining or remaining_volumes:
             notes.append(f"instance {instance}: STILL LEFT {remaining} {remaining_volumes}")
     for data_dir in data_dirs:
@@ -315,7 +363,12 @@ async def cleanup(instances: list[str], planes: list[Plane], data_dirs: list[Pat
                  if not any("STILL LEFT" in n for n in notes) else "cleanup incomplete, see above")
 
 
-async def run(args: argparse.Namespace) -> None:
+async def environment() -> str:
+    server = (await docker_cli("version", "--format", "{{.Server.Version}}", check=False)).strip() or "?"
+    return f"python {sys.version.split()[0]}, docker engine {server}, {os.cpu_count()} CPUs"
+
+
+async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> None:
     counts = sample_counts(args.quick, args.samples_scale)
     prefix = f"bench-{secrets.token_hex(4)}"
     warm_instance, cold_instance, base_instance = f"{prefix}-w", f"{prefix}-c", f"{prefix}-b"
@@ -326,6 +379,7 @@ async def run(args: argparse.Namespace) -> None:
     data_dirs: list[Path] = []
     wall = time.perf_counter()
     print(f"benchmark {prefix}: samples {counts}", file=sys.stderr, flush=True)
+    env = await environment()
     try:
         progress(f"starting control plane {warm_instance} (pool size {POOL_SIZE})")
         warm = await start_plane(warm_instance, POOL_SIZE)
@@ -343,9 +397,14 @@ async def run(args: argparse.Namespace) -> None:
         session = await warm.client.create_session()
         container_id = f"ocsb-{warm_instance}-{session.sandbox_id}"
         try:
+            await warm.wait_pool_full()  # no container creation in the background while measuring exec
             progress(f"exec round trip x{counts['exec']} (+{counts['exec_warmup']} warm-up)")
             rows["exec"] = Row("exec round trip (true)", await bench_exec(
                 warm.client, session.id, counts["exec"], counts["exec_warmup"]))
+            progress(f"diagnostics: agent Health and Exec without the public hop x{counts['diag']}")
+            health, direct = await bench_agent_direct(warm, session.sandbox_id, counts["diag"], counts["exec_warmup"])
+            rows["agent_health"] = Row("diag: agent Health (unary, no exec)", health)
+            rows["agent_exec"] = Row("diag: agent Exec true (no public hop)", direct)
             progress(f"docker exec x{counts['docker_exec']}")
             rows["docker_exec"] = Row("baseline: docker exec (CLI)", await bench_docker_exec(
                 container_id, counts["docker_exec"]))
@@ -375,22 +434,31 @@ async def run(args: argparse.Namespace) -> None:
         logging.getLogger(__name__).exception("benchmark aborted")
     finally:
         await cleanup(instances, planes, data_dirs, notes)
-    order = ["warm", "cold", "exec", "docker_run", "docker_exec", "dockerpy_exec"]
+    for message, count in asyncio_errors.counts.items():
+        hidden = "" if args.verbose else "; hidden, -v shows them"
+        notes.append(f"asyncio logged {count}x: {message!r} (tasks/generators left behind by calls{hidden})")
+    print(f"\n{env}; control planes in-process on 127.0.0.1, pool size {POOL_SIZE} (warm) / 0 (cold)")
+    order = ["warm", "cold", "exec", "docker_run", "docker_exec", "dockerpy_exec", "agent_health", "agent_exec"]
     print_report({k: rows[k] for k in order if k in rows}, notes)
-    print(f"\ntotal wall time {time.perf_counter() - wall:.1f} s")
+    print(f"\ntotal wall time {time.perf_counter() - wall:.1f} s", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help=f"about {QUICK_FACTOR:g}x the default samples")
     parser.add_argument("--samples-scale", type=float, default=1.0, help="multiply every sample count")
-    parser.add_argument("-v", "--verbose", action="store_true", help="control plane logs at INFO")
+    parser.add_argument("-v", "--verbose", action="store_true", help="control plane logs at INFO, asyncio errors shown")
     args = parser.parse_args()
     if args.samples_scale <= 0:
         parser.error("--samples-scale must be positive")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run(args))
+    asyncio_errors = AsyncioErrorCounter(show=args.verbose)
+    logging.getLogger("asyncio").addFilter(asyncio_errors)
+    try:
+        asyncio.run(run(args, asyncio_errors))
+    except Exception:
+        logging.getLogger(__name__).exception("benchmark failed")
     return 0  # benchmarks report, they do not gate
 
 
