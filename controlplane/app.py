@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
@@ -137,7 +136,3 @@ def _warn_if_exposed(settings: Settings) -> None:
     if not loopback and not settings.server.tls_cert:
         log.warning("listening on %s without TLS: bearer tokens cross the network in clear", host)
 
-
-def data_dir_token(data_dir: Path) -> str | None:
-    path = data_dir / "default.token"
-    return path.read_text().strip() if path.exists() else None

@@ -42,12 +42,16 @@ def _target_and_token(args: argparse.Namespace) -> tuple[str, str]:
     if not target:
         endpoint = settings.data_dir / app.ENDPOINT_FILE
         target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
-    token = args.token or os.environ.get("CONTROLPLANE_TOKEN") or app.data_dir_token(settings.data_dir)
+    token = args.token or os.environ.get("CONTROLPLANE_TOKEN") or _read_token(settings.token_file)
     if not token:
         raise SystemExit(
             f"no token: pass --token, set CONTROLPLANE_TOKEN, or start the server once ({settings.token_file})"
         )
     return target, token
+
+
+def _read_token(path: Path) -> str | None:
+    return path.read_text().strip() if path.exists() else None
 
 
 def _ts(ts: Any) -> str:
