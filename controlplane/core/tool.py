@@ -1,0 +1,100 @@
+"""The tool model: an id plus `init(ctx)` giving description, parameters and execute.
+
+Parameters are pydantic models; `parameters_schema()` turns one into the JSON Schema a model is
+shown (the shape zod's `toJSONSchema` gives upstream). Execute receives the *validated* arguments
+as a plain dict (defaults and coercions applied, undeclared keys kept: an intentional divergence
+from v1.2.27, which validated and then passed the raw arguments).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from controlplane.errors import ControlPlaneError
+
+
+class ToolSource(enum.Enum):
+    BUILTIN = "BUILTIN"
+    CUSTOM = "CUSTOM"
+    PLUGIN = "PLUGIN"
+    MCP = "MCP"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    mime: str
+    url: str
+    filename: str = ""
+
+
+@dataclass
+class ToolResult:
+    title: str
+    output: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+class ToolError(ControlPlaneError):
+    """A tool call failed; `str(exc)` is exactly the message the model reads."""
+
+
+@dataclass(frozen=True)
+class PermissionAsk:
+    permission: str
+    patterns: list[str]
+    always: list[str]
+    metadata: dict[str, Any]
+
+
+class SandboxCalls(Protocol):
+    """What a tool may do with its session's sandbox (implemented by the executor)."""
+
+    async def run_builtin(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Runs a built-in tool in the sandbox agent; asks and metadata flow through `ctx`."""
+        ...
+
+    async def save_output(self, name: str, content: str) -> str:
+        """Writes a full tool output inside the sandbox; returns its absolute path there."""
+        ...
+
+
+@dataclass
+class ToolContext:
+    session_id: str
+    message_id: str
+    call_id: str
+    agent: str
+    ask: Callable[[PermissionAsk], Awaitable[None]]
+    metadata: Callable[[str | None, dict[str, Any] | None], Awaitable[None]]
+    sandbox: SandboxCalls
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InitContext:
+    agent: str | None = None
+
+
+Execute = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    description: str
+    parameters: type[BaseModel]
+    execute: Execute
+    format_validation_error: Callable[[ValidationError], str] | None = None
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    id: str
+    init: Callable[[InitContext], Awaitable[ToolDefinition]]
+    source: ToolSource = ToolSource.BUILTIN
+    origin: str = "builtin"

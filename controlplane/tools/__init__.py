@@ -1,0 +1,1 @@
+"""The built-in tools: one module and one `.txt` description per tool."""

@@ -1,0 +1,13 @@
+"""Loading a tool's `.txt` description, with `${name}` placeholders filled in."""
+
+from __future__ import annotations
+
+import string
+from importlib import resources
+
+
+def description(tool_id: str, **values: object) -> str:
+    text = resources.files(__package__).joinpath(f"{tool_id}.txt").read_text(encoding="utf-8")
+    if values:
+        text = string.Template(text).safe_substitute({k: str(v) for k, v in values.items()})
+    return text.strip()

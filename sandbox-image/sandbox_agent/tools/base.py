@@ -1,0 +1,128 @@
+"""What every built-in tool run by the agent gets and returns.
+
+A tool module exposes `async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput`.
+`args` were already validated (and defaulted) by the control plane against the tool's schema.
+A failure the model should read is raised as `ToolError(message)` with the exact text.
+Everything that touches the filesystem goes through `ctx.io(...)` (it runs in a thread whose
+filesystem identity is the tool user's), and every program through `ctx.run(...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from sandbox_agent.errors import AgentError
+from sandbox_agent.process import Execution
+
+T = TypeVar("T")
+
+
+class ToolError(AgentError):
+    """The tool call failed; `str(exc)` is exactly what the model reads."""
+
+
+@dataclass
+class Attachment:
+    mime: str
+    url: str  # data:{mime};base64,...
+    filename: str = ""
+
+
+@dataclass
+class ToolOutput:
+    title: str
+    output: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Runner(Protocol):
+    """How a tool touches the sandbox: as the tool user, never as the agent."""
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        """Runs a blocking filesystem function with the tool user's filesystem identity."""
+        ...
+
+    async def run(self, argv: list[str], *, cwd: str, abort: asyncio.Event | None = None) -> ProcessResult:
+        """Runs a program to completion as the tool user (stdin is /dev/null)."""
+        ...
+
+    async def start(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float | None,
+                    merge_stderr: bool) -> Execution:
+        """Starts a program as the tool user in its own process group and returns it running."""
+        ...
+
+
+AskFn = Callable[[str, list[str], list[str], dict[str, Any]], Awaitable[None]]
+"""ask(permission, patterns, always, metadata): returns when allowed, raises ToolError otherwise."""
+MetadataFn = Callable[[str | None, dict[str, Any] | None], Awaitable[None]]
+"""metadata(title, metadata): streams a live update of the running call."""
+
+
+class SessionState:
+    """What the agent remembers per session between calls."""
+
+    def __init__(self) -> None:
+        self.file_times = FileTimes()
+        self.loaded_instructions: set[str] = set()
+        """Instruction files (AGENTS.md, ...) already injected by `read` in this session."""
+
+
+class FileTimes:
+    """Per-session record of when each file was last read, plus a lock per file (edit/write)."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def read(self, path: str, when: float) -> None:
+        self._read[path] = when
+
+    def last_read(self, path: str) -> float | None:
+        return self._read.get(path)
+
+    def lock(self, path: str) -> asyncio.Lock:
+        return self._locks.setdefault(path, asyncio.Lock())
+
+
+@dataclass
+class ToolContext:
+    session_id: str
+    message_id: str
+    call_id: str
+    agent: str
+    directory: str
+    """The project directory every relative path is resolved against (the workspace)."""
+    worktree: str
+    """The git worktree; "/" when the project is not a git repository."""
+    ask: AskFn
+    metadata: MetadataFn
+    runner: Runner
+    state: SessionState
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
+    extra: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for commands (the `shell.env` hook's output)."""
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.runner.io(fn, *args)
+
+    @property
+    def file_times(self) -> FileTimes:
+        return self.state.file_times
+
+    async def run(self, argv: list[str], *, cwd: str) -> ProcessResult:
+        return await self.runner.run(argv, cwd=cwd, abort=self.abort)
+
+
+ToolRun = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]

@@ -1,0 +1,39 @@
+"""Path resolution and the external-directory check every path-taking tool performs first."""
+
+from __future__ import annotations
+
+import os
+
+from sandbox_agent.tools.base import ToolContext
+
+
+def resolve(ctx: ToolContext, path: str) -> str:
+    """An absolute, normalised path; relative ones are taken from the project directory."""
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(ctx.directory, path))
+
+
+def _within(parent: str, child: str) -> bool:
+    rel = os.path.relpath(child, parent)
+    return not rel.startswith("..")
+
+
+def contains_path(ctx: ToolContext, target: str) -> bool:
+    """Inside the project directory, or inside the git worktree (a worktree of "/" does not count)."""
+    if _within(ctx.directory, target):
+        return True
+    return ctx.worktree != "/" and _within(ctx.worktree, target)
+
+
+async def assert_external_directory(ctx: ToolContext, target: str | None, *, kind: str = "file",
+                                    bypass: bool = False) -> None:
+    """Asks `external_directory` for a target outside the project; `kind` is "file" or "directory"."""
+    if not target or bypass or contains_path(ctx, target):
+        return
+    parent = target if kind == "directory" else os.path.dirname(target)
+    glob = os.path.join(parent, "*").replace("\\", "/")
+    await ctx.ask("external_directory", [glob], [glob], {"filepath": target, "parentDir": parent})
+
+
+def relative_to_worktree(ctx: ToolContext, path: str) -> str:
+    """The title form of a path, as upstream makes it: relative to the worktree ("/" outside git)."""
+    return os.path.relpath(path, ctx.worktree)

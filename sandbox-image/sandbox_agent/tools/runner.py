@@ -1,0 +1,95 @@
+"""The agent's `Runner`: filesystem work in threads that carry the tool user's filesystem identity.
+
+Linux keeps the filesystem uid/gid per thread, so a small pool of threads that each called
+setfsuid/setfsgid once performs every open, stat and write exactly as the tool user would: files
+it creates belong to the tool user, and whatever the tool user may not read (the agent's /proc
+entries, the socket directory) stays out of reach, symlinks included. Programs (rg, ...) run
+through `Execution`, which switches the real uid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sandbox_agent.errors import AgentError
+from sandbox_agent.process import Chunk, ExecSpec, Execution, Identity
+from sandbox_agent.tools.base import ProcessResult
+
+T = TypeVar("T")
+IO_THREADS = 4
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _become_tool_user(uid: int, gid: int) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.setfsgid(gid)
+    libc.setfsuid(uid)
+    # Both calls return the previous value; asking again with an invalid id reports the current one.
+    if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
+        raise AgentError(f"could not take the tool user's filesystem identity ({uid}:{gid})")
+
+
+class ToolRunner:
+    def __init__(self, identity: Identity, env: dict[str, str], buffer_limit: int = 4 * 1024 * 1024) -> None:
+        self._identity = identity
+        self._env = env
+        self._buffer_limit = buffer_limit
+        initializer: Callable[..., object] | None = None
+        initargs: tuple[Any, ...] = ()
+        if identity.uid is not None:
+            gid = identity.gid if identity.gid is not None else identity.uid
+            initializer, initargs = _become_tool_user, (identity.uid, gid)
+        self._pool = ThreadPoolExecutor(IO_THREADS, "tool-io", initializer=initializer, initargs=initargs)
+
+    async def io(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def run(self, argv: list[str], *, cwd: str, abort: asyncio.Event | None = None) -> ProcessResult:
+        spec = ExecSpec(argv=argv, env=dict(self._env), cwd=cwd, timeout_s=None, stdin=False,
+                        kill_grace_s=0.2, merge_stderr=False)
+        execution = await Execution.start(spec, self._identity, self._buffer_limit)
+        out, err = bytearray(), bytearray()
+        watcher = asyncio.ensure_future(_stop_on(abort, execution)) if abort is not None else None
+        try:
+            async for item in execution.events():
+                if isinstance(item, Chunk):
+                    (out if item.stream == "stdout" else err).extend(item.data)
+                else:
+                    return ProcessResult(item.exit_code, bytes(out), bytes(err))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if not execution.finished:
+                execution.stop(reason="cancelled")
+        raise AgentError("the program ended without an exit status")
+
+    async def start(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float | None,
+                    merge_stderr: bool) -> Execution:
+        spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=timeout_s, stdin=False,
+                        kill_grace_s=0.2, merge_stderr=merge_stderr)
+        return await Execution.start(spec, self._identity, self._buffer_limit)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _stop_on(abort: asyncio.Event, execution: Execution) -> None:
+    await abort.wait()
+    execution.stop(reason="aborted")
+
+
+def default_env(home: str) -> dict[str, str]:
+    return {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8", "USER": "tool", "TMPDIR": "/tmp", "TERM": "dumb"}
+
+
+def local_runner() -> ToolRunner:
+    """A runner for tests outside a container: the current user, the current PATH."""
+    env = default_env(os.environ.get("HOME", "/tmp"))
+    env["PATH"] = os.environ.get("PATH", DEFAULT_PATH)
+    return ToolRunner(Identity(uid=None, gid=None), env)
