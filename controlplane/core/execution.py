@@ -50,3 +50,51 @@ class UploadSummary:
     symlinks: int
     bytes: int
     skipped: list[str]
+
+
+@dataclass(frozen=True)
+class BuiltinCall:
+    """A built-in tool call for the sandbox agent; `args` are already validated."""
+
+    tool: str
+    args: dict[str, object]
+    session_id: str
+    message_id: str
+    call_id: str
+    agent: str
+    extra: dict[str, object] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunAsk:
+    """The tool needs a permission; answer with `BuiltinRun.answer(ask_id, ...)`."""
+
+    ask_id: int
+    permission: str
+    patterns: list[str]
+    always: list[str]
+    metadata: dict[str, object]
+
+
+@dataclass(frozen=True)
+class RunMetadata:
+    title: str | None
+    metadata: dict[str, object] | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    title: str
+    output: str
+    metadata: dict[str, object]
+    attachments: list[tuple[str, str, str]]
+    """(mime, data url, filename) each."""
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    message: str
+
+
+RunEvent = RunAsk | RunMetadata | RunResult | RunFailed

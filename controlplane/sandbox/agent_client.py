@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from controlplane.core.execution import CommandSpec, ExecEvent, Exited, Output, Started, UploadSummary
+from controlplane.core.execution import (
+    BuiltinCall,
+    CommandSpec,
+    ExecEvent,
+    Exited,
+    Output,
+    RunAsk,
+    RunEvent,
+    RunFailed,
+    RunMetadata,
+    RunResult,
+    Started,
+    UploadSummary,
+)
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -18,7 +32,7 @@ from controlplane.errors import (
     ResourceExhaustedError,
     SandboxLostError,
 )
-from controlplane.sandbox.provider import AgentHealth, ExecStream, SandboxAgent
+from controlplane.sandbox.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 
 CHANNEL_OPTIONS = [
@@ -87,6 +101,61 @@ class GrpcExecStream(ExecStream):
         self._call.cancel()
 
 
+class GrpcBuiltinRun(BuiltinRun):
+    def __init__(
+        self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str
+    ) -> None:
+        self._call = call
+        self._outbox = outbox
+        self._sandbox_id = sandbox_id
+
+    async def events(self) -> AsyncIterator[RunEvent]:
+        try:
+            async for event in self._call:
+                kind = event.WhichOneof("event")
+                if kind == "ask":
+                    a = event.ask
+                    yield RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json))
+                elif kind == "metadata":
+                    m = event.metadata
+                    meta = _json(m.metadata_json) if m.metadata_json else None
+                    yield RunMetadata(m.title if m.has_title else None, meta)
+                elif kind == "result":
+                    r = event.result
+                    attachments = [(x.mime, x.url, x.filename) for x in r.attachments]
+                    yield RunResult(r.title, r.output, _json(r.metadata_json), attachments)
+                    return
+                elif kind == "failed":
+                    yield RunFailed(event.failed.message)
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self._sandbox_id) from exc
+        finally:
+            self._outbox.put_nowait(_END)
+        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the tool call without a result")
+
+    async def answer(self, ask_id: int, allowed: bool, message: str = "") -> None:
+        reply = agent_pb2.AskReply(ask_id=ask_id, allowed=allowed, message=message)
+        await self._outbox.put(agent_pb2.RunToolRequest(ask_reply=reply))
+
+    async def abort(self, reason: str) -> None:
+        await self._outbox.put(agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+def _json(text: str) -> dict[str, object]:
+    value = json.loads(text) if text else {}
+    return value if isinstance(value, dict) else {}
+
+
+async def _drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterator[Any]:
+    while (item := await outbox.get()) is not _END:
+        assert isinstance(item, kind)
+        yield item
+
+
 class GrpcSandboxAgent(SandboxAgent):
     """Talks to one agent over a gRPC channel (a Unix socket on one host)."""
 
@@ -114,13 +183,26 @@ class GrpcSandboxAgent(SandboxAgent):
             )
         )
 
-        async def requests() -> AsyncIterator[agent_pb2.ExecRequest]:
-            while (item := await outbox.get()) is not _END:
-                assert isinstance(item, agent_pb2.ExecRequest)
-                yield item
-
-        call = self._stub.Exec(requests())
+        call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest))
         return GrpcExecStream(call, outbox, self.sandbox_id)
+
+    async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        start = agent_pb2.ToolStart(
+            tool=call.tool, args_json=json.dumps(call.args), session_id=call.session_id,
+            message_id=call.message_id, call_id=call.call_id, agent=call.agent,
+            extra_json=json.dumps(call.extra), env=call.env,
+        )
+        outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
+        stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest))
+        return GrpcBuiltinRun(stream, outbox, self.sandbox_id)
+
+    async def save_output(self, name: str, content: bytes) -> str:
+        try:
+            r = await self._stub.SaveToolOutput(agent_pb2.SaveToolOutputRequest(name=name, content=content))
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        return str(r.path)
 
     async def upload(self, archive: bytes, path: str = "") -> UploadSummary:
         async def chunks() -> AsyncIterator[agent_pb2.UploadWorkspaceRequest]:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from controlplane.core.execution import CommandSpec, ExecEvent, UploadSummary
+from controlplane.core.execution import BuiltinCall, CommandSpec, ExecEvent, RunEvent, UploadSummary
 from controlplane.core.models import Resources
 
 SandboxState = Literal["creating", "pool", "claimed"]
@@ -49,6 +49,23 @@ class ExecStream(abc.ABC):
         """Drops the call; the agent treats it as an abort."""
 
 
+class BuiltinRun(abc.ABC):
+    """A built-in tool running in a sandbox. Dropping it (or `abort`) stops whatever it started."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[RunEvent]:
+        """Asks and metadata as they come, then exactly one RunResult or RunFailed."""
+
+    @abc.abstractmethod
+    async def answer(self, ask_id: int, allowed: bool, message: str = "") -> None: ...
+
+    @abc.abstractmethod
+    async def abort(self, reason: str) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self) -> None: ...
+
+
 class SandboxAgent(abc.ABC):
     """The channel to one sandbox's agent."""
 
@@ -57,6 +74,13 @@ class SandboxAgent(abc.ABC):
 
     @abc.abstractmethod
     async def exec(self, spec: CommandSpec) -> ExecStream: ...
+
+    @abc.abstractmethod
+    async def run_builtin(self, call: BuiltinCall) -> BuiltinRun: ...
+
+    @abc.abstractmethod
+    async def save_output(self, name: str, content: bytes) -> str:
+        """Stores a full tool output in the sandbox; returns its path there."""
 
     @abc.abstractmethod
     async def upload(self, archive: bytes, path: str = "") -> UploadSummary: ...

@@ -17,8 +17,10 @@ import grpc
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__
 from sandbox_agent.config import AgentConfig
-from sandbox_agent.errors import SpawnError, WorkspacePathError
+from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+from sandbox_agent.tool_calls import ToolCalls
+from sandbox_agent.tools.runner import ToolRunner
 from sandbox_agent.workspace import resolve_cwd, resolve_inside
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -33,6 +35,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._started = time.monotonic()
         self._running: set[Execution] = set()
         self._background: set[asyncio.Task[Any]] = set()
+        self._runner = ToolRunner(self._identity, self.base_env(), config.output_buffer_bytes)
+        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -67,6 +71,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(e.stop(reason="agent shutting down") for e in list(self._running)))
+        self._runner.close()
 
     # -- RPCs -----------------------------------------------------------------------------------
 
@@ -78,7 +83,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             tool_uid=self._identity.uid if self._identity.uid is not None else os.getuid(),
             workspace=self._config.workspace,
             uptime_ms=int((time.monotonic() - self._started) * 1000),
-            running=len(self._running),
+            running=len(self._running) + self._tools.running,
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:
@@ -125,6 +130,25 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                 # The client went away (cancel, deadline, lost channel): that is an abort.
                 self._spawn_background(execution.stop(reason="client cancelled"))
             self._running.discard(execution)
+
+    async def RunTool(
+        self, request_iterator: AsyncIterator[agent_pb2.RunToolRequest], context: Any
+    ) -> AsyncIterator[agent_pb2.RunToolEvent]:
+        try:
+            async for event in self._tools.run(request_iterator):
+                yield event
+        except AgentError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    async def SaveToolOutput(
+        self, request: agent_pb2.SaveToolOutputRequest, context: Any
+    ) -> agent_pb2.SaveToolOutputResponse:
+        try:
+            path = await self._tools.save_output(request.name, request.content)
+        except AgentError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        return agent_pb2.SaveToolOutputResponse(path=path)
 
     async def UploadWorkspace(
         self, request_iterator: AsyncIterator[agent_pb2.UploadWorkspaceRequest], context: Any

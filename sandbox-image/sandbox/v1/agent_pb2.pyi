@@ -422,3 +422,335 @@ class DownloadWorkspaceResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DownloadWorkspaceResponse: _TypeAlias = DownloadWorkspaceResponse  # noqa: Y015
+
+@_typing.final
+class ToolStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    TOOL_FIELD_NUMBER: _builtins.int
+    ARGS_JSON_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
+    EXTRA_JSON_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    tool: _builtins.str
+    args_json: _builtins.str
+    """The validated arguments, a JSON object."""
+    session_id: _builtins.str
+    message_id: _builtins.str
+    call_id: _builtins.str
+    agent: _builtins.str
+    extra_json: _builtins.str
+    """Tool options (bypassCwdCheck, default_timeout_ms, ...), a JSON object."""
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Extra environment for commands the tool starts (the shell.env hook's output)."""
+
+    def __init__(
+        self,
+        *,
+        tool: _builtins.str = ...,
+        args_json: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        message_id: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        agent: _builtins.str = ...,
+        extra_json: _builtins.str = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolStart: _TypeAlias = ToolStart  # noqa: Y015
+
+@_typing.final
+class AskReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASK_ID_FIELD_NUMBER: _builtins.int
+    ALLOWED_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ask_id: _builtins.int
+    allowed: _builtins.bool
+    message: _builtins.str
+    """Why not, exactly as the model should read it (when not allowed)."""
+    def __init__(
+        self,
+        *,
+        ask_id: _builtins.int = ...,
+        allowed: _builtins.bool = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "ask_id", b"ask_id", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AskReply: _TypeAlias = AskReply  # noqa: Y015
+
+@_typing.final
+class RunToolRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    ASK_REPLY_FIELD_NUMBER: _builtins.int
+    ABORT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___ToolStart: ...
+    @_builtins.property
+    def ask_reply(self) -> Global___AskReply: ...
+    @_builtins.property
+    def abort(self) -> Global___Abort: ...
+    def __init__(
+        self,
+        *,
+        start: Global___ToolStart | None = ...,
+        ask_reply: Global___AskReply | None = ...,
+        abort: Global___Abort | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "ask_reply", b"ask_reply", "msg", b"msg", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "ask_reply", b"ask_reply", "msg", b"msg", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["start", "ask_reply", "abort"]  # noqa: Y015
+    _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
+
+Global___RunToolRequest: _TypeAlias = RunToolRequest  # noqa: Y015
+
+@_typing.final
+class ToolAsk(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASK_ID_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    PATTERNS_FIELD_NUMBER: _builtins.int
+    ALWAYS_FIELD_NUMBER: _builtins.int
+    METADATA_JSON_FIELD_NUMBER: _builtins.int
+    ask_id: _builtins.int
+    permission: _builtins.str
+    metadata_json: _builtins.str
+    @_builtins.property
+    def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def always(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        ask_id: _builtins.int = ...,
+        permission: _builtins.str = ...,
+        patterns: _abc.Iterable[_builtins.str] | None = ...,
+        always: _abc.Iterable[_builtins.str] | None = ...,
+        metadata_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["always", b"always", "ask_id", b"ask_id", "metadata_json", b"metadata_json", "patterns", b"patterns", "permission", b"permission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolAsk: _TypeAlias = ToolAsk  # noqa: Y015
+
+@_typing.final
+class ToolMetadata(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HAS_TITLE_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    METADATA_JSON_FIELD_NUMBER: _builtins.int
+    has_title: _builtins.bool
+    title: _builtins.str
+    metadata_json: _builtins.str
+    """Empty when only the title changes."""
+    def __init__(
+        self,
+        *,
+        has_title: _builtins.bool = ...,
+        title: _builtins.str = ...,
+        metadata_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_title", b"has_title", "metadata_json", b"metadata_json", "title", b"title"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolMetadata: _TypeAlias = ToolMetadata  # noqa: Y015
+
+@_typing.final
+class ToolAttachment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIME_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    FILENAME_FIELD_NUMBER: _builtins.int
+    mime: _builtins.str
+    url: _builtins.str
+    filename: _builtins.str
+    def __init__(
+        self,
+        *,
+        mime: _builtins.str = ...,
+        url: _builtins.str = ...,
+        filename: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filename", b"filename", "mime", b"mime", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolAttachment: _TypeAlias = ToolAttachment  # noqa: Y015
+
+@_typing.final
+class ToolResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TITLE_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    METADATA_JSON_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    title: _builtins.str
+    output: _builtins.str
+    metadata_json: _builtins.str
+    @_builtins.property
+    def attachments(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolAttachment]: ...
+    def __init__(
+        self,
+        *,
+        title: _builtins.str = ...,
+        output: _builtins.str = ...,
+        metadata_json: _builtins.str = ...,
+        attachments: _abc.Iterable[Global___ToolAttachment] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "metadata_json", b"metadata_json", "output", b"output", "title", b"title"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolResult: _TypeAlias = ToolResult  # noqa: Y015
+
+@_typing.final
+class ToolFailed(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolFailed: _TypeAlias = ToolFailed  # noqa: Y015
+
+@_typing.final
+class RunToolEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    ASK_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    @_builtins.property
+    def ask(self) -> Global___ToolAsk: ...
+    @_builtins.property
+    def metadata(self) -> Global___ToolMetadata: ...
+    @_builtins.property
+    def result(self) -> Global___ToolResult: ...
+    @_builtins.property
+    def failed(self) -> Global___ToolFailed: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        ask: Global___ToolAsk | None = ...,
+        metadata: Global___ToolMetadata | None = ...,
+        result: Global___ToolResult | None = ...,
+        failed: Global___ToolFailed | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["ask", "metadata", "result", "failed"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___RunToolEvent: _TypeAlias = RunToolEvent  # noqa: Y015
+
+@_typing.final
+class SaveToolOutputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A bare file name (tool_...); the agent picks the directory."""
+    content: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        content: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SaveToolOutputRequest: _TypeAlias = SaveToolOutputRequest  # noqa: Y015
+
+@_typing.final
+class SaveToolOutputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SaveToolOutputResponse: _TypeAlias = SaveToolOutputResponse  # noqa: Y015

@@ -54,6 +54,16 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceResponse.FromString,
                 _registered_method=True)
+        self.RunTool = channel.stream_stream(
+                '/sandbox.v1.SandboxAgent/RunTool',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolEvent.FromString,
+                _registered_method=True)
+        self.SaveToolOutput = channel.unary_unary(
+                '/sandbox.v1.SandboxAgent/SaveToolOutput',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxAgentServicer:
@@ -88,6 +98,23 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunTool(self, request_iterator, context):
+        """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
+        sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
+        metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
+        Cancelling the RPC is an abort.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SaveToolOutput(self, request, context):
+        """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +137,16 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.DownloadWorkspace,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceResponse.SerializeToString,
+            ),
+            'RunTool': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunTool,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolEvent.SerializeToString,
+            ),
+            'SaveToolOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveToolOutput,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +257,60 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/DownloadWorkspace',
             sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunTool(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sandbox.v1.SandboxAgent/RunTool',
+            sandbox_dot_v1_dot_agent__pb2.RunToolRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.RunToolEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveToolOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/SaveToolOutput',
+            sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.SaveToolOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

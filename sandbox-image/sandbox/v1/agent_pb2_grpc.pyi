@@ -44,6 +44,14 @@ class SandboxAgentStub:
     """Extracts a tar stream into the workspace (as the unprivileged tool user)."""
     DownloadWorkspace: _grpc.UnaryStreamMultiCallable[_agent_pb2.DownloadWorkspaceRequest, _agent_pb2.DownloadWorkspaceResponse]
     """Streams the workspace (or a path inside it) back as a tar archive."""
+    RunTool: _grpc.StreamStreamMultiCallable[_agent_pb2.RunToolRequest, _agent_pb2.RunToolEvent]
+    """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
+    sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
+    metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
+    Cancelling the RPC is an abort.
+    """
+    SaveToolOutput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]
+    """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
 
 @_typing.type_check_only
 class SandboxAgentAsyncStub(SandboxAgentStub):
@@ -58,6 +66,14 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     """Extracts a tar stream into the workspace (as the unprivileged tool user)."""
     DownloadWorkspace: _aio.UnaryStreamMultiCallable[_agent_pb2.DownloadWorkspaceRequest, _agent_pb2.DownloadWorkspaceResponse]  # type: ignore[assignment]
     """Streams the workspace (or a path inside it) back as a tar archive."""
+    RunTool: _aio.StreamStreamMultiCallable[_agent_pb2.RunToolRequest, _agent_pb2.RunToolEvent]  # type: ignore[assignment]
+    """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
+    sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
+    metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
+    Cancelling the RPC is an abort.
+    """
+    SaveToolOutput: _aio.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]  # type: ignore[assignment]
+    """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
 
 class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -93,5 +109,25 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.DownloadWorkspaceResponse], _abc.AsyncIterator[_agent_pb2.DownloadWorkspaceResponse]]:
         """Streams the workspace (or a path inside it) back as a tar archive."""
+
+    @_abc_1.abstractmethod
+    def RunTool(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_pb2.RunToolRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.RunToolEvent], _abc.AsyncIterator[_agent_pb2.RunToolEvent]]:
+        """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
+        sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
+        metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
+        Cancelling the RPC is an abort.
+        """
+
+    @_abc_1.abstractmethod
+    def SaveToolOutput(
+        self,
+        request: _agent_pb2.SaveToolOutputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.SaveToolOutputResponse, _abc.Awaitable[_agent_pb2.SaveToolOutputResponse]]:
+        """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
 
 def add_SandboxAgentServicer_to_server(servicer: SandboxAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,177 @@
+"""RunTool: one built-in tool call, with its permission asks travelling up the stream and back."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import json
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.v1 import agent_pb2
+from sandbox_agent.errors import AgentError
+from sandbox_agent.tools.base import SessionState, ToolContext, ToolError, ToolOutput, ToolRun
+from sandbox_agent.tools.runner import ToolRunner
+
+BUILTIN_TOOLS = {
+    "bash": "bash", "read": "read", "write": "write", "edit": "edit", "multiedit": "multiedit",
+    "apply_patch": "apply_patch", "glob": "glob", "grep": "grep", "list": "list",
+}
+OUTPUT_NAME = re.compile(r"^tool_[0-9a-f]{12}[0-9A-Za-z]{14}$")
+TOOL_OUTPUT_DIR = ".local/share/opencode/tool-output"
+
+
+def load_tool(tool_id: str) -> ToolRun:
+    module_name = BUILTIN_TOOLS.get(tool_id)
+    if module_name is None:
+        raise ToolError(f"the sandbox has no built-in tool named {tool_id!r}")
+    module = importlib.import_module(f"sandbox_agent.tools.{module_name}")
+    run: ToolRun = module.run
+    return run
+
+
+def find_worktree(directory: str) -> str:
+    """The nearest directory at or above `directory` holding `.git`; "/" when there is none."""
+    current = directory
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return "/"
+        current = parent
+
+
+@dataclass
+class _Outbox:
+    queue: asyncio.Queue[agent_pb2.RunToolEvent | None]
+    seq: int = 0
+
+    def put(self, **event: Any) -> None:
+        self.seq += 1
+        self.queue.put_nowait(agent_pb2.RunToolEvent(seq=self.seq, **event))
+
+
+class ToolCalls:
+    """Runs built-in tool calls for the sessions of this sandbox (one, once claimed)."""
+
+    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str) -> None:
+        self._runner = runner
+        self._workspace = workspace
+        self._tool_home = tool_home
+        self._sessions: dict[str, SessionState] = {}
+        self.running = 0
+
+    def _state(self, session_id: str) -> SessionState:
+        return self._sessions.setdefault(session_id, SessionState())
+
+    async def run(self, requests: AsyncIterator[agent_pb2.RunToolRequest]) -> AsyncIterator[agent_pb2.RunToolEvent]:
+        first = await anext(aiter(requests), None)
+        if first is None or first.WhichOneof("msg") != "start":
+            raise AgentError("the first RunTool message must be `start`")
+        start = first.start
+        outbox = _Outbox(asyncio.Queue())
+        pending: dict[int, asyncio.Future[None]] = {}
+        abort = asyncio.Event()
+        ask_ids = itertools.count(1)
+
+        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
+            ask_id = next(ask_ids)
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending[ask_id] = waiter
+            outbox.put(ask=agent_pb2.ToolAsk(
+                ask_id=ask_id, permission=permission, patterns=patterns, always=always,
+                metadata_json=json.dumps(metadata),
+            ))
+            try:
+                await waiter
+            finally:
+                pending.pop(ask_id, None)
+
+        async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
+            outbox.put(metadata=agent_pb2.ToolMetadata(
+                has_title=title is not None, title=title or "",
+                metadata_json=json.dumps(meta) if meta is not None else "",
+            ))
+
+        async def listen() -> None:
+            async for request in requests:
+                kind = request.WhichOneof("msg")
+                if kind == "ask_reply":
+                    waiter = pending.get(request.ask_reply.ask_id)
+                    if waiter is not None and not waiter.done():
+                        if request.ask_reply.allowed:
+                            waiter.set_result(None)
+                        else:
+                            waiter.set_exception(ToolError(request.ask_reply.message))
+                elif kind == "abort":
+                    abort.set()
+            # The control plane hung up: the call is over for it.
+            abort.set()
+
+        async def execute() -> None:
+            try:
+                run = load_tool(start.tool)
+                directory = self._workspace
+                ctx = ToolContext(
+                    session_id=start.session_id, message_id=start.message_id, call_id=start.call_id,
+                    agent=start.agent, directory=directory,
+                    worktree=await self._runner.io(find_worktree, directory),
+                    ask=ask, metadata=metadata, runner=self._runner, state=self._state(start.session_id),
+                    abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
+                )
+                output = await run(json.loads(start.args_json or "{}"), ctx)
+                outbox.put(result=_result(output))
+            except ToolError as exc:
+                outbox.put(failed=agent_pb2.ToolFailed(message=str(exc)))
+            except Exception as exc:  # any tool bug is reported as the call's error
+                outbox.put(failed=agent_pb2.ToolFailed(message=_describe(exc)))
+            finally:
+                outbox.queue.put_nowait(None)
+
+        self.running += 1
+        listener = asyncio.ensure_future(listen())
+        worker = asyncio.ensure_future(execute())
+        try:
+            while (event := await outbox.queue.get()) is not None:
+                yield event
+        finally:
+            self.running -= 1
+            abort.set()
+            listener.cancel()
+            if not worker.done():
+                # Give the tool a moment to stop what it started (a killed bash group) before dropping it.
+                await asyncio.wait([worker], timeout=3.0)
+                worker.cancel()
+
+    async def save_output(self, name: str, content: bytes) -> str:
+        if not OUTPUT_NAME.match(name):
+            raise AgentError(f"{name!r} is not a tool output name")
+        directory = os.path.join(self._tool_home, TOOL_OUTPUT_DIR)
+        path = os.path.join(directory, name)
+        await self._runner.io(_write_new, directory, path, content)
+        return path
+
+
+def _write_new(directory: str, path: str, content: bytes) -> None:
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(content)
+
+
+def _result(output: ToolOutput) -> agent_pb2.ToolResult:
+    return agent_pb2.ToolResult(
+        title=output.title, output=output.output, metadata_json=json.dumps(output.metadata),
+        attachments=[agent_pb2.ToolAttachment(mime=a.mime, url=a.url, filename=a.filename) for a in output.attachments],
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    """Node-style text for an unexpected failure (what upstream's thrown errors read like)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__

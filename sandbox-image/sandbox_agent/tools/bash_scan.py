@@ -1,0 +1,101 @@
+"""What a bash command asks before it runs: tree-sitter finds every simple command, its pattern and arity prefix.
+
+`scan` is synchronous and touches the filesystem (realpath, isdir): call it through `ctx.io`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import tree_sitter_bash
+from tree_sitter import Language, Node, Parser
+
+from sandbox_agent.tools.base import ToolError
+from sandbox_agent.tools.bash_arity import prefix
+
+TOKEN_TYPES = frozenset({"command_name", "word", "string", "raw_string", "concatenation"})
+PATH_COMMANDS = frozenset({"cd", "rm", "cp", "mv", "mkdir", "touch", "chmod", "chown", "cat"})
+"""Commands whose arguments are checked for paths outside the project (upstream's list, not exhaustive)."""
+
+
+@dataclass(frozen=True)
+class Scan:
+    patterns: list[str]
+    """One entry per distinct command text (redirects and heredoc bodies included), first seen first."""
+    always: list[str]
+    """One `<arity prefix> *` per distinct prefix, first seen first."""
+    external_dirs: list[str]
+    """Directories outside the project the command names (the workdir first when it is outside)."""
+
+
+@functools.cache
+def _language() -> Language:
+    return Language(tree_sitter_bash.language())
+
+
+def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
+    """Parses `command` and collects what to ask; `cwd` is the resolved workdir the command runs in."""
+    try:
+        # A Parser is cheap and not safe to share between the io threads, so each call makes its own.
+        tree = Parser(_language()).parse(command.encode("utf-8", "surrogatepass"))
+    except Exception as exc:
+        raise ToolError("Failed to parse command") from exc
+    patterns: dict[str, None] = {}
+    always: dict[str, None] = {}
+    dirs: dict[str, None] = {}
+    if not _inside(cwd, directory, worktree):
+        dirs[cwd] = None
+    for node in _commands(tree.root_node):
+        parent = node.parent
+        text_node = parent if parent is not None and parent.type == "redirected_statement" else node
+        tokens = [_text(child) for child in node.children if child.type in TOKEN_TYPES]
+        if not tokens:
+            continue
+        if tokens[0] in PATH_COMMANDS:
+            for arg in tokens[1:]:
+                if arg.startswith("-") or (tokens[0] == "chmod" and arg.startswith("+")):
+                    continue
+                outside = _outside_dir(os.path.normpath(os.path.join(cwd, arg)), directory, worktree)
+                if outside is not None:
+                    dirs[outside] = None
+        if tokens[0] != "cd":
+            patterns[_text(text_node)] = None
+            always[" ".join(prefix(tokens)) + " *"] = None
+    return Scan(list(patterns), list(always), list(dirs))
+
+
+def _commands(root: Node) -> Iterator[Node]:
+    """Every `command` node in document order, however deeply nested (pipelines, loops, substitutions...)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "command":
+            yield node
+        stack.extend(reversed(node.children))
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+def _outside_dir(path: str, directory: str, worktree: str) -> str | None:
+    """The directory to ask for when `path` exists outside the project: itself, or a file's parent."""
+    try:
+        real = os.path.realpath(path, strict=True)
+    except (OSError, ValueError):
+        return None
+    if _inside(real, directory, worktree):
+        return None
+    return real if os.path.isdir(real) else os.path.dirname(real)
+
+
+def _inside(target: str, directory: str, worktree: str) -> bool:
+    """Same rule as `paths.contains_path`: the project directory, or the git worktree unless it is "/"."""
+    return _within(directory, target) or (worktree != "/" and _within(worktree, target))
+
+
+def _within(parent: str, child: str) -> bool:
+    return not os.path.relpath(child, parent).startswith("..")
