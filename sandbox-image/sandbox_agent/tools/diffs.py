@@ -1,12 +1,6 @@
-"""Unified diffs and change counts shaped like jsdiff 8's `createTwoFilesPatch` and `diffLines`.
+"""Unified diffs and change counts that match jsdiff 8's `createTwoFilesPatch` and `diffLines` byte for byte.
 
-Lines are compared whole, each keeping its terminator (`\\n` or `\\r\\n`), so a last line without a
-newline differs from the same text with one. The line pairing comes from `difflib.SequenceMatcher`
-(no autojunk) run between the common prefix and suffix, not from jsdiff's Myers diff. Known
-divergence: when a change could be placed on either of several equal lines (repeated blank lines,
-`}` lines, ...), or a block could be reported as moved up or down, difflib may pick a different
-alignment than Myers, giving different but equally valid hunks (and additions/deletions counts).
-Simple edits (one changed region, inserted or deleted blocks) come out identical.
+Lines are compared whole with their terminators, so a last line without a newline differs from one with it.
 """
 
 from __future__ import annotations
@@ -16,6 +10,8 @@ import difflib
 CONTEXT = 4
 NO_NEWLINE = "\\ No newline at end of file"
 _HEADER_RULE = "=" * 67
+_MYERS_BUDGET = 1_000_000
+"""Diagonal steps Myers may take before the diff falls back to difflib (about a second)."""
 JS_WHITESPACE = ("\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
                  "\u2028\u2029\u202f\u205f\u3000\ufeff")
 """What JavaScript's `trim()` and `\\s` count as white space (Python's `str.strip()` differs a little)."""
@@ -30,36 +26,118 @@ def _tokens(text: str) -> list[str]:
     return tokens
 
 
-def _line_diff(before: str, after: str) -> list[tuple[str, list[str]]]:
-    """Components ("=", "-" or "+", lines) in order; removals come before additions in a change."""
-    a, b = _tokens(before), _tokens(after)
+Parts = list[tuple[str, list[str]]]
+"""A line diff: components ("=", "-" or "+", lines) in order."""
+_Chain = tuple[str, int, "_Chain | None"] | None
+"""Components as a linked list, newest first: (kind, count, previous)."""
+
+
+def _grow(chain: _Chain, kind: str) -> _Chain:
+    if chain is not None and chain[0] == kind:
+        return (kind, chain[1] + 1, chain[2])
+    return (kind, 1, chain)
+
+
+def _myers(a: list[str], b: list[str]) -> Parts | None:
+    """jsdiff's variant of Myers' O(ND) diff, with its tie-breaks; None when it would take too long."""
+    len_a, len_b = len(a), len(b)
+
+    def snake(old: int, diagonal: int, chain: _Chain) -> tuple[int, int, _Chain]:
+        new, start = old - diagonal, old
+        while new + 1 < len_b and old + 1 < len_a and a[old + 1] == b[new + 1]:
+            old, new = old + 1, new + 1
+        return old, new, (("=", old - start, chain) if old > start else chain)
+
+    def parts(chain: _Chain) -> Parts:
+        kinds: list[tuple[str, int]] = []
+        while chain is not None:
+            kinds.append((chain[0], chain[1]))
+            chain = chain[2]
+        out: Parts = []
+        i = j = 0
+        for kind, count in reversed(kinds):
+            if kind == "-":
+                out.append((kind, a[i:i + count]))
+                i += count
+            else:
+                out.append((kind, b[j:j + count]))
+                j += count
+                i += count if kind == "=" else 0
+        return out
+
+    old, new, chain = snake(-1, 0, None)
+    if old + 1 >= len_a and new + 1 >= len_b:
+        return parts(chain)
+    best: dict[int, tuple[int, _Chain]] = {0: (old, chain)}
+    low, high = -(len_a + len_b + 1), len_a + len_b + 1
+    budget = _MYERS_BUDGET
+    for edits in range(1, len_a + len_b + 1):
+        for diagonal in range(max(low, -edits), min(high, edits) + 1, 2):
+            budget -= 1
+            if budget < 0:
+                return None
+            remove = best.pop(diagonal - 1, None)
+            add = best.get(diagonal + 1)
+            can_add = add is not None and 0 <= add[0] - diagonal < len_b
+            can_remove = remove is not None and remove[0] + 1 < len_a
+            if not can_add and not can_remove:
+                best.pop(diagonal, None)
+                continue
+            # Branch from whichever neighbour got further through the old text (additions win ties).
+            if add is not None and can_add and (not can_remove or (remove is not None and remove[0] < add[0])):
+                old, chain = add[0], _grow(add[1], "+")
+            else:
+                assert remove is not None
+                old, chain = remove[0] + 1, _grow(remove[1], "-")
+            old, new, chain = snake(old, diagonal, chain)
+            if old + 1 >= len_a and new + 1 >= len_b:
+                return parts(chain)
+            best[diagonal] = (old, chain)
+            if old + 1 >= len_a:
+                high = min(high, diagonal - 1)
+            if new + 1 >= len_b:
+                low = max(low, diagonal + 1)
+    return None
+
+
+def _difflib(a: list[str], b: list[str]) -> Parts:
+    """A fallback for very different texts: difflib between the common prefix and suffix."""
     head = 0
     while head < len(a) and head < len(b) and a[head] == b[head]:
         head += 1
     tail = 0
     while tail < len(a) - head and tail < len(b) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
-    parts: list[tuple[str, list[str]]] = []
+    out: Parts = []
 
     def push(kind: str, lines: list[str]) -> None:
         if not lines:
             return
-        if parts and parts[-1][0] == kind:
-            parts[-1][1].extend(lines)
+        if out and out[-1][0] == kind:
+            out[-1][1].extend(lines)
         else:
-            parts.append((kind, list(lines)))
+            out.append((kind, list(lines)))
 
     push("=", a[:head])
     mid_a, mid_b = a[head:len(a) - tail], b[head:len(b) - tail]
-    matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes():
         if tag == "equal":
             push("=", mid_a[i1:i2])
         else:
             push("-", mid_a[i1:i2])
             push("+", mid_b[j1:j2])
     push("=", a[len(a) - tail:])
-    return parts
+    return out
+
+
+def _line_diff(before: str, after: str) -> Parts:
+    """jsdiff's line diff. Known divergence: when the texts differ so much that Myers would take over
+    about a second (`_MYERS_BUDGET`, e.g. two unrelated files of ~1000 lines each), the pairing comes
+    from difflib instead; those hunks are valid, but where several alignments are equally short they
+    may differ from jsdiff's."""
+    a, b = _tokens(before), _tokens(after)
+    found = _myers(a, b)
+    return found if found is not None else _difflib(a, b)
 
 
 def count_changes(before: str, after: str) -> tuple[int, int]:
@@ -73,7 +151,7 @@ def count_changes(before: str, after: str) -> tuple[int, int]:
     return additions, deletions
 
 
-def _hunks(parts: list[tuple[str, list[str]]]) -> list[str]:
+def _hunks(parts: Parts) -> list[str]:
     """Hunk headers and lines, with jsdiff's context merging and end-of-file markers."""
     out: list[str] = []
     parts = [*parts, ("=", [])]  # a closing empty context flushes the last hunk

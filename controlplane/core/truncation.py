@@ -1,0 +1,186 @@
+"""Generic tool-output truncation (2000 lines / 50 KiB) and the `tool_…` names of saved full outputs.
+
+Sizes are UTF-8 bytes of the text as JavaScript holds it, so results match upstream byte for byte.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from controlplane.core.permission import Rule, evaluate
+
+MAX_LINES = 2000
+MAX_BYTES = 50 * 1024
+RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+"""Saved outputs older than this are deleted by the hourly cleanup."""
+
+Direction: TypeAlias = Literal["head", "tail"]
+Unit: TypeAlias = Literal["lines", "bytes"]
+
+
+@dataclass(frozen=True)
+class Truncated:
+    content: str
+    """The text itself when not truncated, else the kept lines (the preview)."""
+    truncated: bool
+    removed: int = 0
+    unit: Unit = "lines"
+    direction: Direction = "head"
+
+
+def utf8_len(text: str) -> int:
+    """`Buffer.byteLength(text)`: surrogate pairs count as one character, lone ones as U+FFFD."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return len(text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8"))
+
+
+def truncate(
+    text: str, *, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, direction: Direction = "head",
+) -> Truncated:
+    """Keeps whole lines from the head (or tail) within both limits.
+
+    A trailing newline counts as one more, empty, line; a first kept line over the byte budget
+    leaves an empty preview.
+    """
+    lines = text.split("\n")
+    total = utf8_len(text)
+    if len(lines) <= max_lines and total <= max_bytes:
+        return Truncated(text, False, direction=direction)
+
+    order: Iterable[str] = lines if direction == "head" else reversed(lines)
+    kept: list[str] = []
+    size = 0
+    hit_bytes = False
+    for line in order:
+        if len(kept) >= max_lines:
+            break
+        cost = utf8_len(line) + (1 if kept else 0)
+        if size + cost > max_bytes:
+            hit_bytes = True
+            break
+        kept.append(line)
+        size += cost
+    if direction == "tail":
+        kept.reverse()
+    if hit_bytes:
+        return Truncated("\n".join(kept), True, total - size, "bytes", direction)
+    return Truncated("\n".join(kept), True, len(lines) - len(kept), "lines", direction)
+
+
+def hint(path: str, *, task_allowed: bool) -> str:
+    """What to do with the saved file: delegate to a subagent when the agent may use `task`."""
+    head = f"The tool call succeeded but the output was truncated. Full output saved to: {path}\n"
+    if task_allowed:
+        return head + (
+            "Use the Task tool to have explore agent process this file with Grep and Read (with offset/limit). "
+            "Do NOT read the full file yourself - delegate to save context."
+        )
+    return head + "Use Grep to search the full content or Read with offset/limit to view specific sections."
+
+
+def render(result: Truncated, hint_text: str) -> str:
+    """The message that replaces a truncated output."""
+    marker = f"...{result.removed} {result.unit} truncated..."
+    if result.direction == "head":
+        return f"{result.content}\n\n{marker}\n\n{hint_text}"
+    return f"{marker}\n\n{hint_text}\n\n{result.content}"
+
+
+def task_hint_allowed(ruleset: Iterable[Rule] | None) -> bool:
+    """Whether the truncation hint may suggest the Task tool (no agent ruleset means no)."""
+    if ruleset is None:
+        return False
+    return evaluate("task", "*", ruleset).action != "deny"
+
+
+# --- output ids ----------------------------------------------------------------------------------
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_PREFIX = "tool_"
+_TIME_BITS = 48
+_COUNTER_SPACE = 0x1000
+
+
+def new_output_id(now_ms: int, counter: int) -> str:
+    """`tool_` + 12 hex digits of (ms * 4096 + counter) + 14 random base62 characters.
+
+    Only the low 48 bits of the number fit in 12 hex digits (upstream truncates the same way), so
+    the encoded time wraps every 2**36 ms (about 795 days).
+    """
+    encoded = (now_ms * _COUNTER_SPACE + counter) % (1 << _TIME_BITS)
+    # `byte % 62` is slightly biased, as upstream's; the suffix only has to make names unique.
+    suffix = "".join(_BASE62[b % 62] for b in secrets.token_bytes(14))
+    return f"{_PREFIX}{encoded:012x}{suffix}"
+
+
+def output_id_time_ms(name: str, now_ms: int | None = None) -> int:
+    """The creation time encoded in an output id.
+
+    Without `now_ms` this is upstream's reading: the time modulo 2**36 ms. With it, the full
+    timestamp is rebuilt on the assumption that the id is less than 2**36 ms old (the cleanup
+    deletes outputs after 7 days), which stays right across a wrap of the encoding.
+    """
+    if not name.startswith(_PREFIX):
+        raise ValueError(f"not a tool output id: {name!r}")
+    encoded = int(name[len(_PREFIX) : len(_PREFIX) + 12], 16)
+    wrapped = encoded // _COUNTER_SPACE
+    if now_ms is None:
+        return wrapped
+    period = 1 << (_TIME_BITS - 12)
+    return now_ms - (now_ms - wrapped) % period
+
+
+def output_id_expired(name: str, now_ms: int, retention_ms: int = RETENTION_MS) -> bool:
+    """True for a `tool_…` name older than the retention; other names are never expired."""
+    try:
+        return output_id_time_ms(name, now_ms) < now_ms - retention_ms
+    except ValueError:
+        return False
+
+
+class OutputIds:
+    """Ascending output ids: a counter restarting at 1 in every new millisecond."""
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._last_ms = -1
+        self._counter = 0
+
+    def new(self) -> str:
+        now = self._clock()
+        if now != self._last_ms:
+            self._last_ms = now
+            self._counter = 0
+        self._counter += 1
+        return new_output_id(now, self._counter)
+
+
+_default_ids = OutputIds()
+
+
+async def apply_truncation(
+    output: str,
+    *,
+    task_allowed: bool,
+    save: Callable[[str, str], Awaitable[str]],
+    direction: Direction = "head",
+    max_lines: int = MAX_LINES,
+    max_bytes: int = MAX_BYTES,
+    ids: OutputIds | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Truncates `output` for the model; the full text goes to `save(name, text)`, which returns its path.
+
+    Returns the content and the metadata to add: `{"truncated": False}`, or `{"truncated": True,
+    "outputPath": path}`.
+    """
+    result = truncate(output, max_lines=max_lines, max_bytes=max_bytes, direction=direction)
+    if not result.truncated:
+        return output, {"truncated": False}
+    path = await save((ids or _default_ids).new(), output)
+    return render(result, hint(path, task_allowed=task_allowed)), {"truncated": True, "outputPath": path}

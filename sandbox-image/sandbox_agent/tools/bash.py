@@ -1,0 +1,246 @@
+"""The `bash` tool: asks for what the command touches, runs it in its own process group, streams merged output."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import math
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sandbox_agent.errors import SpawnError
+from sandbox_agent.process import Chunk, Execution, Exit
+from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
+from sandbox_agent.tools.bash_scan import Scan, scan
+from sandbox_agent.tools.paths import resolve
+
+DEFAULT_TIMEOUT_MS = 120_000
+TIMER_SLACK_MS = 100
+"""Upstream fires its timeout timer this long after the requested timeout."""
+MAX_METADATA_LENGTH = 30_000
+METADATA_INTERVAL_S = 0.05
+MAX_TIMER_S = 10.0**9
+"""Keeps absurd timeouts within what the event loop's clock arithmetic handles."""
+
+
+async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    command = args.get("command")
+    if not isinstance(command, str):
+        raise ToolError("command is required")
+    description = str(args.get("description") or "")
+    timeout = args.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise ToolError("timeout must be a number")
+    if timeout is not None and timeout < 0:
+        raise ToolError(f"Invalid timeout value: {js_number(timeout)}. Timeout must be a positive number.")
+    if timeout is None:
+        timeout = ctx.extra.get("default_timeout_ms", DEFAULT_TIMEOUT_MS)
+    workdir = resolve(ctx, args.get("workdir") or ctx.directory)
+
+    found, shell = await ctx.io(_prepare, command, workdir, ctx.directory, ctx.worktree)
+    if found.external_dirs:
+        globs = [d.rstrip("/") + "/*" for d in found.external_dirs]
+        await ctx.ask("external_directory", globs, globs, {})
+    if found.patterns:
+        await ctx.ask("bash", found.patterns, found.always, {})
+
+    await ctx.metadata(None, {"output": "", "description": description})
+    try:
+        execution = await ctx.runner.start([shell, "-c", command], cwd=workdir, env=ctx.env, timeout_s=None,
+                                           merge_stderr=True)
+    except SpawnError as exc:
+        raise ToolError(str(exc)) from exc
+    text, done = await _collect(execution, ctx, float(timeout), description)
+
+    notes = []
+    if done.timed_out:
+        notes.append(f"bash tool terminated command after exceeding timeout {js_number(timeout)} ms")
+    if done.aborted:
+        notes.append("User aborted the command")
+    if notes:
+        text += "\n\n<bash_metadata>\n" + "\n".join(notes) + "\n</bash_metadata>"
+    return ToolOutput(
+        title=description,
+        output=text,
+        metadata={"output": cap_output(text), "exit": done.exit_code, "description": description},
+    )
+
+
+def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Scan, str]:
+    shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    return scan(command, cwd, directory, worktree), shell
+
+
+@dataclass
+class _Done:
+    exit_code: int | None
+    """None when the command was killed by a signal or stopped by us, like Node's `exitCode`."""
+    timed_out: bool = False
+    aborted: bool = False
+
+
+async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
+                   description: str) -> tuple[str, _Done]:
+    """Runs the command to its exit, stopping it on timeout or abort; returns its output and how it ended.
+
+    Live metadata is throttled to one update per METADATA_INTERVAL_S (upstream sends one per chunk,
+    which floods clients on chatty commands); the latest state is always sent before returning.
+    """
+    output = _Output()
+
+    async def send() -> None:
+        await ctx.metadata(None, {"output": output.capped(), "description": description})
+
+    throttle = _Throttle(send, METADATA_INTERVAL_S)
+    flags = _Done(exit_code=None)
+
+    def on_timeout() -> None:
+        flags.timed_out = True
+        execution.stop(reason="timeout", timed_out=True)
+
+    async def on_abort() -> None:
+        await ctx.abort.wait()
+        flags.aborted = True
+        execution.stop(reason="aborted")
+
+    if ctx.abort.is_set():
+        flags.aborted = True
+        execution.stop(reason="aborted")
+    delay = min((timeout_ms + TIMER_SLACK_MS) / 1000, MAX_TIMER_S)
+    timer = asyncio.get_running_loop().call_later(delay, on_timeout)
+    watcher = asyncio.ensure_future(on_abort())
+    end: Exit | None = None
+    try:
+        async for event in execution.events():
+            if isinstance(event, Chunk):
+                output.feed(event.data)
+                throttle.mark()
+            else:
+                end = event
+        timer.cancel()
+        watcher.cancel()
+        if output.close():
+            throttle.mark()
+        await throttle.finish()
+    finally:
+        timer.cancel()
+        watcher.cancel()
+        throttle.cancel()
+        if not execution.finished:
+            execution.stop(reason="cancelled")
+    if end is None:
+        raise ToolError("the command ended without an exit status")
+    # A stop that came after the command had already exited killed nothing: it is not reported.
+    stopped = end.timed_out or end.aborted
+    return output.text(), _Done(
+        exit_code=None if stopped or end.signal else end.exit_code,
+        timed_out=stopped and flags.timed_out,
+        aborted=stopped and flags.aborted,
+    )
+
+
+class _Output:
+    """Merged output, decoded incrementally so a character split across chunks survives."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._parts: list[str] = []
+        self._head = ""
+        """The first MAX_METADATA_LENGTH + 1 characters: all `capped` ever needs."""
+
+    def feed(self, data: bytes) -> None:
+        self._add(self._decoder.decode(data))
+
+    def close(self) -> bool:
+        """Flushes a truncated trailing character (as U+FFFD); True when that changed the output."""
+        return self._add(self._decoder.decode(b"", final=True))
+
+    def _add(self, text: str) -> bool:
+        if not text:
+            return False
+        self._parts.append(text)
+        if len(self._head) <= MAX_METADATA_LENGTH:
+            self._head += text[: MAX_METADATA_LENGTH + 1 - len(self._head)]
+        return True
+
+    def capped(self) -> str:
+        return cap_output(self._head)
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
+def cap_output(text: str) -> str:
+    """The metadata form of an output: at most 30000 UTF-16 code units (JS string length), then "\\n\\n...".
+
+    A surrogate pair cut in half by the limit becomes U+FFFD, as it would once upstream's string is encoded.
+    """
+    encoded = text[: MAX_METADATA_LENGTH + 1].encode("utf-16-le", "surrogatepass")
+    if len(encoded) <= 2 * MAX_METADATA_LENGTH:
+        return text
+    return encoded[: 2 * MAX_METADATA_LENGTH].decode("utf-16-le", "replace") + "\n\n..."
+
+
+class _Throttle:
+    """Sends the latest state at most once per interval; a burst of updates collapses into one send."""
+
+    def __init__(self, send: Callable[[], Awaitable[None]], interval_s: float) -> None:
+        self._send = send
+        self._interval_s = interval_s
+        self._dirty = asyncio.Event()
+        self._sending = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    def mark(self) -> None:
+        self._dirty.set()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._pump())
+
+    async def _pump(self) -> None:
+        while True:
+            await self._dirty.wait()
+            async with self._sending:
+                self._dirty.clear()
+                await self._send()
+            await asyncio.sleep(self._interval_s)
+
+    async def finish(self) -> None:
+        """Stops the pump between sends, then sends the latest state if it has not gone out yet."""
+        async with self._sending:
+            self.cancel()
+        if self._task is not None:
+            await asyncio.wait([self._task])
+            if not self._task.cancelled() and (error := self._task.exception()) is not None:
+                raise error
+        if self._dirty.is_set():
+            self._dirty.clear()
+            await self._send()
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+def js_number(value: object) -> str:
+    """`value` as JavaScript's String(number) writes it: 5 not 5.0, 1e+21, 1.5e-7, Infinity."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) and abs(value) < 2**53:
+        return str(value)
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    if number == 0:
+        return "0"
+    text = repr(number)
+    if 1e-6 <= abs(number) < 1e21:
+        # The shortest round-trip digits, zero-filled: 2**60 is "1152921504606847000" in JS.
+        return format(Decimal(text).normalize(), "f")
+    mantissa, _, exponent = text.partition("e")
+    power = int(exponent)
+    return f"{mantissa}e{'+' if power > 0 else '-'}{abs(power)}"

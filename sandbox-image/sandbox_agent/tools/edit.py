@@ -1,0 +1,169 @@
+"""The `edit` tool: replace one string in a file (fuzzy matching in `replacers`), or create a file from nothing.
+
+Also holds what `write` and `multiedit` share with it: the read-before-write check, file IO and the diff metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
+from sandbox_agent.tools.diffs import count_changes, unified_diff
+from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree, resolve
+from sandbox_agent.tools.replacers import IDENTICAL, replace
+
+APPLIED = "Edit applied successfully."
+FILETIME_TOLERANCE_MS = 50
+"""A file modified up to this long after it was read still counts as read (coarse or lagging timestamps)."""
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """What a path holds: `kind` is "missing", "directory" or "file"; content and mtime only for a file."""
+
+    kind: str
+    content: str = ""
+    mtime_ns: int | None = None
+
+
+def load(path: str) -> OnDisk:
+    """Stats and reads a path in one go (runs through `ctx.io`); text is UTF-8, bad bytes become U+FFFD."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return OnDisk("missing")
+    if stat.S_ISDIR(info.st_mode):
+        return OnDisk("directory", mtime_ns=info.st_mtime_ns)
+    # O_NONBLOCK keeps a FIFO from hanging the call; it changes nothing for regular files.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return OnDisk("file", b"".join(chunks).decode("utf-8", errors="replace"), info.st_mtime_ns)
+
+
+def store(path: str, text: str) -> None:
+    """Writes UTF-8 text (runs through `ctx.io`), creating missing parent directories as upstream does on ENOENT."""
+    data = _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")  # Node writes a lone surrogate as U+FFFD
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+    except IsADirectoryError:
+        raise ToolError(f"EISDIR: illegal operation on a directory, open '{path}'") from None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def iso_time(ms: int) -> str:
+    """JavaScript's `Date.prototype.toISOString()` for a millisecond timestamp."""
+    moment = datetime.fromtimestamp(ms // 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+
+
+def assert_read(ctx: ToolContext, path: str, mtime_ns: int | None) -> None:
+    """Refuses to overwrite a file this session has not read, or that changed since it was read."""
+    if ctx.extra.get("disable_filetime_check"):
+        return
+    read = ctx.file_times.last_read(path)
+    if read is None:
+        raise ToolError(f"You must read file {path} before overwriting it. Use the Read tool first")
+    # Whole milliseconds on both sides, as JavaScript Dates hold them (the epsilon absorbs float error).
+    read_ms = math.floor(read * 1000 + 1e-3)
+    if mtime_ns is None:
+        return
+    mtime_ms = mtime_ns // 1_000_000
+    if mtime_ms > read_ms + FILETIME_TOLERANCE_MS:
+        raise ToolError(f"File {path} has been modified since it was last read.\n"
+                        f"Last modification: {iso_time(mtime_ms)}\nLast read: {iso_time(read_ms)}\n\n"
+                        "Please read the file again before modifying it.")
+
+
+def _lf(text: str) -> str:
+    return text.replace("\r\n", "\n")
+
+
+def apply_edit(content: str, old: str, new: str, replace_all: bool) -> str:
+    """One replacement, with `old`/`new` converted to the file's line endings (CRLF if it has any)."""
+    ending = "\r\n" if "\r\n" in content else "\n"
+    old, new = _lf(old), _lf(new)
+    if ending == "\r\n":
+        old, new = old.replace("\n", ending), new.replace("\n", ending)
+    return replace(content, old, new, replace_all)
+
+
+def edit_metadata(path: str, before: str, after: str) -> dict[str, Any]:
+    """The result metadata: the diff (over LF-normalised text) and the line counts (over the raw text)."""
+    diff = unified_diff(path, _lf(before), _lf(after))
+    additions, deletions = count_changes(before, after)
+    filediff = {"file": path, "before": before, "after": after, "additions": additions, "deletions": deletions}
+    return {"diagnostics": {}, "diff": diff, "filediff": filediff}
+
+
+async def ask_edit(ctx: ToolContext, path: str, diff: str) -> None:
+    await ctx.ask("edit", [relative_to_worktree(ctx, path).replace("\\", "/")], ["*"], {"filepath": path, "diff": diff})
+
+
+def edit_args(args: dict[str, Any]) -> tuple[str, str, bool]:
+    """oldString, newString and replaceAll of one edit, refusing a no-op."""
+    old, new = args.get("oldString") or "", args.get("newString") or ""
+    if old == new:
+        raise ToolError(IDENTICAL)
+    return old, new, bool(args.get("replaceAll"))
+
+
+def required_path(args: dict[str, Any]) -> str:
+    file_path = args.get("filePath")
+    if not file_path:
+        raise ToolError("filePath is required")
+    return str(file_path)
+
+
+async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    file_path = required_path(args)
+    old, new, replace_all = edit_args(args)
+    path = resolve(ctx, file_path)
+    await assert_external_directory(ctx, path)
+    async with ctx.file_times.lock(path):
+        if old == "":
+            # Creation or a full overwrite: no read is required, and the old content counts as empty.
+            before, after = "", new
+            meta = await asyncio.to_thread(edit_metadata, path, before, after)
+        else:
+            disk = await ctx.io(load, path)
+            if disk.kind == "missing":
+                raise ToolError(f"File {path} not found")
+            if disk.kind == "directory":
+                raise ToolError(f"Path is a directory, not a file: {path}")
+            assert_read(ctx, path, disk.mtime_ns)
+            before = disk.content
+
+            def compute() -> tuple[str, dict[str, Any]]:
+                changed = apply_edit(before, old, new, replace_all)
+                return changed, edit_metadata(path, before, changed)
+
+            after, meta = await asyncio.to_thread(compute)
+        await ask_edit(ctx, path, meta["diff"])
+        await ctx.io(store, path, after)
+        ctx.file_times.read(path, time.time())
+    await ctx.metadata(None, {"diff": meta["diff"], "filediff": meta["filediff"], "diagnostics": {}})
+    return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata=meta)

@@ -1,0 +1,35 @@
+"""The `write` tool: create or overwrite a whole file (an existing one must have been read first)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
+from sandbox_agent.tools.diffs import unified_diff
+from sandbox_agent.tools.edit import ask_edit, assert_read, load, store
+from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree, resolve
+
+WROTE = "Wrote file successfully."
+# Upstream reads the old content before anything else and fails with Node's readFile error on a directory.
+_DIRECTORY = "EISDIR: illegal operation on a directory, read"
+
+
+async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    content = str(args.get("content") or "")
+    path = resolve(ctx, str(args.get("filePath") or ""))
+    await assert_external_directory(ctx, path)
+    async with ctx.file_times.lock(path):
+        disk = await ctx.io(load, path)
+        if disk.kind == "directory":
+            raise ToolError(_DIRECTORY)
+        exists = disk.kind == "file"
+        if exists:
+            assert_read(ctx, path, disk.mtime_ns)
+        diff = await asyncio.to_thread(unified_diff, path, disk.content, content)
+        await ask_edit(ctx, path, diff)
+        await ctx.io(store, path, content)
+        ctx.file_times.read(path, time.time())
+    return ToolOutput(title=relative_to_worktree(ctx, path), output=WROTE,
+                      metadata={"diagnostics": {}, "filepath": path, "exists": exists})
