@@ -35,5 +35,6 @@ async def assert_external_directory(ctx: ToolContext, target: str | None, *, kin
 
 
 def relative_to_worktree(ctx: ToolContext, path: str) -> str:
-    """The title form of a path, as upstream makes it: relative to the worktree ("/" outside git)."""
-    return os.path.relpath(path, ctx.worktree)
+    """Node's `path.relative(worktree, path)`: "" (not ".") for the worktree itself; "/" outside git."""
+    title = os.path.relpath(path, ctx.worktree)
+    return "" if title == "." else title

@@ -13,6 +13,8 @@ import asyncio
 import ctypes
 import ctypes.util
 import os
+import shutil
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -50,7 +52,15 @@ class ToolRunner:
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    def _program(self, name: str) -> str:
+        """A bare program name looked up in the tool PATH, then beside this Python (a venv's rg)."""
+        if "/" in name:
+            return name
+        return (shutil.which(name, path=self._env.get("PATH", DEFAULT_PATH))
+                or shutil.which(name, path=os.path.dirname(sys.executable)) or name)
+
     async def run(self, argv: list[str], *, cwd: str, abort: asyncio.Event | None = None) -> ProcessResult:
+        argv = [self._program(argv[0]), *argv[1:]] if argv else argv
         spec = ExecSpec(argv=argv, env=dict(self._env), cwd=cwd, timeout_s=None, stdin=False,
                         kill_grace_s=0.2, merge_stderr=False)
         execution = await Execution.start(spec, self._identity, self._buffer_limit)
