@@ -14,13 +14,20 @@ from dataclasses import dataclass
 import grpc
 
 from controlplane.config import DockerProviderConfig, Settings
+from controlplane.core.asks import PermissionGate
+from controlplane.core.executor import ToolExecutor
+from controlplane.core.hooks import HookBus
 from controlplane.core.models import Resources
+from controlplane.core.registry import Registry
 from controlplane.core.sessions import SessionManager, SessionPolicy
+from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.errors import ConfigError
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.server import build_server, mark_serving
-from controlplane.sandbox.provider import ReconcileReport, SandboxProvider
+from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
+from controlplane.sandbox.tool_bridge import AgentToolCalls
 from controlplane.store.sqlite import SqliteStore, hash_token
+from controlplane.tools import catalog
 
 log = logging.getLogger(__name__)
 ENDPOINT_FILE = "endpoint"
@@ -50,6 +57,17 @@ def session_policy(settings: Settings) -> SessionPolicy:
     )
 
 
+def build_tools(sessions: SessionManager) -> ToolRuntime:
+    tools = catalog.implemented()
+    registry = Registry(catalog.registered(tools), env=os.environ)
+
+    def sandbox_calls(sandbox: Sandbox) -> AgentToolCalls:
+        return AgentToolCalls(sandbox.agent)
+
+    executor = ToolExecutor(PermissionGate(), HookBus())
+    return ToolRuntime(sessions, registry, executor, sandbox_calls, catalog.unregistered(tools))
+
+
 async def bootstrap_tenants(settings: Settings, store: SqliteStore) -> None:
     """Configured tenants are upserted; with none, a `default` tenant gets a token file (0600)."""
     for tenant in settings.tenants:
@@ -76,6 +94,7 @@ class ControlPlane:
     settings: Settings
     store: SqliteStore
     sessions: SessionManager
+    tools: ToolRuntime
     server: grpc.aio.Server
     port: int
     report: ReconcileReport
@@ -99,10 +118,11 @@ async def start(settings: Settings) -> ControlPlane:
         "reconciled: %d adopted, %d pooled, %d removed, %d lost",
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
     )
-    server, health_servicer, port = build_server(settings, sessions, auth)
+    tools = build_tools(sessions)
+    server, health_servicer, port = build_server(settings, sessions, tools, auth)
     await server.start()
     await mark_serving(health_servicer, True)
-    plane = ControlPlane(settings, store, sessions, server, port, report)
+    plane = ControlPlane(settings, store, sessions, tools, server, port, report)
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
     return plane
 

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
 
-from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc
+from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc, tool_pb2, tool_pb2_grpc
 
 T = TypeVar("T")
 Session = session_pb2.Session
 ExecEvent = sandbox_pb2.ExecEvent
+ToolEvent = tool_pb2.ToolEvent
+PermissionRequest = tool_pb2.PermissionRequest
+Reply = tool_pb2.PermissionReply.Reply
+PermissionAnswer = Callable[[PermissionRequest], Awaitable[tuple[int, str]]]
+"""Decides a permission request: (ONCE|ALWAYS|REJECT, message)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,37 @@ class Completed:
     signal: int = 0
     timed_out: bool = False
     aborted: bool = False
+
+
+@dataclass
+class ToolOutcome:
+    """A finished tool call: exactly one of `result` and `error` is set."""
+
+    call_id: str
+    result: tool_pb2.ToolResult | None
+    error: str | None
+    events: list[tool_pb2.ToolEvent] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        if self.result is None:
+            raise AssertionError(f"the call failed: {self.error}")
+        return self.result.output
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        if self.result is None:
+            raise AssertionError(f"the call failed: {self.error}")
+        value: dict[str, Any] = json.loads(self.result.metadata_json or "{}")
+        return value
+
+    @property
+    def permission_requests(self) -> list[tool_pb2.PermissionRequest]:
+        return [e.permission_request for e in self.events if e.WhichOneof("event") == "permission_request"]
+
+
+async def allow_once(_: PermissionRequest) -> tuple[int, str]:
+    return tool_pb2.PermissionReply.ONCE, ""
 
 
 class AsyncClient:
@@ -41,6 +78,7 @@ class AsyncClient:
         self._metadata = (("authorization", f"Bearer {token}"),)
         self.sessions = session_pb2_grpc.SessionServiceStub(self._channel)
         self.sandbox = sandbox_pb2_grpc.SandboxServiceStub(self._channel)
+        self.tools = tool_pb2_grpc.ToolServiceStub(self._channel)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -121,6 +159,68 @@ class AsyncClient:
                 e = event.exited
                 return Completed(e.exit_code, bytes(out), bytes(err), e.signal, e.timed_out, e.aborted)
         raise RuntimeError("the command's stream ended without an exit status")
+
+    # -- tools ----------------------------------------------------------------------------------
+
+    async def list_tools(
+        self, session_id: str, *, provider_id: str = "", model_id: str = "", agent: str = ""
+    ) -> tool_pb2.ListToolsResponse:
+        request = tool_pb2.ListToolsRequest(
+            session_id=session_id, provider_id=provider_id, model_id=model_id, agent=agent
+        )
+        return await self.tools.ListTools(request, metadata=self._metadata)
+
+    def tool_call(
+        self, session_id: str, tool: str, args: dict[str, Any] | str, *, call_id: str = "", message_id: str = "",
+        agent: str = "",
+    ) -> tuple[grpc.aio.StreamStreamCall[tool_pb2.ExecuteToolRequest, tool_pb2.ToolEvent],
+               asyncio.Queue[tool_pb2.ExecuteToolRequest | None]]:
+        """The raw call plus its request queue (put replies or an abort; None half-closes)."""
+        args_json = args if isinstance(args, str) else json.dumps(args)
+        call = tool_pb2.ToolCall(
+            session_id=session_id, tool=tool, args_json=args_json, call_id=call_id, message_id=message_id,
+            agent=agent,
+        )
+        outbox: asyncio.Queue[tool_pb2.ExecuteToolRequest | None] = asyncio.Queue()
+        outbox.put_nowait(tool_pb2.ExecuteToolRequest(call=call))
+
+        async def requests() -> AsyncIterator[tool_pb2.ExecuteToolRequest]:
+            while (item := await outbox.get()) is not None:
+                yield item
+
+        return self.tools.ExecuteTool(requests(), metadata=self._metadata), outbox
+
+    async def execute_tool(
+        self, session_id: str, tool: str, args: dict[str, Any] | str, *, call_id: str = "", message_id: str = "",
+        agent: str = "", on_permission: PermissionAnswer = allow_once,
+    ) -> ToolOutcome:
+        """Runs one tool call to its end, answering each permission request with `on_permission`."""
+        stream, outbox = self.tool_call(
+            session_id, tool, args, call_id=call_id, message_id=message_id, agent=agent
+        )
+        events: list[tool_pb2.ToolEvent] = []
+        try:
+            async for event in stream:
+                events.append(event)
+                kind = event.WhichOneof("event")
+                if kind == "permission_request":
+                    reply, message = await on_permission(event.permission_request)
+                    answer = tool_pb2.PermissionReply(
+                        request_id=event.permission_request.id, reply=reply, message=message  # type: ignore[arg-type]
+                    )
+                    outbox.put_nowait(tool_pb2.ExecuteToolRequest(permission_reply=answer))
+                elif kind == "result":
+                    return ToolOutcome(event.call_id, event.result, None, events)
+                elif kind == "error":
+                    return ToolOutcome(event.call_id, None, event.error.message, events)
+        finally:
+            outbox.put_nowait(None)
+            stream.cancel()
+        raise RuntimeError("the tool call's stream ended without a result or an error")
+
+    async def cancel_tool_call(self, session_id: str, call_id: str) -> bool:
+        request = tool_pb2.CancelToolCallRequest(session_id=session_id, call_id=call_id)
+        return bool((await self.tools.CancelToolCall(request, metadata=self._metadata)).cancelled)
 
 
 class Client:

@@ -8,6 +8,7 @@ from v1.2.27, which validated and then passed the raw arguments).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ class ToolContext:
     ask: Callable[[PermissionAsk], Awaitable[None]]
     metadata: Callable[[str | None, dict[str, Any] | None], Awaitable[None]]
     sandbox: SandboxCalls
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -8,19 +8,22 @@ from grpc_reflection.v1alpha import reflection
 
 from controlplane.config import Settings
 from controlplane.core.sessions import SessionManager
+from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
-from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc
+from controlplane.rpc.tool_service import ToolService
+from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc, tool_pb2, tool_pb2_grpc
 
 SERVICE_NAMES = (
     session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
+    tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name,
 )
 
 
 def build_server(
-    settings: Settings, sessions: SessionManager, auth: Authenticator
+    settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The server (not started), its health servicer and the bound port."""
     limit = settings.server.max_message_mb * 1024 * 1024
@@ -30,6 +33,7 @@ def build_server(
     )
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth), server)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SandboxService(sessions, auth, settings.exec), server)
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

@@ -170,7 +170,9 @@ class GrpcSandboxAgent(SandboxAgent):
             r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
-        return AgentHealth(r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running)
+        return AgentHealth(
+            r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running, r.tool_home
+        )
 
     async def exec(self, spec: CommandSpec) -> ExecStream:
         outbox: asyncio.Queue[object] = asyncio.Queue()

@@ -26,6 +26,7 @@ class AgentHealth:
     workspace: str
     uptime_ms: int
     running: int
+    tool_home: str = ""
 
 
 class ExecStream(abc.ABC):

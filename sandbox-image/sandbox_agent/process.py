@@ -2,28 +2,32 @@
 
 Completion is the exit of the command itself (seen through a pidfd), not the end of its output
 pipes: a backgrounded child that keeps stdout open must not hang the call. After the exit the
-pipes are drained briefly, then closed.
+pipes are drained briefly, then closed. Commands of another uid are started by the spawner helper
+(see `spawner`): a uid switch in Popen would fork the whole agent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_agent import spawner
 from sandbox_agent.errors import SpawnError
 
 DRAIN_GRACE_S = 0.02
 """How long output pipes may stay open after the command exited (someone else holds them)."""
 GROUP_POLL_S = 0.005
 READ_SIZE = 64 * 1024
+UMASK = 0o022
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Identity:
 
     uid: int | None
     gid: int | None
+    via_spawner: bool = field(default=True, kw_only=True)
+    """Start processes of another uid through the spawner helper; False: Popen's own uid switch."""
 
 
 @dataclass(frozen=True)
@@ -61,16 +67,27 @@ class Exit:
     abort_reason: str
 
 
+@dataclass(frozen=True)
+class _Launched:
+    pid: int
+    pidfd: int
+    """Readable once the command exited; owned by the Execution."""
+    stdin: int | None
+    outputs: dict[int, str]
+    """Read ends of the output pipes, by stream name."""
+    exit_status: Callable[[], asyncio.Future[int | None]]
+    """Called once the pidfd is readable: the returncode (None when it could not be learnt)."""
+
+
 class Execution:
     """A running command. Start with `await Execution.start(...)`, then iterate `events()`."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], spec: ExecSpec, buffer_limit: int) -> None:
-        self._proc = proc
+    def __init__(self, launched: _Launched, spec: ExecSpec, buffer_limit: int) -> None:
         self._spec = spec
         self._buffer_limit = buffer_limit
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
-        self.pid = proc.pid
+        self.pid = launched.pid
         self._chunks: deque[Chunk] = deque()
         self._buffered = 0
         self._paused = False
@@ -82,14 +99,16 @@ class Execution:
         self._aborted = False
         self._abort_reason = ""
         self.finished = False
+        self._stdin = launched.stdin
+        self._stdin_writers = 0
+        self._stdin_close_pending = False
+        self._exit_status = launched.exit_status
         self._pipes: dict[int, str] = {}
-        for stream, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-            if pipe is not None:
-                fd = pipe.fileno()
-                os.set_blocking(fd, False)
-                self._pipes[fd] = stream
-                self._loop.add_reader(fd, self._on_readable, fd)
-        self._pidfd = os.pidfd_open(proc.pid)
+        for fd, stream in launched.outputs.items():
+            os.set_blocking(fd, False)
+            self._pipes[fd] = stream
+            self._loop.add_reader(fd, self._on_readable, fd)
+        self._pidfd = launched.pidfd
         self._loop.add_reader(self._pidfd, self._on_exit)
         self._timer = (
             self._loop.call_later(spec.timeout_s, self._on_timeout) if spec.timeout_s else None
@@ -101,29 +120,34 @@ class Execution:
             raise SpawnError("nothing to run: the command is empty")
         if not os.path.isdir(spec.cwd):  # noqa: ASYNC240 - one stat on a local filesystem
             raise SpawnError(f"working directory {spec.cwd} does not exist")
-        extra: dict[str, Any] = {}
-        if identity.uid is not None:
-            extra = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe() if not spec.merge_stderr else (None, None)
+        stdin_r, stdin_w = os.pipe() if spec.stdin else (None, None)
+        ours = [fd for fd in (stdout_r, stderr_r, stdin_w) if fd is not None]
+        theirs = [fd for fd in (stdout_w, stderr_w, stdin_r) if fd is not None]
+        outputs = {stdout_r: "stdout"} | ({stderr_r: "stderr"} if stderr_r is not None else {})
         try:
-            proc = subprocess.Popen(  # noqa: ASYNC220 - fork+exec returns in about a millisecond
-                spec.argv,
-                stdin=subprocess.PIPE if spec.stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if spec.merge_stderr else subprocess.PIPE,
-                cwd=spec.cwd,
-                env=spec.env,
-                start_new_session=True,
-                close_fds=True,
-                umask=0o022,
-                **extra,
-            )
-        except FileNotFoundError as exc:
-            raise SpawnError(f"cannot run {spec.argv[0]!r}: no such file or directory") from exc
-        except PermissionError as exc:
-            raise SpawnError(f"cannot run {spec.argv[0]!r}: permission denied") from exc
-        except OSError as exc:
-            raise SpawnError(f"cannot run {spec.argv[0]!r}: {exc.strerror or exc}") from exc
-        return cls(proc, spec, buffer_limit)
+            if identity.uid is not None and identity.via_spawner:
+                gid = identity.gid if identity.gid is not None else identity.uid
+                spawned = await spawner.shared(identity.uid, gid).spawn(
+                    spec.argv, spec.env, spec.cwd, umask=UMASK, stdout=stdout_w, stderr=stderr_w, stdin=stdin_r
+                )
+                launched = _Launched(spawned.pid, spawned.pidfd, stdin_w, outputs, lambda: spawned.status)
+            else:
+                launched = _popen(spec, identity, stdin_r, stdout_w, stderr_w, stdin_w, outputs)
+        except BaseException as exc:
+            _close_fds(ours)
+            if isinstance(exc, OSError):
+                raise _spawn_error(spec.argv[0], exc) from exc
+            raise
+        finally:
+            _close_fds(theirs)
+        return cls(launched, spec, buffer_limit)
+
+    @staticmethod
+    async def close_spawners() -> None:
+        """Stops the spawner helpers (agent shutdown); commands still running are not touched."""
+        await spawner.close_all()
 
     # -- output -----------------------------------------------------------------------------
 
@@ -150,9 +174,7 @@ class Execution:
             return
         self._loop.remove_reader(fd)
         del self._pipes[fd]
-        for pipe in (self._proc.stdout, self._proc.stderr):
-            if pipe is not None and not pipe.closed and pipe.fileno() == fd:
-                pipe.close()
+        os.close(fd)
 
     def _take(self) -> Chunk:
         chunk = self._chunks.popleft()
@@ -210,10 +232,11 @@ class Execution:
         self.finished = True
 
     def _exit_event(self) -> Exit:
-        rc = self._returncode if self._returncode is not None else -signal.SIGKILL
-        sig = -rc if rc < 0 else 0
+        rc = self._returncode
+        sig = -rc if rc is not None and rc < 0 else 0
         return Exit(
-            exit_code=128 + sig if sig else rc,
+            # None: the spawner that reaped the command died before telling its status.
+            exit_code=128 + sig if sig else -1 if rc is None else rc,
             signal=sig,
             timed_out=self._timed_out,
             aborted=self._aborted,
@@ -224,31 +247,42 @@ class Execution:
     # -- exit, stdin, stop --------------------------------------------------------------------
 
     def _on_exit(self) -> None:
-        rc = self._proc.poll()
-        if rc is None:  # pidfd readable means exited; poll once more on the next turn
-            self._loop.call_soon(self._on_exit)
-            return
         self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
-        self._returncode = rc
+        status = self._exit_status()
+        if status.done():
+            self._on_status(status)
+        else:
+            status.add_done_callback(self._on_status)
+
+    def _on_status(self, status: asyncio.Future[int | None]) -> None:
+        self._returncode = status.result()
         if self._timer is not None:
             self._timer.cancel()
         self._exited.set()
         self._wakeup.set()
 
     async def write_stdin(self, data: bytes) -> None:
-        pipe = self._proc.stdin
-        if pipe is None or pipe.closed:
+        fd = self._stdin
+        if fd is None or self._stdin_close_pending:
             return
+        # The fd stays open while a thread writes to it: its number must not be reused under the write.
+        self._stdin_writers += 1
         try:
-            await asyncio.to_thread(_write_all, pipe.fileno(), data)
-        except (BrokenPipeError, ValueError, OSError):
+            await asyncio.to_thread(_write_all, fd, data)
+        except OSError:
+            self._stdin_close_pending = True
+        finally:
+            self._stdin_writers -= 1
+        if self._stdin_close_pending:
             self.close_stdin()
 
     def close_stdin(self) -> None:
-        if self._proc.stdin is not None and not self._proc.stdin.closed:
+        self._stdin_close_pending = True
+        if self._stdin is not None and self._stdin_writers == 0:
             with contextlib.suppress(OSError):
-                self._proc.stdin.close()
+                os.close(self._stdin)
+            self._stdin = None
 
     def _on_timeout(self) -> None:
         self.stop(reason="timeout", timed_out=True)
@@ -289,6 +323,57 @@ class Execution:
             if self._loop.time() >= deadline:
                 return False
             await asyncio.sleep(GROUP_POLL_S)
+
+
+def _popen(
+    spec: ExecSpec, identity: Identity, stdin: int | None, stdout: int, stderr: int | None, stdin_w: int | None,
+    outputs: dict[int, str],
+) -> _Launched:
+    extra: dict[str, Any] = {}
+    if identity.uid is not None:
+        extra = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+    proc = subprocess.Popen(
+        spec.argv,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr if stderr is not None else subprocess.STDOUT,
+        cwd=spec.cwd,
+        env=spec.env,
+        start_new_session=True,
+        close_fds=True,
+        umask=UMASK,
+        **extra,
+    )
+    loop = asyncio.get_running_loop()
+
+    def exit_status() -> asyncio.Future[int | None]:
+        status: asyncio.Future[int | None] = loop.create_future()
+
+        def poll() -> None:
+            rc = proc.poll()
+            if rc is None:  # the pidfd turns readable a moment before the zombie can be reaped
+                loop.call_soon(poll)
+            else:
+                status.set_result(rc)
+
+        poll()
+        return status
+
+    return _Launched(proc.pid, os.pidfd_open(proc.pid), stdin_w, outputs, exit_status)
+
+
+def _spawn_error(program: str, exc: OSError) -> SpawnError:
+    if exc.errno == errno.ENOENT:
+        return SpawnError(f"cannot run {program!r}: no such file or directory")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return SpawnError(f"cannot run {program!r}: permission denied")
+    return SpawnError(f"cannot run {program!r}: {exc.strerror or exc}")
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -84,6 +84,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             workspace=self._config.workspace,
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             running=len(self._running) + self._tools.running,
+            tool_home=self._config.tool_home,
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:

@@ -47,6 +47,7 @@ class HealthResponse(_message.Message):
     WORKSPACE_FIELD_NUMBER: _builtins.int
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
+    TOOL_HOME_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     agent_pid: _builtins.int
     agent_uid: _builtins.int
@@ -55,7 +56,9 @@ class HealthResponse(_message.Message):
     workspace: _builtins.str
     uptime_ms: _builtins.int
     running: _builtins.int
-    """Commands currently running."""
+    """Commands and tool calls currently running."""
+    tool_home: _builtins.str
+    """HOME of the tool user; saved tool outputs live under it."""
     def __init__(
         self,
         *,
@@ -66,10 +69,11 @@ class HealthResponse(_message.Message):
         workspace: _builtins.str = ...,
         uptime_ms: _builtins.int = ...,
         running: _builtins.int = ...,
+        tool_home: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "running", b"running", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,169 @@
+"""One tool call, the same way wherever the tool runs.
+
+pending -> running -> validate (upstream's invalid-arguments text) -> `tool.execute.before` hooks
+(their returned args are used) -> execute (asks go through the permission gate) ->
+`tool.execute.after` hooks -> truncation (the full output saved inside the sandbox) -> completed.
+Any failure becomes an `error` event; the caller's stream never breaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from controlplane.core import permission, truncation
+from controlplane.core.asks import PermissionGate
+from controlplane.core.hooks import HookBus
+from controlplane.core.permission import Rule
+from controlplane.core.tool import (
+    InitContext,
+    PermissionAsk,
+    SandboxCalls,
+    ToolContext,
+    ToolError,
+    ToolInfo,
+    ToolResult,
+)
+from controlplane.core.tool_events import (
+    CallEvent,
+    CallStatus,
+    Completed,
+    Failed,
+    MetadataUpdated,
+    PermissionRequested,
+    StateChanged,
+)
+from controlplane.core.validation import validate
+
+ABORTED = "Tool execution aborted"
+ABORT_GRACE_S = 3.0
+"""How long an aborted tool may take to report what it did (bash reports the abort in its output)."""
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    session_id: str
+    tool: str
+    args_json: str
+    call_id: str
+    message_id: str = ""
+
+
+@dataclass(frozen=True)
+class CallScope:
+    """What the executor knows of the session a call runs in."""
+
+    session_id: str
+    agent: str
+    ruleset: list[Rule]
+    tools: Mapping[str, ToolInfo]
+    """The session's tools by id, in registry order (the `invalid` tool included)."""
+    sandbox: SandboxCalls
+
+
+Emit = Callable[[CallEvent], None]
+
+
+class ToolExecutor:
+    def __init__(self, gate: PermissionGate, hooks: HookBus) -> None:
+        self.gate = gate
+        self.hooks = hooks
+
+    async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
+        emit(StateChanged(CallStatus.PENDING))
+        emit(StateChanged(CallStatus.RUNNING))
+        work = asyncio.ensure_future(self._run(scope, call, emit, abort))
+        stopper = asyncio.ensure_future(abort.wait())
+        try:
+            await asyncio.wait([work, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                self.gate.cancel_call(scope.session_id, call.call_id, ABORTED)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(work), ABORT_GRACE_S)
+            if work.done() and not work.cancelled() and work.exception() is None:
+                result = work.result()
+            else:
+                work.cancel()
+                error = work.exception() if work.done() and not work.cancelled() else None
+                raise error if isinstance(error, ToolError) else ToolError(ABORTED)
+        except ToolError as exc:
+            emit(StateChanged(CallStatus.ERROR))
+            emit(Failed(str(exc)))
+            return
+        except Exception as exc:  # a bug in a tool must not break the caller's stream
+            emit(StateChanged(CallStatus.ERROR))
+            emit(Failed(f"{type(exc).__name__}: {exc}"))
+            return
+        finally:
+            stopper.cancel()
+            if not work.done():
+                work.cancel()
+        emit(StateChanged(CallStatus.COMPLETED))
+        emit(Completed(result))
+
+    async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
+        tool, raw_args = self._resolve(scope, call)
+        definition = await tool.init(InitContext(agent=scope.agent))
+        if definition.format_validation_error is not None:
+            args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
+        else:
+            args = validate(tool.id, definition.parameters, raw_args)
+        hook_in = {"tool": tool.id, "sessionID": scope.session_id, "callID": call.call_id}
+        args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
+
+        def announce(request: PermissionRequested) -> None:
+            emit(request)
+
+        async def ask(request: PermissionAsk) -> None:
+            await self.gate.ask(
+                request, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
+                ruleset=scope.ruleset, announce=announce,
+            )
+
+        async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
+            emit(MetadataUpdated(title, meta))
+
+        ctx = ToolContext(
+            session_id=scope.session_id, message_id=call.message_id, call_id=call.call_id, agent=scope.agent,
+            ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort,
+        )
+        result = await definition.execute(args, ctx)
+        after = await self.hooks.trigger(
+            "tool.execute.after", {**hook_in, "args": args},
+            {"title": result.title, "output": result.output, "metadata": result.metadata},
+        )
+        result = replace(result, title=after.get("title", result.title), output=after.get("output", result.output),
+                         metadata=after.get("metadata", result.metadata))
+        if "truncated" in result.metadata:
+            return result
+        task_allowed = permission.evaluate("task", "*", scope.ruleset).action != "deny"
+        content, extra = await truncation.apply_truncation(
+            result.output, task_allowed=task_allowed, save=scope.sandbox.save_output
+        )
+        return replace(result, output=content, metadata={**result.metadata, **extra})
+
+    def _resolve(self, scope: CallScope, call: CallRequest) -> tuple[ToolInfo, dict[str, Any]]:
+        """The tool and its arguments, repaired the way upstream repairs a model's bad call."""
+        try:
+            args = json.loads(call.args_json) if call.args_json.strip() else {}
+            problem = "" if isinstance(args, dict) else "the arguments must be a JSON object"
+        except json.JSONDecodeError as exc:
+            args, problem = {}, f"JSON parse failed: {exc}"
+        tool = scope.tools.get(call.tool)
+        if tool is None and call.tool.lower() in scope.tools:
+            tool = scope.tools[call.tool.lower()]
+        if tool is not None and not problem:
+            return tool, args
+        if tool is None:
+            available = ", ".join(t for t in scope.tools if t != "invalid")
+            error = f"Model tried to call unavailable tool '{call.tool}'. Available tools: {available}."
+        else:
+            error = f"Invalid input for tool {call.tool}: {problem}"
+        invalid = scope.tools.get("invalid")
+        if invalid is None:
+            raise ToolError(error)
+        return invalid, {"tool": call.tool, "error": error}

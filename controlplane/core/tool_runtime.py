@@ -1,0 +1,192 @@
+"""Tool calls of sessions: listing, running, cancelling, answering permission requests.
+
+ListTools shows upstream's registry (order, flags, model filter, permission-disabled tools
+removed, `invalid` hidden). ExecuteTool also accepts the built-ins upstream defines without
+registering (`list`, `multiedit`), so clients can drive every implemented tool directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.core import permission
+from controlplane.core.asks import PermissionGate, Reply
+from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
+from controlplane.core.ids import ascending
+from controlplane.core.models import Session
+from controlplane.core.registry import Registry
+from controlplane.core.schema import parameters_schema
+from controlplane.core.sessions import SessionManager
+from controlplane.core.tool import InitContext, SandboxCalls, ToolInfo, ToolSource
+from controlplane.core.tool_events import CallEvent, PermissionRequested
+from controlplane.errors import FailedPreconditionError, InvalidArgumentError
+from controlplane.sandbox.provider import Sandbox
+
+TOOL_OUTPUT_SUBDIR = ".local/share/opencode/tool-output"
+PLANS_SUBDIR = ".local/share/opencode/plans"
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    id: str
+    description: str
+    parameters_schema: dict[str, Any]
+    source: ToolSource
+    origin: str
+    init_ms: float
+
+
+@dataclass
+class ToolListing:
+    tools: list[ListedTool]
+    load_errors: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class RunningCall:
+    session_id: str
+    call_id: str
+    events: asyncio.Queue[CallEvent | None]
+    abort: asyncio.Event
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True)
+class _SandboxFacts:
+    workspace: str
+    tool_home: str
+
+
+class ToolRuntime:
+    def __init__(
+        self, sessions: SessionManager, registry: Registry, executor: ToolExecutor,
+        sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo],
+    ) -> None:
+        self._sessions = sessions
+        self._registry = registry
+        self._executor = executor
+        self._sandbox_calls = sandbox_calls
+        self._extra_builtins = dict(extra_builtins)
+        self._calls: dict[tuple[str, str], RunningCall] = {}
+        self._facts: dict[str, _SandboxFacts] = {}
+
+    @property
+    def gate(self) -> PermissionGate:
+        return self._executor.gate
+
+    # -- listing --------------------------------------------------------------------------------
+
+    async def list_tools(self, tenant: str, session_id: str, provider_id: str, model_id: str,
+                         agent_name: str) -> ToolListing:
+        session = await self._sessions.get(tenant, session_id)
+        sandbox = await self._sessions.sandbox_for(tenant, session_id)
+        agent = await self._agent(session, sandbox, agent_name)
+        offered = self._registry.tools(provider_id, model_id)
+        hidden = permission.disabled([t.id for t in offered], agent.permission)
+        listed = []
+        for tool in offered:
+            if tool.id == "invalid" or tool.id in hidden:
+                continue
+            started = time.perf_counter()
+            definition = await tool.init(InitContext(agent=agent.name))
+            elapsed = (time.perf_counter() - started) * 1000
+            listed.append(ListedTool(
+                tool.id, definition.description, parameters_schema(definition.parameters), tool.source,
+                tool.origin, elapsed,
+            ))
+        return ToolListing(listed)
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def start_call(self, tenant: str, session_id: str, tool: str, args_json: str, call_id: str,
+                         message_id: str, agent_name: str) -> RunningCall:
+        session = await self._sessions.get(tenant, session_id)
+        sandbox = await self._sessions.sandbox_for(tenant, session_id)
+        agent = await self._agent(session, sandbox, agent_name)
+        call_id = call_id or ascending("call")
+        key = (session_id, call_id)
+        if key in self._calls:
+            raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
+        scope = CallScope(
+            session_id=session_id, agent=agent.name, ruleset=agent.permission, tools=self._executable(),
+            sandbox=self._sandbox_calls(sandbox),
+        )
+        running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
+        self._calls[key] = running
+        request = CallRequest(session_id, tool, args_json, call_id, message_id)
+
+        async def drive() -> None:
+            try:
+                await self._executor.execute(scope, request, running.events.put_nowait, running.abort)
+            finally:
+                self._calls.pop(key, None)
+                running.events.put_nowait(None)
+
+        running.task = asyncio.ensure_future(drive())
+        return running
+
+    async def cancel(self, tenant: str, session_id: str, call_id: str) -> bool:
+        await self._sessions.get(tenant, session_id)  # NotFound for another tenant's session
+        running = self._calls.get((session_id, call_id))
+        if running is None:
+            return False
+        running.abort.set()
+        return True
+
+    # -- permissions ----------------------------------------------------------------------------
+
+    async def pending_permissions(self, tenant: str, session_id: str) -> list[PermissionRequested]:
+        await self._sessions.get(tenant, session_id)
+        return self.gate.pending(session_id)
+
+    async def reply_permission(self, tenant: str, request_id: str, reply: Reply, message: str = "") -> None:
+        session_id = self.gate.session_of(request_id)
+        await self._sessions.get(tenant, session_id)
+        self.gate.reply(request_id, reply, message)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _executable(self) -> dict[str, ToolInfo]:
+        tools: dict[str, ToolInfo] = {}
+        for tool in self._registry.all():
+            tools[tool.id] = tool
+        for tool_id, tool in self._extra_builtins.items():
+            tools.setdefault(tool_id, tool)
+        return tools
+
+    async def _agent(self, session: Session, sandbox: Sandbox, name: str) -> permission.Agent:
+        facts = self._facts.get(sandbox.id)
+        if facts is None:
+            health = await sandbox.agent.health()
+            facts = self._facts[sandbox.id] = _SandboxFacts(health.workspace, health.tool_home)
+        config = _config(session.config_json)
+        home = facts.tool_home
+        user = permission.from_config(config.get("permission") or {}, home=home)
+        agents = permission.builtin_agents(
+            posixpath.join(home, TOOL_OUTPUT_SUBDIR), [], posixpath.join(home, PLANS_SUBDIR), user,
+            agent_config=config.get("agent") or {}, home=home,
+        )
+        wanted = name or session.agent or "build"
+        agent = agents.get(wanted)
+        if agent is None:
+            raise InvalidArgumentError(f"unknown agent {wanted!r}; known agents: {', '.join(agents)}")
+        return agent
+
+    def forget_sandbox(self, sandbox_id: str) -> None:
+        self._facts.pop(sandbox_id, None)
+
+
+def _config(text: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FailedPreconditionError(f"the session's opencode.json is not valid JSON: {exc}") from exc
+    return value if isinstance(value, dict) else {}

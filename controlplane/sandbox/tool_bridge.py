@@ -1,0 +1,60 @@
+"""Built-in tool calls carried to the session's sandbox agent, with asks answered by the gate."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
+from controlplane.core.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
+from controlplane.sandbox.provider import SandboxAgent
+
+
+class AgentToolCalls(SandboxCalls):
+    def __init__(self, agent: SandboxAgent, *, extra: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self._agent = agent
+        self._extra = extra or {}
+        self._env = env or {}
+
+    async def run_builtin(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        run = await self._agent.run_builtin(BuiltinCall(
+            tool=tool, args=args, session_id=ctx.session_id, message_id=ctx.message_id, call_id=ctx.call_id,
+            agent=ctx.agent, extra={**self._extra, **ctx.extra}, env=self._env,
+        ))
+
+        async def forward_abort() -> None:
+            await ctx.abort.wait()
+            await run.abort("aborted")
+
+        watcher = asyncio.ensure_future(forward_abort())
+        finished = False
+        try:
+            async for event in run.events():
+                if isinstance(event, RunAsk):
+                    try:
+                        await ctx.ask(PermissionAsk(event.permission, event.patterns, event.always, event.metadata))
+                    except ToolError as exc:
+                        await run.answer(event.ask_id, False, str(exc))
+                    else:
+                        await run.answer(event.ask_id, True)
+                elif isinstance(event, RunMetadata):
+                    await ctx.metadata(event.title, event.metadata)
+                elif isinstance(event, RunResult):
+                    finished = True
+                    attachments = [Attachment(mime, url, name) for mime, url, name in event.attachments]
+                    return ToolResult(event.title, event.output, dict(event.metadata), attachments)
+                elif isinstance(event, RunFailed):
+                    finished = True
+                    raise ToolError(event.message)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            if not finished:
+                run.cancel()
+        raise ToolError("the sandbox ended the tool call without a result")
+
+    async def save_output(self, name: str, content: str) -> str:
+        return await self._agent.save_output(name, content.encode())
