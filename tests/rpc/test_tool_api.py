@@ -63,7 +63,8 @@ async def test_always_remembers_for_the_session(plane: Plane, session_id: str) -
     assert [(r.permission, list(r.patterns), list(r.always)) for r in asked] == [
         ("bash", ["git status", "true"], ["git status *", "true *"])
     ]
-    second = await plane.client.execute_tool(session_id, "bash", {"command": "git status -s || true", "description": "S"})
+    args = {"command": "git status -s || true", "description": "S"}
+    second = await plane.client.execute_tool(session_id, "bash", args)
     assert second.result is not None
     assert second.permission_requests == []
     other = client_for(plane, "token-alpha")
