@@ -3,6 +3,8 @@
     controlplane serve [--config FILE]
     controlplane session create|list|get|delete [...] [--json]
     controlplane exec SESSION [--cwd DIR] [--timeout-ms N] -- CMD [ARGS...]
+    controlplane tools SESSION [--provider P] [--model M] [--agent A] [--json]
+    controlplane tool SESSION TOOL ARGS_JSON [--agent A] [--yes]
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from controlplane import app
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import Settings, load_settings
 from controlplane.errors import ControlPlaneError
-from controlplane.v1 import session_pb2
+from controlplane.v1 import session_pb2, tool_pb2
 
 STATE_NAMES = {v: k for k, v in session_pb2.Session.State.items()}
 
@@ -119,7 +121,7 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
 
 async def _exec_cmd(args: argparse.Namespace) -> int:
     target, token = _target_and_token(args)
-    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    argv = args.argv
     if not argv:
         raise SystemExit("nothing to run: controlplane exec SESSION -- CMD [ARGS...]")
     async with AsyncClient(target, token) as client:
@@ -136,6 +138,51 @@ async def _exec_cmd(args: argparse.Namespace) -> int:
                     print(f"controlplane: timed out after {event.exited.duration_ms} ms", file=sys.stderr)
                 return event.exited.exit_code
     return 1
+
+
+async def _tools_cmd(args: argparse.Namespace) -> int:
+    target, token = _target_and_token(args)
+    async with AsyncClient(target, token) as client:
+        listing = await client.list_tools(
+            args.session, provider_id=args.provider, model_id=args.model, agent=args.agent
+        )
+    if args.json:
+        print(json.dumps(MessageToDict(listing, preserving_proto_field_name=True), indent=2))
+        return 0
+    for tool in listing.tools:
+        summary = tool.description.splitlines()[0] if tool.description else ""
+        print(f"{tool.id:<14} {summary[:100]}")
+    for error in listing.load_errors:
+        print(f"load error {error.origin}: {error.message}", file=sys.stderr)
+    return 0
+
+
+async def _tool_cmd(args: argparse.Namespace) -> int:
+    target, token = _target_and_token(args)
+
+    async def answer(request: PermissionRequest) -> tuple[int, str]:
+        patterns = ", ".join(request.patterns)
+        if args.yes:
+            return tool_pb2.PermissionReply.ONCE, ""
+        reply = await asyncio.to_thread(input, f"allow {request.permission} ({patterns})? [y/N/a(lways)] ")
+        choice = reply.strip().lower()
+        if choice in ("a", "always"):
+            return tool_pb2.PermissionReply.ALWAYS, ""
+        if choice in ("y", "yes"):
+            return tool_pb2.PermissionReply.ONCE, ""
+        return tool_pb2.PermissionReply.REJECT, ""
+
+    async with AsyncClient(target, token) as client:
+        outcome = await client.execute_tool(args.session, args.tool, args.args_json, agent=args.agent,
+                                            on_permission=answer)
+    if outcome.result is None:
+        print(outcome.error, file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(MessageToDict(outcome.result, preserving_proto_field_name=True), indent=2))
+    else:
+        print(outcome.result.output)
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,12 +214,31 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("session")
     run.add_argument("--cwd", default="")
     run.add_argument("--timeout-ms", type=int, default=0)
-    run.add_argument("argv", nargs=argparse.REMAINDER)
+    run.add_argument("argv", nargs="*", help="the command, after --")
+    tools = sub.add_parser("tools", parents=[common], help="list a session's tools as a model sees them")
+    tools.add_argument("session")
+    tools.add_argument("--provider", default="")
+    tools.add_argument("--model", default="")
+    tools.add_argument("--agent", default="")
+    tool = sub.add_parser("tool", parents=[common], help="call one tool in a session")
+    tool.add_argument("session")
+    tool.add_argument("tool")
+    tool.add_argument("args_json", help='the arguments as a JSON object, e.g. \'{"filePath": "a.txt"}\'')
+    tool.add_argument("--agent", default="")
+    tool.add_argument("--yes", action="store_true", help="allow every permission request once")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `--` is the command of `exec`, never options of ours.
+    command: list[str] | None = None
+    if "--" in words:
+        cut = words.index("--")
+        words, command = words[:cut], words[cut + 1 :]
+    args = _parser().parse_args(words)
+    if command is not None:
+        args.argv = [*getattr(args, "argv", []), *command]
     try:
         if args.command == "serve":
             logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -180,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "session":
             return asyncio.run(_session_cmd(args, *_create_inputs(args)))
+        if args.command == "tools":
+            return asyncio.run(_tools_cmd(args))
+        if args.command == "tool":
+            return asyncio.run(_tool_cmd(args))
         return asyncio.run(_exec_cmd(args))
     except grpc.aio.AioRpcError as exc:
         print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)
