@@ -13,11 +13,21 @@ Rows (each reports p50/p99 over its samples, wall-clock time seen by the caller)
   via the Docker CLI against the session's own container, plus docker-py ``exec_run`` for the same.
 * Diagnostics (``diag:`` rows, no target): the control plane's own channel to the session's agent, a
   unary Health call and an Exec of ``true`` -- the exec round trip minus the public gRPC hop.
+* ``tool read (small file)`` -- ``AsyncClient.execute_tool(session, "read", ...)`` of a five-line file in the
+  same session (client -> control plane ExecuteTool -> agent RunTool -> result), beside ``docker exec <cid> cat``
+  of that file via the CLI and an in-process ``open().read()`` of a local temp file.
+* ``tool bash echo`` -- ``execute_tool(session, "bash", {"command": "echo hi", ...})`` beside
+  ``docker exec <cid> echo hi``.
+* ``abort -> all processes gone`` -- a raw ``tool_call`` of bash running two background ``sleep``s; once its
+  live metadata shows "ready" an ``AbortCall`` is sent (t0) and the agent is polled directly with
+  ``pgrep -f`` (about every 2 ms) until no process of the call is left. ``abort -> result event`` is when the
+  call's final event arrived, from the same t0.
 
 The control planes run in this process (``controlplane.app.start``) on 127.0.0.1 with an ephemeral port
 and their own instance labels; every container they or the baselines start is removed at the end and the
-engine is checked for leftovers. Targets from the design: warm acquire p50 <= 30 ms; exec round trip p50
-<= 3 ms and at least 20x faster than ``docker exec``. The script reports PASS/FAIL but always exits 0.
+engine is checked for leftovers. Targets from the design: warm acquire p50 <= 30 ms; exec round trip, tool
+read and tool bash p50 <= 3 ms and at least 20x faster than the matching ``docker exec``; abort leaves no
+process of the call alive within 100 ms (p50). The script reports PASS/FAIL but always exits 0.
 
 Usage: ``.venv/bin/python tests/bench/bench.py [--quick] [--samples-scale F]``
 """
@@ -46,13 +56,22 @@ from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.core.execution import CommandSpec, Exited
+from controlplane.sandbox.provider import Sandbox
+from controlplane.v1 import tool_pb2
 
 IMAGE = "ocsb-sandbox:latest"
 WARM_TARGET_MS = 30.0
 EXEC_TARGET_MS = 3.0
 EXEC_MIN_SPEEDUP = 20.0
+TOOL_TARGET_MS = 3.0
+TOOL_MIN_SPEEDUP = 20.0
+ABORT_TARGET_MS = 100.0
+ABORT_POLL_S = 0.002
+ABORT_STEP_TIMEOUT_S = 30.0
 POOL_SIZE = 2
 POOL_REFILL_TIMEOUT_S = 60.0
+BENCH_FILE = "/workspace/bench.txt"
+BENCH_TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1, 6))
 
 DEFAULT_SAMPLES = {
     "warm": 30,
@@ -63,6 +82,13 @@ DEFAULT_SAMPLES = {
     "docker_exec": 30,
     "dockerpy_exec": 30,
     "diag": 100,
+    "tool_read": 200,
+    "tool_bash": 100,
+    "tool_warmup": 10,
+    "docker_cat": 30,
+    "docker_echo": 30,
+    "local_read": 200,
+    "abort": 20,
 }
 QUICK_FACTOR = 0.2
 
@@ -267,6 +293,125 @@ async def bench_docker_run(label: str, n: int) -> list[float]:
     return [await timed(lambda: docker_cli(*args)) for _ in range(n)]
 
 
+async def bench_tool(client: AsyncClient, session_id: str, tool: str, args: dict[str, Any], expect: str,
+                     n: int, warmup: int) -> tuple[list[float], int]:
+    """Times whole `execute_tool` calls; returns samples and how many permission requests were answered."""
+    asks = 0
+
+    async def once() -> None:
+        nonlocal asks
+        outcome = await client.execute_tool(session_id, tool, args)
+        if outcome.error is not None or expect not in outcome.output:
+            raise RuntimeError(f"{tool} tool call went wrong: error={outcome.error!r} result={outcome.result!r}")
+        asks += len(outcome.permission_requests)
+
+    for _ in range(warmup):
+        await once()
+    asks = 0
+    return [await timed(once) for _ in range(n)], asks
+
+
+async def bench_local_read(path: Path, n: int) -> list[float]:
+    """The floor for reading a small file: an in-process read, timed like every other row."""
+    def read() -> None:
+        with open(path, encoding="utf-8") as f:
+            if f.read() != BENCH_TEXT:
+                raise RuntimeError("local read returned other content")
+
+    async def once() -> None:
+        read()  # blocking on purpose: the baseline is a plain read on the caller's thread
+
+    await once()
+    return [await timed(once) for _ in range(n)]
+
+
+async def bench_docker_cli_exec(container_id: str, argv: list[str], expect: str, n: int) -> list[float]:
+    async def once() -> None:
+        out = await docker_cli("exec", container_id, *argv)
+        if out != expect:
+            raise RuntimeError(f"docker exec {argv} printed {out!r}")
+
+    await once()  # warm-up
+    return [await timed(once) for _ in range(n)]
+
+
+async def agent_pgrep(sandbox: Sandbox, pattern: str) -> int:
+    """pgrep's exit code inside the sandbox: 0 = a process matches, 1 = none."""
+    stream = await sandbox.agent.exec(CommandSpec(argv=["pgrep", "-f", pattern]))
+    code: int | None = None
+    async for event in stream.events():
+        if isinstance(event, Exited):
+            code = event.exit_code
+    if code is None or code not in (0, 1):
+        raise RuntimeError(f"pgrep -f {pattern!r} in the sandbox ended with {code}")
+    return code
+
+
+async def abort_once(client: AsyncClient, sandbox: Sandbox, session_id: str, index: int) -> tuple[float, float]:
+    """One abort sample: (ms until no process of the call is left, ms until the call's final event)."""
+    # Sleep durations unique to the sample, so a straggler from an earlier sample cannot be mistaken for this one.
+    first, second = 600 + 2 * index, 601 + 2 * index
+    pattern = f"sleep ({first}|{second})( |$)"  # also matches the `bash -c` parent, whose argv holds the script
+    command = f"sleep {first} & sleep {second} & echo ready; wait"
+    stream, outbox = client.tool_call(session_id, "bash", {"command": command, "description": "Hang"},
+                                      call_id=f"bench-abort-{index}-{secrets.token_hex(4)}")
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    final: list[tuple[float, str]] = []
+
+    async def read() -> None:
+        async for event in stream:
+            kind = event.WhichOneof("event")
+            if kind == "metadata" and "ready" in event.metadata.metadata_json and not ready.done():
+                ready.set_result(None)
+            elif kind == "permission_request":
+                reply = tool_pb2.PermissionReply(request_id=event.permission_request.id,
+                                                 reply=tool_pb2.PermissionReply.ONCE)
+                outbox.put_nowait(tool_pb2.ExecuteToolRequest(permission_reply=reply))
+            elif kind in ("result", "error"):
+                final.append((time.perf_counter(), kind))
+                return
+        raise RuntimeError("the tool call's stream ended without a result or an error")
+
+    reader = asyncio.create_task(read())
+    try:
+        await asyncio.wait({ready, reader}, timeout=ABORT_STEP_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            if reader.done():
+                reader.result()  # raises the reader's error
+                raise RuntimeError(f"the hanging bash call ended before printing ready: {final}")
+            raise RuntimeError(f"no 'ready' metadata within {ABORT_STEP_TIMEOUT_S:g} s")
+        if await agent_pgrep(sandbox, pattern) != 0:
+            raise RuntimeError("pgrep in the sandbox does not see the call's sleep processes")
+        t0 = time.perf_counter()
+        outbox.put_nowait(tool_pb2.ExecuteToolRequest(abort=tool_pb2.AbortCall(reason="bench")))
+        while await agent_pgrep(sandbox, pattern) == 0:
+            # The time is taken after the pgrep that saw none, so poll latency only ever adds to the sample.
+            if time.perf_counter() - t0 > ABORT_STEP_TIMEOUT_S:
+                raise RuntimeError(f"processes of the aborted call still alive after {ABORT_STEP_TIMEOUT_S:g} s")
+            await asyncio.sleep(ABORT_POLL_S)
+        gone_ms = (time.perf_counter() - t0) * 1000.0
+        await asyncio.wait_for(reader, ABORT_STEP_TIMEOUT_S)
+        return gone_ms, (final[0][0] - t0) * 1000.0
+    finally:
+        outbox.put_nowait(None)
+        stream.cancel()
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader
+
+
+async def bench_abort(p: Plane, session_id: str, sandbox_id: str, n: int) -> tuple[list[float], list[float]]:
+    sandbox = await p.plane.sessions._provider.get(sandbox_id)
+    gone: list[float] = []
+    result: list[float] = []
+    for i in range(n):
+        gone_ms, result_ms = await abort_once(p.client, sandbox, session_id, i)
+        gone.append(gone_ms)
+        result.append(result_ms)
+    return gone, result
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
@@ -306,6 +451,11 @@ def print_report(rows: dict[str, Row], notes: list[str]) -> None:
     if exec_row is not None and agent_exec is not None and exec_row.samples_ms and agent_exec.samples_ms:
         hop = exec_row.p50 - agent_exec.p50
         print(f"  exec p50 in the public API hop (exec - diag agent Exec, measured apart): ~{hop:.2f} ms")
+    tool_read, tool_bash = rows.get("tool_read"), rows.get("tool_bash")
+    docker_cat, docker_echo, local_read = rows.get("docker_cat"), rows.get("docker_echo"), rows.get("local_read")
+    print(f"  tool read    vs docker exec cat     : {speedup(docker_cat, tool_read)}")
+    print(f"  tool read    vs python open().read(): {speedup(local_read, tool_read)}")
+    print(f"  tool bash    vs docker exec echo    : {speedup(docker_echo, tool_bash)}")
 
     print()
     print("targets:")
@@ -323,11 +473,32 @@ def print_report(rows: dict[str, Row], notes: list[str]) -> None:
         )
     else:
         print("  FAIL  exec round trip: not measured")
+    print_tool_target("tool read (small file)", tool_read, docker_cat, "docker exec cat")
+    print_tool_target("tool bash echo", tool_bash, docker_echo, "docker exec echo")
+    abort_gone = rows.get("abort_gone")
+    if abort_gone is not None and abort_gone.samples_ms:
+        ok = abort_gone.p50 <= ABORT_TARGET_MS
+        print(f"  {'PASS' if ok else 'FAIL'}  abort -> all processes gone p50 {abort_gone.p50:.2f} ms "
+              f"<= {ABORT_TARGET_MS:g} ms")
+    else:
+        print("  FAIL  abort -> all processes gone: not measured")
     if notes:
         print()
         print("notes:")
         for note in notes:
             print(f"  - {note}")
+
+
+def print_tool_target(label: str, row: Row | None, baseline: Row | None, baseline_label: str) -> None:
+    if row is None or not row.samples_ms or baseline is None or not baseline.samples_ms:
+        print(f"  FAIL  {label}: not measured")
+        return
+    ratio = baseline.p50 / row.p50
+    ok = row.p50 <= TOOL_TARGET_MS and ratio >= TOOL_MIN_SPEEDUP
+    print(
+        f"  {'PASS' if ok else 'FAIL'}  {label} p50 {row.p50:.2f} ms <= {TOOL_TARGET_MS:g} ms "
+        f"and {ratio:.1f}x >= {TOOL_MIN_SPEEDUP:g}x faster than {baseline_label}"
+    )
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -361,6 +532,43 @@ async def cleanup(instances: list[str], planes: list[Plane], data_dirs: list[Pat
         await asyncio.to_thread(shutil.rmtree, data_dir, True)
     notes.append(f"cleanup checked: no containers or volumes left for {', '.join(instances)}"
                  if not any("STILL LEFT" in n for n in notes) else "cleanup incomplete, see above")
+
+
+async def measure_tools(p: Plane, session_id: str, sandbox_id: str, container_id: str, counts: dict[str, int],
+                        rows: dict[str, Row], notes: list[str]) -> None:
+    """The tool rows and their baselines, in the READY session the exec rows used."""
+    made = await p.client.run(session_id, ["sh", "-c", 'printf "%s" "$1" > "$2"', "sh", BENCH_TEXT, BENCH_FILE])
+    if made.exit_code != 0:
+        raise RuntimeError(f"creating {BENCH_FILE} exited {made.exit_code}: {made.stderr!r}")
+    progress(f"tool read x{counts['tool_read']} (+{counts['tool_warmup']} warm-up)")
+    samples, asks = await bench_tool(p.client, session_id, "read", {"filePath": BENCH_FILE}, "1: line 1:",
+                                     counts["tool_read"], counts["tool_warmup"])
+    rows["tool_read"] = Row("tool read (small file)", samples)
+    if asks:
+        notes.append(f"tool read: {asks} permission request(s) answered inside the timed calls")
+    progress(f"docker exec cat x{counts['docker_cat']}")
+    rows["docker_cat"] = Row("baseline: docker exec cat (CLI)", await bench_docker_cli_exec(
+        container_id, ["cat", BENCH_FILE], BENCH_TEXT, counts["docker_cat"]))
+    local = p.data_dir / "bench.txt"
+    local.write_text(BENCH_TEXT, encoding="utf-8")
+    progress(f"python open().read() x{counts['local_read']}")
+    rows["local_read"] = Row("baseline: python open().read() local", await bench_local_read(
+        local, counts["local_read"]))
+
+    progress(f"tool bash echo x{counts['tool_bash']} (+{counts['tool_warmup']} warm-up)")
+    samples, asks = await bench_tool(p.client, session_id, "bash", {"command": "echo hi", "description": "Echo"},
+                                     "hi", counts["tool_bash"], counts["tool_warmup"])
+    rows["tool_bash"] = Row("tool bash echo", samples)
+    if asks:
+        notes.append(f"tool bash: {asks} permission request(s) answered inside the timed calls")
+    progress(f"docker exec echo x{counts['docker_echo']}")
+    rows["docker_echo"] = Row("baseline: docker exec echo hi (CLI)", await bench_docker_cli_exec(
+        container_id, ["echo", "hi"], "hi\n", counts["docker_echo"]))
+
+    progress(f"abort -> all processes gone x{counts['abort']}")
+    gone, result = await bench_abort(p, session_id, sandbox_id, counts["abort"])
+    rows["abort_gone"] = Row("abort -> all processes gone", gone)
+    rows["abort_result"] = Row("abort -> result event", result)
 
 
 async def environment() -> str:
@@ -411,6 +619,7 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
             progress(f"docker-py exec_run x{counts['dockerpy_exec']}")
             rows["dockerpy_exec"] = Row("baseline: docker-py exec_run", await bench_dockerpy_exec(
                 container_id, counts["dockerpy_exec"]))
+            await measure_tools(warm, session.id, session.sandbox_id, container_id, counts, rows, notes)
         finally:
             await warm.client.delete_session(session.id)
 
@@ -438,7 +647,8 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
         hidden = "" if args.verbose else "; hidden, -v shows them"
         notes.append(f"asyncio logged {count}x: {message!r} (tasks/generators left behind by calls{hidden})")
     print(f"\n{env}; control planes in-process on 127.0.0.1, pool size {POOL_SIZE} (warm) / 0 (cold)")
-    order = ["warm", "cold", "exec", "docker_run", "docker_exec", "dockerpy_exec", "agent_health", "agent_exec"]
+    order = ["warm", "cold", "exec", "docker_run", "docker_exec", "dockerpy_exec", "agent_health", "agent_exec",
+             "tool_read", "docker_cat", "local_read", "tool_bash", "docker_echo", "abort_gone", "abort_result"]
     print_report({k: rows[k] for k in order if k in rows}, notes)
     print(f"\ntotal wall time {time.perf_counter() - wall:.1f} s", flush=True)
 
