@@ -199,6 +199,7 @@ class AsyncClient:
             session_id, tool, args, call_id=call_id, message_id=message_id, agent=agent
         )
         events: list[tool_pb2.ToolEvent] = []
+        finished = False
         try:
             async for event in stream:
                 events.append(event)
@@ -210,12 +211,17 @@ class AsyncClient:
                     )
                     outbox.put_nowait(tool_pb2.ExecuteToolRequest(permission_reply=answer))
                 elif kind == "result":
+                    finished = True
                     return ToolOutcome(event.call_id, event.result, None, events)
                 elif kind == "error":
+                    finished = True
                     return ToolOutcome(event.call_id, None, event.error.message, events)
         finally:
+            # Half-closing lets the call end by itself; cancelling a finished call would make grpc
+            # cancel our request generator mid-await (and format a traceback for its debug log).
             outbox.put_nowait(None)
-            stream.cancel()
+            if not finished:
+                stream.cancel()
         raise RuntimeError("the tool call's stream ended without a result or an error")
 
     async def cancel_tool_call(self, session_id: str, call_id: str) -> bool:

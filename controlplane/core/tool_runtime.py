@@ -75,6 +75,8 @@ class ToolRuntime:
         self._extra_builtins = dict(extra_builtins)
         self._calls: dict[tuple[str, str], RunningCall] = {}
         self._facts: dict[str, _SandboxFacts] = {}
+        self._agents: dict[str, tuple[str, dict[str, permission.Agent]]] = {}
+        """Per session: the config the agents were built from, and the agents."""
 
     @property
     def gate(self) -> PermissionGate:
@@ -165,13 +167,18 @@ class ToolRuntime:
         if facts is None:
             health = await sandbox.agent.health()
             facts = self._facts[sandbox.id] = _SandboxFacts(health.workspace, health.tool_home)
-        config = _config(session.config_json)
-        home = facts.tool_home
-        user = permission.from_config(config.get("permission") or {}, home=home)
-        agents = permission.builtin_agents(
-            posixpath.join(home, TOOL_OUTPUT_SUBDIR), [], posixpath.join(home, PLANS_SUBDIR), user,
-            agent_config=config.get("agent") or {}, home=home,
-        )
+        cached = self._agents.get(session.id)
+        if cached is not None and cached[0] == session.config_json:
+            agents = cached[1]
+        else:
+            config = _config(session.config_json)
+            home = facts.tool_home
+            user = permission.from_config(config.get("permission") or {}, home=home)
+            agents = permission.builtin_agents(
+                posixpath.join(home, TOOL_OUTPUT_SUBDIR), [], posixpath.join(home, PLANS_SUBDIR), user,
+                agent_config=config.get("agent") or {}, home=home,
+            )
+            self._agents[session.id] = (session.config_json, agents)
         wanted = name or session.agent or "build"
         agent = agents.get(wanted)
         if agent is None:
