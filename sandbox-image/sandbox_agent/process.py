@@ -15,8 +15,9 @@ import os
 import signal
 import subprocess
 import time
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,9 @@ class Execution:
             self._loop.add_reader(fd, self._on_readable, fd)
         self._pidfd = launched.pidfd
         self._loop.add_reader(self._pidfd, self._on_exit)
+        # An execution dropped before the end of its events must not keep its fds open.
+        self._fds = {launched.pidfd, *launched.outputs} | ({launched.stdin} if launched.stdin is not None else set())
+        weakref.finalize(self, _close_fds, self._fds)
         self._timer = (
             self._loop.call_later(spec.timeout_s, self._on_timeout) if spec.timeout_s else None
         )
@@ -129,10 +133,13 @@ class Execution:
         try:
             if identity.uid is not None and identity.via_spawner:
                 gid = identity.gid if identity.gid is not None else identity.uid
-                spawned = await spawner.shared(identity.uid, gid).spawn(
+                helper = spawner.shared(identity.uid, gid)
+                spawned = await helper.spawn(
                     spec.argv, spec.env, spec.cwd, umask=UMASK, stdout=stdout_w, stderr=stderr_w, stdin=stdin_r
                 )
-                launched = _Launched(spawned.pid, spawned.pidfd, stdin_w, outputs, lambda: spawned.status)
+                launched = _Launched(
+                    spawned.pid, spawned.pidfd, stdin_w, outputs, lambda: helper.exit_status(spawned)
+                )
             else:
                 launched = _popen(spec, identity, stdin_r, stdout_w, stderr_w, stdin_w, outputs)
         except BaseException as exc:
@@ -174,7 +181,7 @@ class Execution:
             return
         self._loop.remove_reader(fd)
         del self._pipes[fd]
-        os.close(fd)
+        self._close(fd)
 
     def _take(self) -> Chunk:
         chunk = self._chunks.popleft()
@@ -226,6 +233,7 @@ class Execution:
                 self._close_pipe(fd)
         while self._chunks:
             yield self._take()
+        self.close_stdin()  # the command is gone; a backgrounded child keeps no hold on our end
         if self._stop_task is not None:
             await asyncio.shield(self._stop_task)
         yield self._exit_event()
@@ -248,7 +256,7 @@ class Execution:
 
     def _on_exit(self) -> None:
         self._loop.remove_reader(self._pidfd)
-        os.close(self._pidfd)
+        self._close(self._pidfd)
         status = self._exit_status()
         if status.done():
             self._on_status(status)
@@ -280,9 +288,13 @@ class Execution:
     def close_stdin(self) -> None:
         self._stdin_close_pending = True
         if self._stdin is not None and self._stdin_writers == 0:
-            with contextlib.suppress(OSError):
-                os.close(self._stdin)
+            self._close(self._stdin)
             self._stdin = None
+
+    def _close(self, fd: int) -> None:
+        self._fds.discard(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     def _on_timeout(self) -> None:
         self.stop(reason="timeout", timed_out=True)
@@ -370,8 +382,8 @@ def _spawn_error(program: str, exc: OSError) -> SpawnError:
     return SpawnError(f"cannot run {program!r}: {exc.strerror or exc}")
 
 
-def _close_fds(fds: list[int]) -> None:
-    for fd in fds:
+def _close_fds(fds: Iterable[int]) -> None:
+    for fd in list(fds):
         with contextlib.suppress(OSError):
             os.close(fd)
 

@@ -71,6 +71,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(e.stop(reason="agent shutting down") for e in list(self._running)))
+        await Execution.close_spawners()
         self._runner.close()
 
     # -- RPCs -----------------------------------------------------------------------------------

@@ -16,9 +16,12 @@ its memory or its /proc fds), but they CAN kill it. The agent then notices the c
 starts a new helper for the next spawn; commands the dead helper started still end normally (the
 agent watches them through their pidfd and still kills their group), but their exit status is lost
 and reported as -1. A request in flight when the helper dies fails with a SpawnError, it is never
-retried: it may have started already. Between exec and prctl there is a window (the Python
-startup) in which the fresh helper is still dumpable; the agent starts it at boot, before any tool
-process exists, and after every start verifies that it is untraced and non-dumpable.
+retried: it may have started already. A helper that stops answering (a tool process may SIGSTOP
+it) is killed and replaced the same way. Between exec and prctl there is a window (the Python
+startup) in which a fresh helper is still dumpable: the first one starts with the agent's first
+spawn, at boot, before any tool process exists, and after every start the agent checks that the
+helper is untraced and non-dumpable. A command the helper was asked to start whose caller went
+away meanwhile is killed at once.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ _MORE, _LAST = b"\x01", b"\x00"
 _MAX_FDS = 4
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 1.0
+REPLY_TIMEOUT_S = 10.0
+"""A helper silent this long on a request is stuck (a tool process may SIGSTOP it): it is replaced."""
+STATUS_TIMEOUT_S = 2.0
+"""Same, for the status of a command that has visibly exited."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 PYTHON = sys.executable
@@ -249,13 +256,38 @@ class Spawner:
         }
         reply: asyncio.Future[Spawned] = self.loop.create_future()
         self._replies[request_id] = reply
+        watchdog = self.loop.call_later(REPLY_TIMEOUT_S, self._stalled, sock)
         try:
-            await self._send(sock, _frames(message), fds)
-        except OSError as exc:
-            self._replies.pop(request_id, None)
+            try:
+                await self._send(sock, _frames(message), fds)
+            except OSError as exc:
+                self._replies.pop(request_id, None)
+                if sock is self._sock:
+                    self._lost()
+                raise SpawnError(f"{_LOST}: {exc.strerror or exc}") from exc
+            try:
+                return await reply
+            except asyncio.CancelledError:
+                # Cancelled just after the reply came in: that command must not run unseen either.
+                if reply.done() and not reply.cancelled() and reply.exception() is None:
+                    spawned = reply.result()
+                    with contextlib.suppress(OSError):
+                        os.killpg(spawned.pid, signal.SIGKILL)
+                    os.close(spawned.pidfd)
+                raise
+        finally:
+            watchdog.cancel()
+
+    def exit_status(self, spawned: Spawned) -> asyncio.Future[int | None]:
+        """The status of a command whose pidfd turned readable: it follows at once unless the helper is stuck."""
+        if not spawned.status.done():
+            watchdog = self.loop.call_later(STATUS_TIMEOUT_S, self._stalled, self._sock)
+            spawned.status.add_done_callback(lambda _: watchdog.cancel())
+        return spawned.status
+
+    def _stalled(self, sock: socket.socket | None) -> None:
+        if sock is not None and sock is self._sock:
             self._lost()
-            raise SpawnError(f"{_LOST}: {exc.strerror or exc}") from exc
-        return await reply
 
     async def _send(self, sock: socket.socket, frames: list[bytes], fds: list[int]) -> None:
         async with self._send_lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 
@@ -98,3 +99,36 @@ async def test_stdin_closed_by_default_and_writable_when_asked() -> None:
     execution.close_stdin()
     out, _, _ = await collect(execution)
     assert out == b"ping\n"
+
+
+async def test_no_fd_is_leaked_by_runs_and_failed_starts() -> None:
+    await collect(await Execution.start(spec("true"), ME, 1 << 20))
+    before = len(os.listdir("/proc/self/fd"))
+    for kw in ({}, {"stdin": True}, {"merge_stderr": True}):
+        await collect(await Execution.start(spec("echo x; echo y >&2", **kw), ME, 1 << 20))
+    execution = await Execution.start(spec("cat", stdin=True), ME, 1 << 20)
+    await execution.write_stdin(b"abc")
+    execution.close_stdin()
+    await execution.write_stdin(b"ignored after close")
+    out, _, _ = await collect(execution)
+    assert out == b"abc"
+    with pytest.raises(SpawnError, match=r"^cannot run '/no/such': no such file or directory$"):
+        await Execution.start(spec("", argv=["/no/such"], stdin=True), ME, 1 << 20)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_signal_death_reports_128_plus_signal() -> None:
+    _, _, exit_ = await collect(await Execution.start(spec("kill -9 $$"), ME, 1 << 20))
+    assert (exit_.exit_code, exit_.signal) == (137, 9)
+
+
+async def test_an_execution_dropped_after_stop_releases_its_fds() -> None:
+    await collect(await Execution.start(spec("true"), ME, 1 << 20))
+    before = len(os.listdir("/proc/self/fd"))
+    # Reading is paused (nobody consumes the events), so the pipes never see their end.
+    execution = await Execution.start(spec("cat /dev/zero", stdin=True), ME, 64 * 1024)
+    await asyncio.sleep(0.05)
+    await execution.stop(reason="client went away")
+    del execution
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

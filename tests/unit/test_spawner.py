@@ -95,12 +95,16 @@ def children_of(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+def exists(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
 async def test_runs_as_the_tool_user_without_groups_with_env_cwd_and_umask(public_dir: Path) -> None:
-    public_dir.chmod(0o777)
+    os.chmod(public_dir, 0o777)
     out, err, exit_ = await run("id -u; id -g; id -G; umask; pwd; touch f; env | sort", cwd=str(public_dir))
     lines = out.decode().splitlines()
     assert lines[:5] == ["65534", "65534", "65534", "0022", str(public_dir)]
@@ -110,6 +114,11 @@ async def test_runs_as_the_tool_user_without_groups_with_env_cwd_and_umask(publi
     assert (env["PATH"], env["LANG"]) == ("/usr/bin:/bin", "C.UTF-8")
     assert set(env) <= {"PATH", "LANG", "PWD", "OLDPWD", "SHLVL", "_"}  # only what the shell adds
     assert (err, exit_.exit_code) == (b"", 0)
+
+
+async def test_child_inherits_only_its_three_streams() -> None:
+    out, _, _ = await run("ls /proc/self/fd", argv=["/bin/ls", "/proc/self/fd"])
+    assert out.split() == [b"0", b"1", b"2", b"3"]  # 3: the directory ls is reading
 
 
 async def test_child_is_in_a_new_session_of_its_own() -> None:
@@ -150,7 +159,20 @@ async def test_a_tool_process_can_kill_the_helper_and_the_next_spawn_restarts_it
     assert (out, exit_.exit_code) == (b"65534\n", 0)
     second = helper_pid()
     assert second != first
-    assert not os.path.exists(f"/proc/{first}")  # the dead helper was reaped
+    assert not exists(first)  # the dead helper was reaped
+
+
+async def test_helper_killed_before_its_reply_fails_only_that_start() -> None:
+    for _ in range(5):
+        outcome: str | int
+        try:
+            _, _, exit_ = await run("kill -9 $PPID")  # the command's parent is the helper
+            outcome = exit_.exit_code
+        except SpawnError as exc:
+            outcome = str(exc)
+        assert outcome in ("the process spawner stopped", -1)
+        out, _, _ = await run("echo next")
+        assert out == b"next\n"
 
 
 async def test_command_outliving_its_helper_ends_with_unknown_status_and_can_be_stopped() -> None:
@@ -166,6 +188,24 @@ async def test_command_outliving_its_helper_ends_with_unknown_status_and_can_be_
     assert exit_.aborted
     with pytest.raises(ProcessLookupError):
         os.killpg(stuck.pid, 0)
+
+
+async def test_a_stopped_helper_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spawner, "STATUS_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(spawner, "REPLY_TIMEOUT_S", 0.3)
+    execution = await Execution.start(spec("sleep 0.1; exit 4"), NOBODY, 1 << 20)
+    frozen = helper_pid()
+    os.kill(frozen, signal.SIGSTOP)  # any tool process may do this: same uid
+    _, _, exit_ = await collect(execution)
+    assert exit_.exit_code == -1
+    out, _, _ = await run("echo alive")
+    assert out == b"alive\n"
+    assert not exists(frozen)
+    os.kill(helper_pid(), signal.SIGSTOP)
+    with pytest.raises(SpawnError, match=r"^the process spawner stopped$"):
+        await run("echo lost")
+    out, _, _ = await run("echo alive again")
+    assert out == b"alive again\n"
 
 
 async def test_stop_kills_the_whole_group() -> None:
@@ -271,7 +311,7 @@ async def test_close_stops_the_helper_and_running_commands_survive() -> None:
     execution = await Execution.start(spec("sleep 0.2; echo done"), NOBODY, 1 << 20)
     pid = helper_pid()
     await Execution.close_spawners()
-    assert not os.path.exists(f"/proc/{pid}")
+    assert not exists(pid)
     out, _, exit_ = await collect(execution)
     assert (out, exit_.exit_code) == (b"done\n", -1)
     out, _, _ = await run("echo again")  # a new helper for the next spawn
@@ -283,7 +323,7 @@ async def test_helper_exits_when_the_agent_side_closes_without_a_loop() -> None:
     helper = spawner.shared(65534, 65534)
     pid = helper_pid()
     helper.close()  # the path used when an old event loop is gone
-    assert not os.path.exists(f"/proc/{pid}")
+    assert not exists(pid)
 
 
 def test_helper_interpreter_is_reachable() -> None:
