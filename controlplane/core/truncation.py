@@ -5,12 +5,11 @@ Sizes are UTF-8 bytes of the text as JavaScript holds it, so results match upstr
 
 from __future__ import annotations
 
-import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from controlplane.core import ids
 from controlplane.core.permission import Rule, evaluate
 
 MAX_LINES = 2000
@@ -101,39 +100,17 @@ def task_hint_allowed(ruleset: Iterable[Rule] | None) -> bool:
 
 # --- output ids ----------------------------------------------------------------------------------
 
-_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_PREFIX = "tool_"
-_TIME_BITS = 48
-_COUNTER_SPACE = 0x1000
+_PREFIX = "tool"
 
 
 def new_output_id(now_ms: int, counter: int) -> str:
-    """`tool_` + 12 hex digits of (ms * 4096 + counter) + 14 random base62 characters.
-
-    Only the low 48 bits of the number fit in 12 hex digits (upstream truncates the same way), so
-    the encoded time wraps every 2**36 ms (about 795 days).
-    """
-    encoded = (now_ms * _COUNTER_SPACE + counter) % (1 << _TIME_BITS)
-    # `byte % 62` is slightly biased, as upstream's; the suffix only has to make names unique.
-    suffix = "".join(_BASE62[b % 62] for b in secrets.token_bytes(14))
-    return f"{_PREFIX}{encoded:012x}{suffix}"
+    """`tool_` + 12 hex digits of (ms * 4096 + counter) + 14 random base62 characters."""
+    return ids.encode_id(_PREFIX, now_ms, counter)
 
 
 def output_id_time_ms(name: str, now_ms: int | None = None) -> int:
-    """The creation time encoded in an output id.
-
-    Without `now_ms` this is upstream's reading: the time modulo 2**36 ms. With it, the full
-    timestamp is rebuilt on the assumption that the id is less than 2**36 ms old (the cleanup
-    deletes outputs after 7 days), which stays right across a wrap of the encoding.
-    """
-    if not name.startswith(_PREFIX):
-        raise ValueError(f"not a tool output id: {name!r}")
-    encoded = int(name[len(_PREFIX) : len(_PREFIX) + 12], 16)
-    wrapped = encoded // _COUNTER_SPACE
-    if now_ms is None:
-        return wrapped
-    period = 1 << (_TIME_BITS - 12)
-    return now_ms - (now_ms - wrapped) % period
+    """The creation time encoded in an output id (see `ids.decode_time_ms`)."""
+    return ids.decode_time_ms(name, _PREFIX, now_ms)
 
 
 def output_id_expired(name: str, now_ms: int, retention_ms: int = RETENTION_MS) -> bool:
@@ -144,21 +121,11 @@ def output_id_expired(name: str, now_ms: int, retention_ms: int = RETENTION_MS) 
         return False
 
 
-class OutputIds:
+class OutputIds(ids.AscendingIds):
     """Ascending output ids: a counter restarting at 1 in every new millisecond."""
 
     def __init__(self, clock: Callable[[], int] | None = None) -> None:
-        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
-        self._last_ms = -1
-        self._counter = 0
-
-    def new(self) -> str:
-        now = self._clock()
-        if now != self._last_ms:
-            self._last_ms = now
-            self._counter = 0
-        self._counter += 1
-        return new_output_id(now, self._counter)
+        super().__init__(_PREFIX, clock)
 
 
 _default_ids = OutputIds()

@@ -169,7 +169,7 @@ def test_output_id_expiry() -> None:
     assert output_id_expired(new_output_id(now - 8 * day, 1), now) is True
     assert output_id_expired(new_output_id(now - 6 * day, 1), now) is False
     assert output_id_expired("not-an-output", now) is False
-    with pytest.raises(ValueError, match="not a tool output id"):
+    with pytest.raises(ValueError, match="not a tool_… id"):
         output_id_time_ms("prt_0123")
 
 
