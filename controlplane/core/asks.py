@@ -126,7 +126,7 @@ class PermissionGate:
         state = self._sessions.pop(session_id, None)
         if state is not None:
             for pending in state.pending.values():
-                _settle(pending, ToolError("The session was deleted."))
+                _settle(pending, ToolError("The session ended."))
 
 
 def _settle(pending: _Pending, error: BaseException | None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controlplane.core import permission, truncation
+from controlplane.core import truncation
 from controlplane.core.asks import PermissionGate
 from controlplane.core.hooks import HookBus
 from controlplane.core.permission import Rule
@@ -108,10 +108,7 @@ class ToolExecutor:
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
         tool, raw_args = self._resolve(scope, call)
         definition = await tool.init(InitContext(agent=scope.agent))
-        if definition.format_validation_error is not None:
-            args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
-        else:
-            args = validate(tool.id, definition.parameters, raw_args)
+        args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
         hook_in = {"tool": tool.id, "sessionID": scope.session_id, "callID": call.call_id}
         args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
 
@@ -140,9 +137,8 @@ class ToolExecutor:
                          metadata=after.get("metadata", result.metadata))
         if "truncated" in result.metadata:
             return result
-        task_allowed = permission.evaluate("task", "*", scope.ruleset).action != "deny"
         content, extra = await truncation.apply_truncation(
-            result.output, task_allowed=task_allowed, save=scope.sandbox.save_output
+            result.output, task_allowed=truncation.task_hint_allowed(scope.ruleset), save=scope.sandbox.save_output
         )
         return replace(result, output=content, metadata={**result.metadata, **extra})
 

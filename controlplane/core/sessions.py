@@ -70,6 +70,11 @@ class SessionManager:
         self._touched: dict[str, float] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._end_listeners: list[Callable[[str], None]] = []
+
+    def on_end(self, listener: Callable[[str], None]) -> None:
+        """Calls `listener(session_id)` whenever a session is deleted or fails."""
+        self._end_listeners.append(listener)
 
     @property
     def policy(self) -> SessionPolicy:
@@ -235,6 +240,8 @@ class SessionManager:
         session.status_message = message
         session.deleted_at = self._clock() if state == SessionState.DELETED else None
         await self._store.put_session(session)
+        for listener in self._end_listeners:
+            listener(session.id)
         return replace(session)
 
     async def reap_expired(self) -> list[str]:

@@ -57,12 +57,6 @@ class RunningCall:
     task: asyncio.Task[None] | None = None
 
 
-@dataclass(frozen=True)
-class _SandboxFacts:
-    workspace: str
-    tool_home: str
-
-
 class ToolRuntime:
     def __init__(
         self, sessions: SessionManager, registry: Registry, executor: ToolExecutor,
@@ -74,9 +68,11 @@ class ToolRuntime:
         self._sandbox_calls = sandbox_calls
         self._extra_builtins = dict(extra_builtins)
         self._calls: dict[tuple[str, str], RunningCall] = {}
-        self._facts: dict[str, _SandboxFacts] = {}
+        self._homes: dict[str, str] = {}
+        """Per session: the tool user's HOME in its sandbox (saved outputs and plans live under it)."""
         self._agents: dict[str, tuple[str, dict[str, permission.Agent]]] = {}
         """Per session: the config the agents were built from, and the agents."""
+        sessions.on_end(self._forget_session)
 
     @property
     def gate(self) -> PermissionGate:
@@ -163,16 +159,14 @@ class ToolRuntime:
         return tools
 
     async def _agent(self, session: Session, sandbox: Sandbox, name: str) -> permission.Agent:
-        facts = self._facts.get(sandbox.id)
-        if facts is None:
-            health = await sandbox.agent.health()
-            facts = self._facts[sandbox.id] = _SandboxFacts(health.workspace, health.tool_home)
+        home = self._homes.get(session.id)
+        if home is None:
+            home = self._homes[session.id] = (await sandbox.agent.health()).tool_home
         cached = self._agents.get(session.id)
         if cached is not None and cached[0] == session.config_json:
             agents = cached[1]
         else:
             config = _config(session.config_json)
-            home = facts.tool_home
             user = permission.from_config(config.get("permission") or {}, home=home)
             agents = permission.builtin_agents(
                 posixpath.join(home, TOOL_OUTPUT_SUBDIR), [], posixpath.join(home, PLANS_SUBDIR), user,
@@ -185,8 +179,11 @@ class ToolRuntime:
             raise InvalidArgumentError(f"unknown agent {wanted!r}; known agents: {', '.join(agents)}")
         return agent
 
-    def forget_sandbox(self, sandbox_id: str) -> None:
-        self._facts.pop(sandbox_id, None)
+    def _forget_session(self, session_id: str) -> None:
+        """Drops what was kept for an ended session; its pending asks fail."""
+        self._agents.pop(session_id, None)
+        self._homes.pop(session_id, None)
+        self.gate.forget_session(session_id)
 
 
 def _config(text: str) -> dict[str, Any]:

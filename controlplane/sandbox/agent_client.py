@@ -61,13 +61,21 @@ def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneE
     return SandboxLostError(f"sandbox {sandbox_id} is not answering ({code.name}: {details})")
 
 
-class GrpcExecStream(ExecStream):
+class _AgentCall:
+    """A bidirectional agent call: its requests come from `outbox` until `_END` is put there."""
+
     def __init__(
         self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str
     ) -> None:
         self._call = call
         self._outbox = outbox
         self._sandbox_id = sandbox_id
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class GrpcExecStream(_AgentCall, ExecStream):
 
     async def events(self) -> AsyncIterator[ExecEvent]:
         try:
@@ -97,17 +105,8 @@ class GrpcExecStream(ExecStream):
     async def abort(self, reason: str) -> None:
         await self._outbox.put(agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
 
-    def cancel(self) -> None:
-        self._call.cancel()
 
-
-class GrpcBuiltinRun(BuiltinRun):
-    def __init__(
-        self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str
-    ) -> None:
-        self._call = call
-        self._outbox = outbox
-        self._sandbox_id = sandbox_id
+class GrpcBuiltinRun(_AgentCall, BuiltinRun):
 
     async def events(self) -> AsyncIterator[RunEvent]:
         try:
@@ -140,9 +139,6 @@ class GrpcBuiltinRun(BuiltinRun):
 
     async def abort(self, reason: str) -> None:
         await self._outbox.put(agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
-
-    def cancel(self) -> None:
-        self._call.cancel()
 
 
 def _json(text: str) -> dict[str, object]:

@@ -4,9 +4,7 @@ with the reference (OpenCode v1.2.27 behaviour; see the project's docs for delib
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import tarfile
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 
 from controlplane.client import AsyncClient, PermissionRequest, ToolOutcome
 from controlplane.v1 import tool_pb2
+from tests.archives import tar_of
 from tests.planes import Plane
 
 pytestmark = pytest.mark.docker
@@ -31,22 +30,9 @@ FILES = {
 }
 
 
-def archive(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="module")
 async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=archive(FILES))
+    session = await docker_plane.client.create_session(workspace_archive=tar_of(FILES))
     yield session.id
     await docker_plane.client.delete_session(session.id)
 

@@ -4,10 +4,8 @@ patch failures, ignore lists and truncation, each compared byte for byte with th
 from __future__ import annotations
 
 import base64
-import io
 import json
 import re
-import tarfile
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 
 from controlplane.client import PermissionRequest, ToolOutcome
 from controlplane.v1 import tool_pb2
+from tests.archives import tar_of
 from tests.planes import Plane
 from tests.unit.zod.oracle import load_golden
 
@@ -66,22 +65,9 @@ FILES: dict[str, str | bytes] = {
 }
 
 
-def archive(files: dict[str, str | bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in files.items():
-            data = text.encode() if isinstance(text, str) else text
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="module")
 async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=archive(FILES))
+    session = await docker_plane.client.create_session(workspace_archive=tar_of(FILES))
     yield session.id
     await docker_plane.client.delete_session(session.id)
 

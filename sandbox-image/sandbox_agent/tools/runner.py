@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import functools
 import os
 import shutil
 import sys
@@ -53,11 +54,7 @@ class ToolRunner:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _program(self, name: str) -> str:
-        """A bare program name looked up in the tool PATH, then beside this Python (a venv's rg)."""
-        if "/" in name:
-            return name
-        return (shutil.which(name, path=self._env.get("PATH", DEFAULT_PATH))
-                or shutil.which(name, path=os.path.dirname(sys.executable)) or name)
+        return name if "/" in name else _find_program(name, self._env.get("PATH", DEFAULT_PATH))
 
     async def run(self, argv: list[str], *, cwd: str, abort: asyncio.Event | None = None) -> ProcessResult:
         argv = [self._program(argv[0]), *argv[1:]] if argv else argv
@@ -92,6 +89,12 @@ class ToolRunner:
 async def _stop_on(abort: asyncio.Event, execution: Execution) -> None:
     await abort.wait()
     execution.stop(reason="aborted")
+
+
+@functools.cache
+def _find_program(name: str, path: str) -> str:
+    """A bare program name looked up in the tool PATH, then beside this Python (a venv's rg); once."""
+    return shutil.which(name, path=path) or shutil.which(name, path=os.path.dirname(sys.executable)) or name
 
 
 def default_env(home: str) -> dict[str, str]:
