@@ -108,7 +108,9 @@ class ToolExecutor:
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
         tool, raw_args = self._resolve(scope, call)
         definition = await tool.init(InitContext(agent=scope.agent))
-        args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
+        args = raw_args
+        if definition.parameters is not None:
+            args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
         hook_in = {"tool": tool.id, "sessionID": scope.session_id, "callID": call.call_id}
         args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from controlplane.core.schema import parameters_schema
 from controlplane.errors import ControlPlaneError
 
 
@@ -89,9 +90,17 @@ Execute = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 @dataclass(frozen=True)
 class ToolDefinition:
     description: str
-    parameters: type[BaseModel]
+    parameters: type[BaseModel] | None
+    """None for a tool that validates its own arguments (custom, plugin and MCP tools)."""
     execute: Execute
     format_validation_error: Callable[[ValidationError], str] | None = None
+    json_schema: dict[str, Any] | None = None
+    """The schema shown to the model when `parameters` is None (as the tool's own runtime gave it)."""
+
+    def schema(self) -> dict[str, Any]:
+        if self.parameters is not None:
+            return parameters_schema(self.parameters)
+        return dict(self.json_schema or {"type": "object", "properties": {}})
 
 
 @dataclass(frozen=True)

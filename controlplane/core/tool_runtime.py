@@ -21,7 +21,6 @@ from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.ids import ascending
 from controlplane.core.models import Session
 from controlplane.core.registry import Registry
-from controlplane.core.schema import parameters_schema
 from controlplane.core.sessions import SessionManager
 from controlplane.core.tool import InitContext, SandboxCalls, ToolInfo, ToolSource
 from controlplane.core.tool_events import CallEvent, PermissionRequested
@@ -95,7 +94,7 @@ class ToolRuntime:
             definition = await tool.init(InitContext(agent=agent.name))
             elapsed = (time.perf_counter() - started) * 1000
             listed.append(ListedTool(
-                tool.id, definition.description, parameters_schema(definition.parameters), tool.source,
+                tool.id, definition.description, definition.schema(), tool.source,
                 tool.origin, elapsed,
             ))
         return ToolListing(listed)

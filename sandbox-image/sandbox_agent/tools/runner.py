@@ -77,8 +77,10 @@ class ToolRunner:
         raise AgentError("the program ended without an exit status")
 
     async def start(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float | None,
-                    merge_stderr: bool) -> Execution:
-        spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=timeout_s, stdin=False,
+                    merge_stderr: bool, stdin: bool = False) -> Execution:
+        """A long-lived or streamed process; `stdin=True` keeps a pipe to it (tool hosts, servers)."""
+        argv = [self._program(argv[0]), *argv[1:]] if argv else argv
+        spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=timeout_s, stdin=stdin,
                         kill_grace_s=0.2, merge_stderr=merge_stderr)
         return await Execution.start(spec, self._identity, self._buffer_limit)
 
