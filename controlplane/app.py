@@ -14,19 +14,23 @@ from dataclasses import dataclass
 import grpc
 
 from controlplane.config import DockerProviderConfig, Settings
-from controlplane.core.asks import PermissionGate
+from controlplane.core.asks import ApprovalStore, PermissionGate
+from controlplane.core.audit import AuditLog
+from controlplane.core.events import BusEvent, EventBus
 from controlplane.core.executor import ToolExecutor
 from controlplane.core.hooks import HookBus
 from controlplane.core.models import Resources
+from controlplane.core.policy import OperatorPolicy
 from controlplane.core.registry import Registry
 from controlplane.core.sessions import SessionManager, SessionPolicy
 from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.errors import ConfigError
+from controlplane.plugins import PluginInput, load_plugins
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.server import build_server, mark_serving
 from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.sandbox.tool_bridge import AgentToolCalls
-from controlplane.store.sqlite import SqliteStore, hash_token
+from controlplane.store.sqlite import AuditWriter, SqliteStore, hash_token
 from controlplane.tools import catalog
 
 log = logging.getLogger(__name__)
@@ -57,15 +61,35 @@ def session_policy(settings: Settings) -> SessionPolicy:
     )
 
 
-def build_tools(sessions: SessionManager) -> ToolRuntime:
+def operator_policy(settings: Settings) -> OperatorPolicy:
+    policy = OperatorPolicy(settings.policy.permission, settings.policy.tenants)
+    policy.validate()
+    return policy
+
+
+def build_tools(
+    sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
+    hooks: HookBus | None = None, policy: OperatorPolicy | None = None,
+) -> ToolRuntime:
     tools = catalog.implemented()
     registry = Registry(catalog.registered(tools), env=os.environ)
+    hooks = hooks or HookBus()
 
     def sandbox_calls(sandbox: Sandbox) -> AgentToolCalls:
         return AgentToolCalls(sandbox.agent)
 
-    executor = ToolExecutor(PermissionGate(), HookBus())
-    return ToolRuntime(sessions, registry, executor, sandbox_calls, catalog.unregistered(tools))
+    if hooks.has("event"):
+        async def to_plugins(event: BusEvent) -> None:
+            payload = {"type": event.type, "properties": {**event.properties, "sessionID": event.session_id}}
+            await hooks.trigger("event", {"event": payload}, {}, tolerant=True)
+
+        sessions.bus.listen(to_plugins)
+    gate = PermissionGate(approvals, audit, sessions.bus, hooks)
+    executor = ToolExecutor(gate, hooks, audit)
+    return ToolRuntime(
+        sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
+        env=os.environ,
+    )
 
 
 async def bootstrap_tenants(settings: Settings, store: SqliteStore) -> None:
@@ -98,6 +122,7 @@ class ControlPlane:
     server: grpc.aio.Server
     port: int
     report: ReconcileReport
+    audit: AuditWriter
 
     @property
     def address(self) -> str:
@@ -112,17 +137,21 @@ async def start(settings: Settings) -> ControlPlane:
     store = SqliteStore(settings.data_dir / "controlplane.db")
     await bootstrap_tenants(settings, store)
     auth = Authenticator(await store.tenant_tokens())
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings))
+    policy = operator_policy(settings)
+    hooks = HookBus(settings.plugins.hook_timeout_s)
+    await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
+    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=EventBus())
     report = await sessions.start()
     log.info(
         "reconciled: %d adopted, %d pooled, %d removed, %d lost",
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
     )
-    tools = build_tools(sessions)
+    audit = AuditWriter(store)
+    tools = build_tools(sessions, approvals=store, audit=audit, hooks=hooks, policy=policy)
     server, health_servicer, port = build_server(settings, sessions, tools, auth)
     await server.start()
     await mark_serving(health_servicer, True)
-    plane = ControlPlane(settings, store, sessions, tools, server, port, report)
+    plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit)
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
     return plane
 
@@ -130,6 +159,7 @@ async def start(settings: Settings) -> ControlPlane:
 async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     await plane.server.stop(grace_s)
     await plane.sessions.close()
+    await plane.audit.close()
     plane.store.close()
     with contextlib.suppress(FileNotFoundError):
         (plane.settings.data_dir / ENDPOINT_FILE).unlink()

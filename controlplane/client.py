@@ -11,7 +11,18 @@ from typing import Any, TypeVar
 
 import grpc
 
-from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc, tool_pb2, tool_pb2_grpc
+from controlplane.v1 import (
+    event_pb2,
+    event_pb2_grpc,
+    permission_pb2,
+    permission_pb2_grpc,
+    sandbox_pb2,
+    sandbox_pb2_grpc,
+    session_pb2,
+    session_pb2_grpc,
+    tool_pb2,
+    tool_pb2_grpc,
+)
 
 T = TypeVar("T")
 Session = session_pb2.Session
@@ -79,6 +90,8 @@ class AsyncClient:
         self.sessions = session_pb2_grpc.SessionServiceStub(self._channel)
         self.sandbox = sandbox_pb2_grpc.SandboxServiceStub(self._channel)
         self.tools = tool_pb2_grpc.ToolServiceStub(self._channel)
+        self.permissions = permission_pb2_grpc.PermissionServiceStub(self._channel)
+        self.events = event_pb2_grpc.EventServiceStub(self._channel)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -227,6 +240,25 @@ class AsyncClient:
     async def cancel_tool_call(self, session_id: str, call_id: str) -> bool:
         request = tool_pb2.CancelToolCallRequest(session_id=session_id, call_id=call_id)
         return bool((await self.tools.CancelToolCall(request, metadata=self._metadata)).cancelled)
+
+    # -- permissions and events -----------------------------------------------------------------
+
+    async def pending_permissions(self, session_id: str) -> list[permission_pb2.PendingPermission]:
+        request = permission_pb2.ListPendingPermissionsRequest(session_id=session_id)
+        return list((await self.permissions.ListPendingPermissions(request, metadata=self._metadata)).requests)
+
+    async def reply_permission(self, request_id: str, reply: str, message: str = "") -> None:
+        """`reply` is once, always or reject."""
+        value = tool_pb2.PermissionReply.Reply.Value(reply.upper())
+        request = permission_pb2.ReplyPermissionRequest(request_id=request_id, reply=value, message=message)
+        await self.permissions.ReplyPermission(request, metadata=self._metadata)
+
+    def subscribe_events(self, session_id: str = "") -> grpc.aio.UnaryStreamCall[
+        event_pb2.SubscribeEventsRequest, event_pb2.Event
+    ]:
+        """The bus of this tenant (of one session when given); iterate it, cancel it to stop."""
+        request = event_pb2.SubscribeEventsRequest(session_id=session_id)
+        return self.events.SubscribeEvents(request, metadata=self._metadata)
 
 
 class Client:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
@@ -97,6 +97,26 @@ class ExecConfig(_Closed):
     max_timeout_ms: int = 3_600_000
 
 
+class PolicyConfig(_Closed):
+    """Operator permission rules, in opencode.json's `permission` format, evaluated after a
+    project's rules and a session's approvals: an operator deny always wins."""
+
+    permission: dict[str, Any] | str = Field(default_factory=dict)
+    """For every tenant."""
+    tenants: dict[str, dict[str, Any] | str] = Field(default_factory=dict)
+    """Per tenant name, applied after the global rules."""
+
+
+class PluginsConfig(_Closed):
+    """Operator plugins: Python hooks run in the control plane around every tool call."""
+
+    modules: list[str] = Field(default_factory=list)
+    """Importable module names, or `entrypoint:NAME` for an entry point of group `ocsandbox.plugins`,
+    in load order. Each exposes `plugin(input)` (sync or async) returning {hook name: async hook}."""
+    hook_timeout_s: float = Field(default=10.0, gt=0)
+    """Time limit of one hook invocation."""
+
+
 class TenantConfig(_Closed):
     name: str
     token: str | None = None
@@ -119,6 +139,8 @@ class Settings(BaseSettings):
     exec: ExecConfig = Field(default_factory=ExecConfig)
     tenants: list[TenantConfig] = Field(default_factory=list)
     """Tenants and their tokens; with none, a `default` tenant is created on first start."""
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    plugins: PluginsConfig = Field(default_factory=PluginsConfig)
 
     @property
     def token_file(self) -> Path:

@@ -1,10 +1,14 @@
 """Permission asks of running tool calls: decided by rules, or held until someone replies.
 
+Rules are evaluated in this order, the last match winning: the agent's and the project's rules, then
+the session's "always" approvals, then operator policy (so an operator's deny always wins).
+
 A reply comes over the call's own stream or from another connection (PermissionService). `once`
-lets the request through; `always` also remembers an allow rule for each of the request's
-`always` patterns for the rest of the session and lets every other pending request of the session
-through once the remembered rules allow all its patterns; `reject` fails the request (with the
-user's feedback when given) and every other pending request of the session.
+lets the request through; `always` also stores an allow rule for each of the request's `always`
+patterns for the rest of the session (persisted: it survives a control-plane restart) and lets
+every other pending request of the session through once the approvals allow all its patterns;
+`reject` fails the request (with the user's feedback when given) and every other pending request of
+the session. Every decision is audited and published on the bus.
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from controlplane.core import permission
+from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
+from controlplane.core.events import EventBus
+from controlplane.core.hooks import HookBus
 from controlplane.core.ids import ascending
-from controlplane.core.permission import Rule
+from controlplane.core.permission import Rule, Ruleset
 from controlplane.core.tool import PermissionAsk, ToolError
 from controlplane.core.tool_events import PermissionRequested
+from controlplane.core.wildcard import match
 from controlplane.errors import NotFoundError
 
 
@@ -28,48 +37,130 @@ class Reply(enum.Enum):
     REJECT = "reject"
 
 
+class ApprovalStore(Protocol):
+    async def load_approvals(self, session_id: str) -> list[Rule]: ...
+
+    async def add_approvals(self, session_id: str, rules: list[Rule]) -> None: ...
+
+
+class MemoryApprovals:
+    """Approvals kept in memory only (tests, and the fake sandbox path)."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, list[Rule]] = {}
+
+    async def load_approvals(self, session_id: str) -> list[Rule]:
+        return list(self._rules.get(session_id, []))
+
+    async def add_approvals(self, session_id: str, rules: list[Rule]) -> None:
+        self._rules.setdefault(session_id, []).extend(rules)
+
+
+@dataclass(frozen=True)
+class AskScope:
+    """Who asks: the call, and the rules that apply to it."""
+
+    tenant: str
+    session_id: str
+    call_id: str
+    message_id: str
+    tool: str
+    ruleset: Ruleset
+    """The agent's rules, the project's included."""
+    policy: Ruleset = field(default_factory=list)
+    """Operator rules, evaluated last."""
+
+
 @dataclass
 class _Pending:
     request: PermissionRequested
+    scope: AskScope
     waiter: asyncio.Future[None]
 
 
 @dataclass
 class _SessionAsks:
-    approved: list[Rule] = field(default_factory=list)
+    tenant: str
+    approved: list[Rule]
     pending: dict[str, _Pending] = field(default_factory=dict)
 
 
+def describe_rule(rule: Rule, source: str) -> str:
+    return f"{source}: {rule.permission} {rule.pattern} {rule.action}"
+
+
 class PermissionGate:
-    def __init__(self) -> None:
+    def __init__(
+        self, approvals: ApprovalStore | None = None, audit: AuditLog | None = None, bus: EventBus | None = None,
+        hooks: HookBus | None = None,
+    ) -> None:
+        self._approvals = approvals or MemoryApprovals()
+        self._audit = audit or NoAudit()
+        self._bus = bus or EventBus()
+        self._hooks = hooks or HookBus()
         self._sessions: dict[str, _SessionAsks] = {}
+        self._loading: dict[str, asyncio.Future[_SessionAsks]] = {}
         self._owner: dict[str, str] = {}  # request id -> session id
 
-    def _session(self, session_id: str) -> _SessionAsks:
-        return self._sessions.setdefault(session_id, _SessionAsks())
+    async def _session(self, tenant: str, session_id: str) -> _SessionAsks:
+        state = self._sessions.get(session_id)
+        if state is not None:
+            return state
+        loading = self._loading.get(session_id)
+        if loading is None:
+            loading = self._loading[session_id] = asyncio.ensure_future(self._load(tenant, session_id))
+        try:
+            return await asyncio.shield(loading)
+        finally:
+            self._loading.pop(session_id, None)
 
-    async def ask(
-        self, ask: PermissionAsk, *, session_id: str, call_id: str, message_id: str, ruleset: list[Rule],
-        announce: Callable[[PermissionRequested], None],
-    ) -> None:
+    async def _load(self, tenant: str, session_id: str) -> _SessionAsks:
+        approved = await self._approvals.load_approvals(session_id)
+        return self._sessions.setdefault(session_id, _SessionAsks(tenant, approved))
+
+    async def approved(self, tenant: str, session_id: str) -> list[Rule]:
+        return list((await self._session(tenant, session_id)).approved)
+
+    async def ask(self, ask: PermissionAsk, scope: AskScope, announce: Callable[[PermissionRequested], None]) -> None:
         """Returns when allowed; raises ToolError with upstream's text when denied or rejected."""
-        state = self._session(session_id)
+        state = await self._session(scope.tenant, scope.session_id)
+        deciding: list[str] = []
         needs_reply = False
         for pattern in ask.patterns:
-            rule = permission.evaluate(ask.permission, pattern, ruleset, state.approved)
+            rule, source = self._evaluate(ask.permission, pattern, scope, state.approved)
             if rule.action == "deny":
-                raise permission.DeniedError(permission.relevant_rules(ask.permission, ruleset))
+                await self._record(scope, ask, "deny", describe_rule(rule, source))
+                raise permission.DeniedError(
+                    permission.relevant_rules(ask.permission, permission.merge(scope.ruleset, scope.policy))
+                )
             if rule.action == "ask":
                 needs_reply = True
+            else:
+                deciding.append(describe_rule(rule, source))
         if not needs_reply:
+            await self._record(scope, ask, "allow", "; ".join(dict.fromkeys(deciding)))
             return
         request = PermissionRequested(
-            id=ascending("per"), session_id=session_id, permission=ask.permission, patterns=list(ask.patterns),
-            always=list(ask.always), metadata=dict(ask.metadata), call_id=call_id, message_id=message_id,
+            id=ascending("per"), session_id=scope.session_id, permission=ask.permission,
+            patterns=list(ask.patterns), always=list(ask.always), metadata=dict(ask.metadata),
+            call_id=scope.call_id, message_id=scope.message_id,
         )
+        if self._hooks.has("permission.ask"):
+            verdict = await self._plugin_verdict(request, scope)
+            if verdict == "allow":
+                await self._record(scope, ask, "allow", "plugin permission.ask")
+                return
+            if verdict == "deny":
+                await self._record(scope, ask, "reject", "plugin permission.ask")
+                raise permission.RejectedError()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state.pending[request.id] = _Pending(request, waiter)
-        self._owner[request.id] = session_id
+        state.pending[request.id] = _Pending(request, scope, waiter)
+        self._owner[request.id] = scope.session_id
+        self._bus.publish(
+            "permission.asked", scope.tenant, scope.session_id, id=request.id, permission=request.permission,
+            patterns=request.patterns, always=request.always, metadata=request.metadata,
+            tool={"messageID": scope.message_id, "callID": scope.call_id},
+        )
         announce(request)
         try:
             await waiter
@@ -77,8 +168,28 @@ class PermissionGate:
             state.pending.pop(request.id, None)
             self._owner.pop(request.id, None)
 
+    @staticmethod
+    def _evaluate(name: str, pattern: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
+        found: tuple[Rule, str] | None = None
+        for source, rules in (("agent", scope.ruleset), ("approved", approved), ("operator", scope.policy)):
+            for rule in rules:
+                if match(name, rule.permission) and match(pattern, rule.pattern):
+                    found = (rule, source)
+        return found if found is not None else (Rule(name, "*", "ask"), "default")
+
+    async def _plugin_verdict(self, request: PermissionRequested, scope: AskScope) -> str:
+        info = {
+            "id": request.id, "type": request.permission, "pattern": request.patterns,
+            "sessionID": scope.session_id, "messageID": scope.message_id, "callID": scope.call_id,
+            "title": request.permission, "metadata": request.metadata, "time": {"created": 0},
+        }
+        output = await self._hooks.trigger("permission.ask", info, {"status": "ask"})
+        status = output.get("status", "ask")
+        return status if status in ("allow", "deny") else "ask"
+
     def pending(self, session_id: str) -> list[PermissionRequested]:
-        return [p.request for p in self._session(session_id).pending.values()]
+        state = self._sessions.get(session_id)
+        return [p.request for p in state.pending.values()] if state else []
 
     def session_of(self, request_id: str) -> str:
         try:
@@ -86,39 +197,63 @@ class PermissionGate:
         except KeyError:
             raise NotFoundError(f"no pending permission request {request_id!r}") from None
 
-    def reply(self, request_id: str, reply: Reply, message: str = "") -> list[tuple[str, Reply]]:
-        """Answers a pending request; returns every (request id, reply) it settled."""
+    async def reply(self, request_id: str, reply: Reply, message: str = "", *, by: str = "client") -> None:
+        """Answers a pending request (an unknown id is NotFound; an already settled one, a no-op)."""
         session_id = self.session_of(request_id)
-        state = self._session(session_id)
+        state = self._sessions[session_id]
         target = state.pending.get(request_id)
-        if target is None:
-            return []
-        settled = [(request_id, reply)]
+        if target is None or target.waiter.done():
+            return
+        self._published_reply(target, reply)
         if reply is Reply.REJECT:
+            await self._record(target.scope, target.request, "reject", by, message)
             _settle(target, permission.CorrectedError(message) if message else permission.RejectedError())
             for other_id, other in list(state.pending.items()):
-                if other_id != request_id:
+                if other_id != request_id and not other.waiter.done():
+                    self._published_reply(other, Reply.REJECT)
+                    await self._record(other.scope, other.request, "reject", f"cascade from {request_id}")
                     _settle(other, permission.RejectedError())
-                    settled.append((other_id, Reply.REJECT))
-            return settled
-        _settle(target, None)
+            return
         if reply is Reply.ALWAYS:
             req = target.request
-            state.approved.extend(Rule(req.permission, pattern, "allow") for pattern in req.always)
-            for other_id, other in list(state.pending.items()):
-                if other_id == request_id or other.waiter.done():
-                    continue
-                if all(
-                    permission.evaluate(other.request.permission, p, state.approved).action == "allow"
-                    for p in other.request.patterns
-                ):
-                    _settle(other, None)
-                    settled.append((other_id, Reply.ALWAYS))
-        return settled
+            rules = [Rule(req.permission, pattern, "allow") for pattern in req.always]
+            await self._approvals.add_approvals(session_id, rules)  # durable before anyone proceeds
+            state.approved.extend(rules)
+        await self._record(target.scope, target.request, reply.value, by)
+        _settle(target, None)
+        if reply is not Reply.ALWAYS:
+            return
+        for other_id, other in list(state.pending.items()):
+            if other_id == request_id or other.waiter.done():
+                continue
+            if all(
+                permission.evaluate(other.request.permission, p, state.approved).action == "allow"
+                for p in other.request.patterns
+            ):
+                self._published_reply(other, Reply.ALWAYS)
+                await self._record(other.scope, other.request, "always", f"auto from {request_id}")
+                _settle(other, None)
+
+    def _published_reply(self, pending: _Pending, reply: Reply) -> None:
+        scope = pending.scope
+        self._bus.publish(
+            "permission.replied", scope.tenant, scope.session_id, sessionID=scope.session_id,
+            requestID=pending.request.id, reply=reply.value,
+        )
+
+    async def _record(
+        self, scope: AskScope, ask: PermissionAsk | PermissionRequested, outcome: str, rule: str, detail: str = "",
+    ) -> None:
+        await self._audit.record(AuditEntry(
+            tenant=scope.tenant, session_id=scope.session_id, kind="permission", tool=scope.tool,
+            call_id=scope.call_id, outcome=outcome, permission=ask.permission, patterns=tuple(ask.patterns),
+            rule=rule, detail=detail,
+        ))
 
     def cancel_call(self, session_id: str, call_id: str, reason: str) -> None:
         """Drops the pending requests of an aborted call."""
-        for pending in list(self._session(session_id).pending.values()):
+        state = self._sessions.get(session_id)
+        for pending in list(state.pending.values()) if state else []:
             if pending.request.call_id == call_id:
                 _settle(pending, ToolError(reason))
 
@@ -136,4 +271,3 @@ def _settle(pending: _Pending, error: BaseException | None) -> None:
         pending.waiter.set_result(None)
     else:
         pending.waiter.set_exception(error)
-

@@ -1,9 +1,10 @@
 """One tool call, the same way wherever the tool runs.
 
-pending -> running -> validate (upstream's invalid-arguments text) -> `tool.execute.before` hooks
-(their returned args are used) -> execute (asks go through the permission gate) ->
-`tool.execute.after` hooks -> truncation (the full output saved inside the sandbox) -> completed.
-Any failure becomes an `error` event; the caller's stream never breaks.
+pending -> running -> doom-loop check -> validate (upstream's invalid-arguments text) ->
+`tool.execute.before` hooks (their returned args are used) -> execute (asks go through the
+permission gate) -> `tool.execute.after` hooks -> truncation (the full output saved inside the
+sandbox) -> completed. Any failure becomes an `error` event; the caller's stream never breaks.
+Every call's outcome is audited.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controlplane.core import truncation
-from controlplane.core.asks import PermissionGate
+from controlplane.core import permission, truncation
+from controlplane.core.asks import AskScope, PermissionGate
+from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
+from controlplane.core.doom_loop import DoomLoopDetector
 from controlplane.core.hooks import HookBus
 from controlplane.core.permission import Rule
 from controlplane.core.tool import (
@@ -34,7 +37,6 @@ from controlplane.core.tool_events import (
     Completed,
     Failed,
     MetadataUpdated,
-    PermissionRequested,
     StateChanged,
 )
 from controlplane.core.validation import validate
@@ -63,17 +65,36 @@ class CallScope:
     tools: Mapping[str, ToolInfo]
     """The session's tools by id, in registry order (the `invalid` tool included)."""
     sandbox: SandboxCalls
+    tenant: str = ""
+    policy: list[Rule] = field(default_factory=list)
+    """Operator rules, evaluated after everything else."""
+    directory: str = "/workspace"
 
 
 Emit = Callable[[CallEvent], None]
 
 
 class ToolExecutor:
-    def __init__(self, gate: PermissionGate, hooks: HookBus) -> None:
+    def __init__(self, gate: PermissionGate, hooks: HookBus, audit: AuditLog | None = None) -> None:
         self.gate = gate
         self.hooks = hooks
+        self.audit = audit or NoAudit()
+        self.doom_loop = DoomLoopDetector()
 
     async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
+        outcome, detail = "error", ""
+        try:
+            outcome, detail = await self._execute(scope, call, emit, abort)
+        finally:
+            await self.audit.record(AuditEntry(
+                tenant=scope.tenant, session_id=scope.session_id, kind="call", tool=call.tool, call_id=call.call_id,
+                outcome=outcome, detail=detail,
+            ))
+
+    async def _execute(
+        self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event,
+    ) -> tuple[str, str]:
+        """Runs the call; returns its audited outcome (ok, error, cancelled, denied) and error text."""
         emit(StateChanged(CallStatus.PENDING))
         emit(StateChanged(CallStatus.RUNNING))
         work = asyncio.ensure_future(self._run(scope, call, emit, abort))
@@ -93,50 +114,64 @@ class ToolExecutor:
         except ToolError as exc:
             emit(StateChanged(CallStatus.ERROR))
             emit(Failed(str(exc)))
-            return
+            return _outcome(exc, abort), str(exc)
         except Exception as exc:  # a bug in a tool must not break the caller's stream
             emit(StateChanged(CallStatus.ERROR))
             emit(Failed(f"{type(exc).__name__}: {exc}"))
-            return
+            return "error", f"{type(exc).__name__}: {exc}"
         finally:
             stopper.cancel()
             if not work.done():
                 work.cancel()
         emit(StateChanged(CallStatus.COMPLETED))
         emit(Completed(result))
+        return "ok", ""
 
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
         tool, raw_args = self._resolve(scope, call)
+        ask_scope = AskScope(
+            tenant=scope.tenant, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
+            tool=tool.id, ruleset=scope.ruleset, policy=scope.policy,
+        )
+
+        async def ask(request: PermissionAsk) -> None:
+            await self.gate.ask(request, ask_scope, emit)
+
+        if self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args):
+            await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         definition = await tool.init(InitContext(agent=scope.agent))
         args = raw_args
         if definition.parameters is not None:
             args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
         hook_in = {"tool": tool.id, "sessionID": scope.session_id, "callID": call.call_id}
-        args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
-
-        def announce(request: PermissionRequested) -> None:
-            emit(request)
-
-        async def ask(request: PermissionAsk) -> None:
-            await self.gate.ask(
-                request, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
-                ruleset=scope.ruleset, announce=announce,
-            )
+        if self.hooks.has("tool.execute.before"):
+            args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
+            if not isinstance(args, dict):
+                raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
+        env: dict[str, str] = {}
+        if tool.id == "bash" and self.hooks.has("shell.env"):
+            shell_in = {"cwd": args.get("workdir") or scope.directory, "sessionID": scope.session_id,
+                        "callID": call.call_id}
+            env = (await self.hooks.trigger("shell.env", shell_in, {"env": {}})).get("env") or {}
+            env = {str(k): str(v) for k, v in env.items()}
 
         async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
             emit(MetadataUpdated(title, meta))
 
         ctx = ToolContext(
             session_id=scope.session_id, message_id=call.message_id, call_id=call.call_id, agent=scope.agent,
-            ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort,
+            ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort, env=env,
         )
         result = await definition.execute(args, ctx)
-        after = await self.hooks.trigger(
-            "tool.execute.after", {**hook_in, "args": args},
-            {"title": result.title, "output": result.output, "metadata": result.metadata},
-        )
-        result = replace(result, title=after.get("title", result.title), output=after.get("output", result.output),
-                         metadata=after.get("metadata", result.metadata))
+        if self.hooks.has("tool.execute.after"):
+            after = await self.hooks.trigger(
+                "tool.execute.after", {**hook_in, "args": args},
+                {"title": result.title, "output": result.output, "metadata": result.metadata}, tolerant=True,
+            )
+            result = replace(
+                result, title=str(after.get("title", result.title)), output=str(after.get("output", result.output)),
+                metadata=dict(after.get("metadata") or {}) if "metadata" in after else result.metadata,
+            )
         if "truncated" in result.metadata:
             return result
         content, extra = await truncation.apply_truncation(
@@ -165,3 +200,9 @@ class ToolExecutor:
         if invalid is None:
             raise ToolError(error)
         return invalid, {"tool": call.tool, "error": error}
+
+
+def _outcome(error: ToolError, abort: asyncio.Event) -> str:
+    if isinstance(error, permission.DeniedError | permission.RejectedError | permission.CorrectedError):
+        return "denied"
+    return "cancelled" if abort.is_set() else "error"

@@ -67,6 +67,22 @@ def disabled(tool_ids: Iterable[str], ruleset: Iterable[Rule]) -> set[str]:
     return result
 
 
+def disabled_layered(tool_ids: Iterable[str], ruleset: Iterable[Rule], policy: Iterable[Rule]) -> set[str]:
+    """`disabled` for agent rules with operator rules after them.
+
+    The operator's narrower rules must not un-hide a tool the agent denies outright: a tool is hidden
+    when the combined rules blanket-deny it, or when the agent's do and no operator rule could allow
+    or ask for its permission.
+    """
+    tools, rules, operator = list(tool_ids), list(ruleset), list(policy)
+    hidden = disabled(tools, merge(rules, operator))
+    for tool in disabled(tools, rules):
+        name = "edit" if tool in EDIT_TOOLS else tool
+        if not any(match(name, r.permission) and r.action != "deny" for r in operator):
+            hidden.add(tool)
+    return hidden
+
+
 # --- configuration -------------------------------------------------------------------------------
 
 _ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from controlplane.core.events import EventBus
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.errors import (
     ControlPlaneError,
@@ -60,8 +61,9 @@ class CreateSpec:
 class SessionManager:
     def __init__(
         self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, bus: EventBus | None = None,
     ) -> None:
+        self.bus = bus or EventBus()
         self._store = store
         self._provider = provider
         self._policy = policy
@@ -151,6 +153,8 @@ class SessionManager:
         session.state = SessionState.READY
         await self._store.put_session(session)
         self._live[session.id] = session
+        self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
+                         sandboxID=session.sandbox_id)
         return replace(session)
 
     async def get(self, tenant: str, session_id: str) -> Session:
@@ -242,6 +246,8 @@ class SessionManager:
         await self._store.put_session(session)
         for listener in self._end_listeners:
             listener(session.id)
+        kind = "session.deleted" if state == SessionState.DELETED else "session.failed"
+        self.bus.publish(kind, session.tenant, session.id, id=session.id, message=message)
         return replace(session)
 
     async def reap_expired(self) -> list[str]:

@@ -77,6 +77,8 @@ class ToolContext:
     sandbox: SandboxCalls
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     extra: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for commands the tool runs (the `shell.env` hook's output)."""
 
 
 @dataclass(frozen=True)

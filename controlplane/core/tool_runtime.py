@@ -15,15 +15,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.core import permission
+from controlplane.core import permission, project_config
 from controlplane.core.asks import PermissionGate, Reply
+from controlplane.core.events import EventBus
 from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.ids import ascending
 from controlplane.core.models import Session
+from controlplane.core.policy import OperatorPolicy
 from controlplane.core.registry import Registry
 from controlplane.core.sessions import SessionManager
 from controlplane.core.tool import InitContext, SandboxCalls, ToolInfo, ToolSource
-from controlplane.core.tool_events import CallEvent, PermissionRequested
+from controlplane.core.tool_events import CallEvent, PermissionRequested, StateChanged
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
 from controlplane.sandbox.provider import Sandbox
 
@@ -59,13 +61,17 @@ class RunningCall:
 class ToolRuntime:
     def __init__(
         self, sessions: SessionManager, registry: Registry, executor: ToolExecutor,
-        sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo],
+        sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo], *,
+        bus: EventBus | None = None, policy: OperatorPolicy | None = None, env: Mapping[str, str] | None = None,
     ) -> None:
         self._sessions = sessions
         self._registry = registry
         self._executor = executor
         self._sandbox_calls = sandbox_calls
         self._extra_builtins = dict(extra_builtins)
+        self.bus = bus or EventBus()
+        self._policy = policy or OperatorPolicy()
+        self._env_permission = (env or {}).get("OPENCODE_PERMISSION")
         self._calls: dict[tuple[str, str], RunningCall] = {}
         self._homes: dict[str, str] = {}
         """Per session: the tool user's HOME in its sandbox (saved outputs and plans live under it)."""
@@ -84,19 +90,25 @@ class ToolRuntime:
         session = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         agent = await self._agent(session, sandbox, agent_name)
+        policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
         offered = self._registry.tools(provider_id, model_id)
-        hidden = permission.disabled([t.id for t in offered], agent.permission)
+        hidden = permission.disabled_layered([t.id for t in offered], agent.permission, policy)
+        hooks = self._executor.hooks
         listed = []
         for tool in offered:
             if tool.id == "invalid" or tool.id in hidden:
                 continue
             started = time.perf_counter()
             definition = await tool.init(InitContext(agent=agent.name))
+            description, schema = definition.description, definition.schema()
+            if hooks.has("tool.definition"):
+                shown = await hooks.trigger(
+                    "tool.definition", {"toolID": tool.id}, {"description": description, "parameters": schema},
+                    tolerant=True,
+                )
+                description, schema = str(shown.get("description", description)), shown.get("parameters", schema)
             elapsed = (time.perf_counter() - started) * 1000
-            listed.append(ListedTool(
-                tool.id, definition.description, definition.schema(), tool.source,
-                tool.origin, elapsed,
-            ))
+            listed.append(ListedTool(tool.id, description, schema, tool.source, tool.origin, elapsed))
         return ToolListing(listed)
 
     # -- calls ----------------------------------------------------------------------------------
@@ -112,15 +124,22 @@ class ToolRuntime:
             raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
         scope = CallScope(
             session_id=session_id, agent=agent.name, ruleset=agent.permission, tools=self._executable(),
-            sandbox=self._sandbox_calls(sandbox),
+            sandbox=self._sandbox_calls(sandbox), tenant=tenant,
+            policy=self._policy.rules(tenant, home=await self._home(session_id, sandbox)),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
         self._calls[key] = running
         request = CallRequest(session_id, tool, args_json, call_id, message_id)
+        bus = self.bus
+
+        def emit(event: CallEvent) -> None:
+            running.events.put_nowait(event)
+            if isinstance(event, StateChanged):
+                bus.publish("tool.state", tenant, session_id, callID=call_id, tool=tool, status=event.status.value)
 
         async def drive() -> None:
             try:
-                await self._executor.execute(scope, request, running.events.put_nowait, running.abort)
+                await self._executor.execute(scope, request, emit, running.abort)
             finally:
                 self._calls.pop(key, None)
                 running.events.put_nowait(None)
@@ -145,7 +164,7 @@ class ToolRuntime:
     async def reply_permission(self, tenant: str, request_id: str, reply: Reply, message: str = "") -> None:
         session_id = self.gate.session_of(request_id)
         await self._sessions.get(tenant, session_id)
-        self.gate.reply(request_id, reply, message)
+        await self.gate.reply(request_id, reply, message)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -157,19 +176,23 @@ class ToolRuntime:
             tools.setdefault(tool_id, tool)
         return tools
 
-    async def _agent(self, session: Session, sandbox: Sandbox, name: str) -> permission.Agent:
-        home = self._homes.get(session.id)
+    async def _home(self, session_id: str, sandbox: Sandbox) -> str:
+        home = self._homes.get(session_id)
         if home is None:
-            home = self._homes[session.id] = (await sandbox.agent.health()).tool_home
+            home = self._homes[session_id] = (await sandbox.agent.health()).tool_home
+        return home
+
+    async def _agent(self, session: Session, sandbox: Sandbox, name: str) -> permission.Agent:
+        home = await self._home(session.id, sandbox)
         cached = self._agents.get(session.id)
         if cached is not None and cached[0] == session.config_json:
             agents = cached[1]
         else:
             config = _config(session.config_json)
-            user = permission.from_config(config.get("permission") or {}, home=home)
+            user = permission.from_config(project_config.user_permission(config, self._env_permission), home=home)
             agents = permission.builtin_agents(
                 posixpath.join(home, TOOL_OUTPUT_SUBDIR), [], posixpath.join(home, PLANS_SUBDIR), user,
-                agent_config=config.get("agent") or {}, home=home,
+                agent_config=project_config.agent_configs(config), home=home,
             )
             self._agents[session.id] = (session.config_json, agents)
         wanted = name or session.agent or "build"
@@ -183,6 +206,7 @@ class ToolRuntime:
         self._agents.pop(session_id, None)
         self._homes.pop(session_id, None)
         self.gate.forget_session(session_id)
+        self._executor.doom_loop.forget_session(session_id)
 
 
 def _config(text: str) -> dict[str, Any]:

@@ -10,15 +10,30 @@ from controlplane.config import Settings
 from controlplane.core.sessions import SessionManager
 from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
+from controlplane.rpc.event_service import EventService
+from controlplane.rpc.permission_service import PermissionService
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
 from controlplane.rpc.tool_service import ToolService
-from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc, tool_pb2, tool_pb2_grpc
+from controlplane.v1 import (
+    event_pb2,
+    event_pb2_grpc,
+    permission_pb2,
+    permission_pb2_grpc,
+    sandbox_pb2,
+    sandbox_pb2_grpc,
+    session_pb2,
+    session_pb2_grpc,
+    tool_pb2,
+    tool_pb2_grpc,
+)
 
 SERVICE_NAMES = (
     session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
     tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name,
+    permission_pb2.DESCRIPTOR.services_by_name["PermissionService"].full_name,
+    event_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
 )
 
 
@@ -34,6 +49,8 @@ def build_server(
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth), server)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SandboxService(sessions, auth, settings.exec), server)
     tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
+    permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
+    event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

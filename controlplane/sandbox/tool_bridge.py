@@ -21,7 +21,7 @@ class AgentToolCalls(SandboxCalls):
     async def run_builtin(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         run = await self._agent.run_builtin(BuiltinCall(
             tool=tool, args=args, session_id=ctx.session_id, message_id=ctx.message_id, call_id=ctx.call_id,
-            agent=ctx.agent, extra={**self._extra, **ctx.extra}, env=self._env,
+            agent=ctx.agent, extra={**self._extra, **ctx.extra}, env={**self._env, **ctx.env},
         ))
 
         async def forward_abort() -> None:
@@ -30,12 +30,14 @@ class AgentToolCalls(SandboxCalls):
 
         watcher = asyncio.ensure_future(forward_abort())
         finished = False
+        refused: ToolError | None = None
         try:
             async for event in run.events():
                 if isinstance(event, RunAsk):
                     try:
                         await ctx.ask(PermissionAsk(event.permission, event.patterns, event.always, event.metadata))
                     except ToolError as exc:
+                        refused = exc
                         await run.answer(event.ask_id, False, str(exc))
                     else:
                         await run.answer(event.ask_id, True)
@@ -47,6 +49,9 @@ class AgentToolCalls(SandboxCalls):
                     return ToolResult(event.title, event.output, dict(event.metadata), attachments)
                 elif isinstance(event, RunFailed):
                     finished = True
+                    # A refusal keeps its type (denied, rejected, corrected) for the audit and the caller.
+                    if refused is not None and str(refused) == event.message:
+                        raise refused
                     raise ToolError(event.message)
         finally:
             watcher.cancel()

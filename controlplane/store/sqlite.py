@@ -1,6 +1,8 @@
-"""The embedded store: tenants, sessions and sandbox records in one SQLite file (WAL mode).
+"""The embedded store: tenants, sessions, sandbox records, "always" approvals, todos and the audit
+record, in one SQLite file (WAL mode).
 
-Calls run in a worker thread so the event loop never blocks on the disk.
+Calls run in a worker thread so the event loop never blocks on the disk. Audit entries are written
+in small batches (see AuditWriter) so auditing stays off a tool call's critical path.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from controlplane.core.audit import AuditEntry
 from controlplane.core.models import Resources, Session, SessionState, Tenant
+from controlplane.core.permission import Rule
 from controlplane.sandbox.provider import SandboxRecord
 
 T = TypeVar("T")
@@ -45,7 +49,34 @@ SCHEMA = [
         state TEXT NOT NULL,
         session_id TEXT NOT NULL DEFAULT '',
         created_at REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS approvals (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        permission TEXT NOT NULL,
+        pattern TEXT NOT NULL,
+        created_at REAL NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS approvals_session ON approvals (session_id, seq)",
+    """CREATE TABLE IF NOT EXISTS todos (
+        session_id TEXT PRIMARY KEY,
+        todos_json TEXT NOT NULL,
+        updated_at REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        permission TEXT NOT NULL,
+        patterns TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        detail TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS audit_session ON audit (tenant, session_id, seq)",
 ]
+AUDIT_FLUSH_S = 0.05
+AUDIT_BATCH = 512
 
 
 def hash_token(token: str) -> str:
@@ -124,6 +155,59 @@ class SqliteStore:
         rows = await self._run(lambda db: db.execute(sql + " ORDER BY created_at", params).fetchall())
         return [_session(row) for row in rows]
 
+    # -- approvals, todos ----------------------------------------------------------------------
+
+    async def load_approvals(self, session_id: str) -> list[Rule]:
+        rows = await self._run(lambda db: db.execute(
+            "SELECT permission, pattern FROM approvals WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall())
+        return [Rule(r["permission"], r["pattern"], "allow") for r in rows]
+
+    async def add_approvals(self, session_id: str, rules: list[Rule]) -> None:
+        now = time.time()
+        await self._run(lambda db: db.executemany(
+            "INSERT INTO approvals (session_id, permission, pattern, created_at) VALUES (?,?,?,?)",
+            [(session_id, r.permission, r.pattern, now) for r in rules],
+        ))
+
+    async def get_todos(self, session_id: str) -> list[dict[str, Any]]:
+        row = await self._run(
+            lambda db: db.execute("SELECT todos_json FROM todos WHERE session_id = ?", (session_id,)).fetchone()
+        )
+        todos: list[dict[str, Any]] = json.loads(row["todos_json"]) if row else []
+        return todos
+
+    async def put_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None:
+        await self._execute(
+            "INSERT OR REPLACE INTO todos (session_id, todos_json, updated_at) VALUES (?,?,?)",
+            (session_id, json.dumps(todos, ensure_ascii=False), time.time()),
+        )
+
+    # -- audit ----------------------------------------------------------------------------------
+
+    async def add_audit(self, entries: list[AuditEntry]) -> None:
+        await self._run(lambda db: db.executemany(
+            "INSERT INTO audit (time, tenant, session_id, kind, tool, call_id, outcome, permission, patterns, rule,"
+            " detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            [(e.time, e.tenant, e.session_id, e.kind, e.tool, e.call_id, e.outcome, e.permission,
+              json.dumps(list(e.patterns), ensure_ascii=False), e.rule, e.detail) for e in entries],
+        ))
+
+    async def audit_entries(self, tenant: str, session_id: str = "") -> list[AuditEntry]:
+        sql, params = "SELECT * FROM audit WHERE tenant = ?", [tenant]
+        if session_id:
+            sql += " AND session_id = ?"
+            params.append(session_id)
+        rows = await self._run(lambda db: db.execute(sql + " ORDER BY seq", params).fetchall())
+        return [
+            AuditEntry(
+                tenant=r["tenant"], session_id=r["session_id"], kind=r["kind"], tool=r["tool"], call_id=r["call_id"],
+                outcome=r["outcome"], permission=r["permission"], patterns=tuple(json.loads(r["patterns"])),
+                rule=r["rule"], detail=r["detail"], time=r["time"],
+            )
+            for r in rows
+        ]
+
     # -- sandboxes (SandboxLedger) --------------------------------------------------------------
 
     async def put_sandbox(self, record: SandboxRecord) -> None:
@@ -162,3 +246,31 @@ def _session(row: sqlite3.Row) -> Session:
         status_message=row["status_message"],
         deleted_at=row["deleted_at"],
     )
+
+
+class AuditWriter:
+    """The audit log: entries are queued and written in batches every AUDIT_FLUSH_S."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._queue: list[AuditEntry] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def record(self, entry: AuditEntry) -> None:
+        self._queue.append(entry)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(AUDIT_FLUSH_S)
+        await self.flush()
+
+    async def flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:AUDIT_BATCH], self._queue[AUDIT_BATCH:]
+            await self._store.add_audit(batch)
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await self._flusher
+        await self.flush()

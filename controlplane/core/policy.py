@@ -1,0 +1,34 @@
+"""Operator policy: permission rules from the control plane's own config, global and per tenant.
+
+They are evaluated after everything a project or a user decided (agent and project rules, then
+the session's "always" approvals), so an operator's deny always has the last word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.core import permission
+from controlplane.core.permission import Ruleset
+
+
+@dataclass(frozen=True)
+class OperatorPolicy:
+    permission: Mapping[str, Any] | str = field(default_factory=dict)
+    """Applies to every tenant, in opencode.json's `permission` format."""
+    tenants: Mapping[str, Mapping[str, Any] | str] = field(default_factory=dict)
+    """Per tenant, merged after the global rules."""
+
+    def rules(self, tenant: str, *, home: str) -> Ruleset:
+        tenant_rules = self.tenants.get(tenant)
+        return permission.merge(
+            permission.from_config(self.permission, home=home) if self.permission else [],
+            permission.from_config(tenant_rules, home=home) if tenant_rules else [],
+        )
+
+    def validate(self) -> None:
+        """Raises ConfigError on a malformed rule, so a bad policy stops the control plane at start."""
+        for tenant in ("", *self.tenants):
+            self.rules(tenant, home="/")

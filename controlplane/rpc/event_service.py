@@ -1,0 +1,38 @@
+"""controlplane.v1.EventService: the bus of the caller's tenant as a server stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from controlplane.core.events import EventBus
+from controlplane.core.sessions import SessionManager
+from controlplane.errors import ControlPlaneError
+from controlplane.rpc.auth import Authenticator
+from controlplane.rpc.errors import abort_with
+from controlplane.v1 import event_pb2, event_pb2_grpc
+
+
+class EventService(event_pb2_grpc.EventServiceServicer):
+    def __init__(self, sessions: SessionManager, bus: EventBus, auth: Authenticator) -> None:
+        self._sessions = sessions
+        self._bus = bus
+        self._auth = auth
+
+    async def SubscribeEvents(
+        self, request: event_pb2.SubscribeEventsRequest, context: Any
+    ) -> AsyncIterator[event_pb2.Event]:
+        try:
+            tenant = self._auth.tenant_of(context)
+            if request.session_id:
+                await self._sessions.get(tenant.name, request.session_id)  # NotFound for others' sessions
+            # Headers go out now, so a subscriber knows it is subscribed before the first event.
+            await context.send_initial_metadata(())
+            async for event in self._bus.subscribe(tenant.name, request.session_id):
+                yield event_pb2.Event(
+                    type=event.type, session_id=event.session_id, time=event.time,
+                    properties_json=json.dumps(event.properties, ensure_ascii=False, default=str),
+                )
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
