@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,7 @@ class EventBus:
         except Exception:  # a broken listener must not touch the publisher
             log.exception("event listener failed on %s", event.type)
 
-    async def subscribe(self, tenant: str, session_id: str = "") -> AsyncIterator[BusEvent]:
+    async def subscribe(self, tenant: str, session_id: str = "") -> AsyncGenerator[BusEvent, None]:
         """Events of `tenant` (and of one session when given) from now on, until the caller stops."""
         subscription = _Subscription(tenant, session_id)
         self._subscriptions.add(subscription)
