@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import os
@@ -55,8 +56,12 @@ import docker
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from controlplane.core import permission
+from controlplane.core.asks import AskScope, PermissionGate
 from controlplane.core.execution import CommandSpec, Exited
+from controlplane.core.tool import PermissionAsk
 from controlplane.sandbox.provider import Sandbox
+from controlplane.store.sqlite import AuditWriter, SqliteStore
 from controlplane.v1 import tool_pb2
 
 IMAGE = "ocsb-sandbox:latest"
@@ -64,6 +69,11 @@ WARM_TARGET_MS = 30.0
 EXEC_TARGET_MS = 3.0
 EXEC_MIN_SPEEDUP = 20.0
 TOOL_TARGET_MS = 3.0
+PERMISSION_OVERHEAD_TARGET_MS = 1.0
+RULED_CONFIG = {"permission": {
+    "bash": {"*": "ask", **{f"tool{i} *": "deny" for i in range(60)}, "echo *": "allow"},
+    "read": {"*": "allow", **{f"*.secret{i}": "deny" for i in range(20)}},
+}}
 TOOL_MIN_SPEEDUP = 20.0
 ABORT_TARGET_MS = 100.0
 ABORT_POLL_S = 0.002
@@ -84,6 +94,9 @@ DEFAULT_SAMPLES = {
     "diag": 100,
     "tool_read": 200,
     "tool_bash": 100,
+    "tool_bash_rules": 100,
+    "permission_eval": 20000,
+    "permission_gate": 2000,
     "tool_warmup": 10,
     "docker_cat": 30,
     "docker_echo": 30,
@@ -311,6 +324,32 @@ async def bench_tool(client: AsyncClient, session_id: str, tool: str, args: dict
     return [await timed(once) for _ in range(n)], asks
 
 
+async def bench_permission(n_eval: int, n_gate: int) -> tuple[list[float], list[float]]:
+    """Rule evaluation and a whole allowed ask (rules, approvals, operator policy, audit enqueue)."""
+    home = "/tmp/home"
+    user = permission.from_config(RULED_CONFIG["permission"], home=home)
+    agent = permission.builtin_agents(f"{home}/t", [], f"{home}/p", user, home=home)["build"]
+    evaluate = []
+    for _ in range(n_eval):
+        started = time.perf_counter()
+        permission.evaluate("bash", "echo hi", agent.permission)
+        evaluate.append((time.perf_counter() - started) * 1000)
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="ocsb-bench") as tmp:
+        store = SqliteStore(Path(tmp) / "audit.db")
+        audit = AuditWriter(store)
+        gate = PermissionGate(audit=audit)
+        scope = AskScope("bench", "ses_bench", "call", "msg", "bash", agent.permission, [])
+        ask = PermissionAsk("bash", ["echo hi"], ["echo *"], {})
+        for _ in range(n_gate):
+            started = time.perf_counter()
+            await gate.ask(ask, scope, lambda _: None)
+            samples.append((time.perf_counter() - started) * 1000)
+        await audit.close()
+        store.close()
+    return evaluate, samples
+
+
 async def bench_local_read(path: Path, n: int) -> list[float]:
     """The floor for reading a small file: an in-process read, timed like every other row."""
     def read() -> None:
@@ -475,6 +514,16 @@ def print_report(rows: dict[str, Row], notes: list[str]) -> None:
         print("  FAIL  exec round trip: not measured")
     print_tool_target("tool read (small file)", tool_read, docker_cat, "docker exec cat")
     print_tool_target("tool bash echo", tool_bash, docker_echo, "docker exec echo")
+    ruled, gate = rows.get("tool_bash_rules"), rows.get("permission_gate")
+    if ruled is not None and ruled.samples_ms and tool_bash is not None and tool_bash.samples_ms:
+        print(f"  info  80-rule project vs default rules, bash echo p50: {ruled.p50 - tool_bash.p50:+.2f} ms "
+              "(two sessions, noisy)")
+    if gate is not None and gate.samples_ms:
+        ok = gate.p99 <= PERMISSION_OVERHEAD_TARGET_MS
+        print(f"  {'PASS' if ok else 'FAIL'}  permission overhead of an allowed call p99 {gate.p99:.3f} ms "
+              f"<= {PERMISSION_OVERHEAD_TARGET_MS:g} ms")
+    else:
+        print("  FAIL  permission overhead: not measured")
     abort_gone = rows.get("abort_gone")
     if abort_gone is not None and abort_gone.samples_ms:
         ok = abort_gone.p50 <= ABORT_TARGET_MS
@@ -561,6 +610,17 @@ async def measure_tools(p: Plane, session_id: str, sandbox_id: str, container_id
     rows["tool_bash"] = Row("tool bash echo", samples)
     if asks:
         notes.append(f"tool bash: {asks} permission request(s) answered inside the timed calls")
+    progress(f"tool bash echo with 80 project rules x{counts['tool_bash_rules']}")
+    ruled = await p.client.create_session(config_json=json.dumps(RULED_CONFIG))
+    samples, asks = await bench_tool(p.client, ruled.id, "bash", {"command": "echo hi", "description": "Echo"},
+                                     "hi", counts["tool_bash_rules"], counts["tool_warmup"])
+    rows["tool_bash_rules"] = Row("tool bash echo, allowed by rule 62/62", samples)
+    await p.client.delete_session(ruled.id)
+    progress(f"permission evaluate x{counts['permission_eval']}, gate ask x{counts['permission_gate']}")
+    evaluate, gate = await bench_permission(counts["permission_eval"], counts["permission_gate"])
+    rows["permission_eval"] = Row("diag: permission evaluate (in-process)", evaluate)
+    rows["permission_gate"] = Row("diag: permission gate ask, allowed", gate)
+
     progress(f"docker exec echo x{counts['docker_echo']}")
     rows["docker_echo"] = Row("baseline: docker exec echo hi (CLI)", await bench_docker_cli_exec(
         container_id, ["echo", "hi"], "hi\n", counts["docker_echo"]))
