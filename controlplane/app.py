@@ -24,6 +24,7 @@ from controlplane.core.policy import OperatorPolicy
 from controlplane.core.registry import Registry
 from controlplane.core.sessions import SessionManager, SessionPolicy
 from controlplane.core.tool_runtime import ToolRuntime
+from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
 from controlplane.plugins import PluginInput, load_plugins
 from controlplane.rpc.auth import Authenticator
@@ -32,6 +33,7 @@ from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvi
 from controlplane.sandbox.tool_bridge import AgentToolCalls
 from controlplane.store.sqlite import AuditWriter, SqliteStore, hash_token
 from controlplane.tools import catalog
+from controlplane.tools.websearch import SearchConfig
 
 log = logging.getLogger(__name__)
 ENDPOINT_FILE = "endpoint"
@@ -67,11 +69,21 @@ def operator_policy(settings: Settings) -> OperatorPolicy:
     return policy
 
 
+def tool_settings(settings: Settings) -> catalog.ToolSettings:
+    e, s = settings.egress, settings.search
+    return catalog.ToolSettings(
+        egress=EgressPolicy(allow_cidrs=tuple(e.allow_cidrs), allow_hosts=tuple(e.allow_hosts), max_bytes=e.max_bytes),
+        search=SearchConfig(
+            endpoint=s.endpoint, api_key=s.api_key, timeout=s.timeout_s, api_key_header=s.api_key_header,
+        ),
+    )
+
+
 def build_tools(
     sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
-    hooks: HookBus | None = None, policy: OperatorPolicy | None = None,
+    hooks: HookBus | None = None, policy: OperatorPolicy | None = None, settings: catalog.ToolSettings | None = None,
 ) -> ToolRuntime:
-    tools = catalog.implemented()
+    tools = catalog.implemented(settings)
     registry = Registry(catalog.registered(tools), env=os.environ)
     hooks = hooks or HookBus()
 
@@ -147,7 +159,9 @@ async def start(settings: Settings) -> ControlPlane:
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
     )
     audit = AuditWriter(store)
-    tools = build_tools(sessions, approvals=store, audit=audit, hooks=hooks, policy=policy)
+    tools = build_tools(
+        sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
+    )
     server, health_servicer, port = build_server(settings, sessions, tools, auth)
     await server.start()
     await mark_serving(health_servicer, True)

@@ -117,6 +117,28 @@ class PluginsConfig(_Closed):
     """Time limit of one hook invocation."""
 
 
+class EgressConfig(_Closed):
+    """Where control-plane tools (webfetch, websearch, codesearch) may connect. Loopback, private,
+    link-local and cloud-metadata addresses are refused unless allowed here."""
+
+    allow_cidrs: list[str] = Field(default_factory=list)
+    """Networks allowed although private or local, e.g. ["10.1.0.0/16"]."""
+    allow_hosts: list[str] = Field(default_factory=list)
+    """Host names trusted whatever they resolve to (`host` or `*.domain`)."""
+    max_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
+    """Largest response body."""
+
+
+class SearchConfig(_Closed):
+    """The websearch/codesearch provider (an Exa-compatible JSON-RPC endpoint). Never sent into a sandbox."""
+
+    endpoint: str = ""
+    api_key: str = ""
+    api_key_header: str = "x-api-key"
+    timeout_s: float | None = Field(default=None, gt=0)
+    """None keeps each tool's own (websearch 25 s, codesearch 30 s)."""
+
+
 class TenantConfig(_Closed):
     name: str
     token: str | None = None
@@ -141,6 +163,8 @@ class Settings(BaseSettings):
     """Tenants and their tokens; with none, a `default` tenant is created on first start."""
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+    egress: EgressConfig = Field(default_factory=EgressConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
 
     @property
     def token_file(self) -> Path:

@@ -64,6 +64,29 @@ class BuiltinCall:
     agent: str
     extra: dict[str, object] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    custom: bool = False
+    """Run by the sandbox's tool host (a custom or plugin tool), not the built-in of that id."""
+
+
+@dataclass(frozen=True)
+class CustomToolSpec:
+    """A custom or plugin tool as the sandbox's tool host loaded it."""
+
+    id: str
+    description: str
+    parameters: dict[str, object]
+    source: str  # CUSTOM | PLUGIN
+    origin: str
+    init_ms: float
+
+
+@dataclass(frozen=True)
+class CustomListing:
+    tools: list[CustomToolSpec]
+    load_errors: list[tuple[str, str]]
+    """(origin, message) each."""
+    hooks: list[str]
+    """Hook names the project's plugins define."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,6 +42,7 @@ from controlplane.core.tool_events import (
 )
 from controlplane.core.validation import validate
 
+log = logging.getLogger(__name__)
 ABORTED = "Tool execution aborted"
 ABORT_GRACE_S = 3.0
 """How long an aborted tool may take to report what it did (bash reports the abort in its output)."""
@@ -69,6 +71,8 @@ class CallScope:
     policy: list[Rule] = field(default_factory=list)
     """Operator rules, evaluated after everything else."""
     directory: str = "/workspace"
+    sandbox_hooks: frozenset[str] = frozenset()
+    """Hook names the project's plugins define (they run in the sandbox, after the operator's)."""
 
 
 Emit = Callable[[CallEvent], None]
@@ -146,8 +150,10 @@ class ToolExecutor:
         hook_in = {"tool": tool.id, "sessionID": scope.session_id, "callID": call.call_id}
         if self.hooks.has("tool.execute.before"):
             args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
-            if not isinstance(args, dict):
-                raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
+        if "tool.execute.before" in scope.sandbox_hooks:
+            args = (await scope.sandbox.plugin_hook("tool.execute.before", hook_in, {"args": args})).get("args", args)
+        if not isinstance(args, dict):
+            raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
         env: dict[str, str] = {}
         if tool.id == "bash" and self.hooks.has("shell.env"):
             shell_in = {"cwd": args.get("workdir") or scope.directory, "sessionID": scope.session_id,
@@ -163,21 +169,28 @@ class ToolExecutor:
             ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort, env=env,
         )
         result = await definition.execute(args, ctx)
-        if self.hooks.has("tool.execute.after"):
-            after = await self.hooks.trigger(
-                "tool.execute.after", {**hook_in, "args": args},
-                {"title": result.title, "output": result.output, "metadata": result.metadata}, tolerant=True,
-            )
-            result = replace(
-                result, title=str(after.get("title", result.title)), output=str(after.get("output", result.output)),
-                metadata=dict(after.get("metadata") or {}) if "metadata" in after else result.metadata,
-            )
+        result = await self._after_hooks(scope, {**hook_in, "args": args}, result)
         if "truncated" in result.metadata:
             return result
         content, extra = await truncation.apply_truncation(
             result.output, task_allowed=truncation.task_hint_allowed(scope.ruleset), save=scope.sandbox.save_output
         )
         return replace(result, output=content, metadata={**result.metadata, **extra})
+
+    async def _after_hooks(self, scope: CallScope, hook_in: dict[str, Any], result: ToolResult) -> ToolResult:
+        """The operator's after-hooks, then the project plugins'; a failing one loses nothing."""
+        output: dict[str, Any] = {"title": result.title, "output": result.output, "metadata": result.metadata}
+        if self.hooks.has("tool.execute.after"):
+            output = await self.hooks.trigger("tool.execute.after", hook_in, output, tolerant=True)
+        if "tool.execute.after" in scope.sandbox_hooks:
+            try:
+                output = await scope.sandbox.plugin_hook("tool.execute.after", hook_in, output)
+            except ToolError as exc:
+                log.warning("project plugin after-hook failed for %s: %s", hook_in.get("tool"), exc)
+        return replace(
+            result, title=str(output.get("title", result.title)), output=str(output.get("output", result.output)),
+            metadata=dict(output.get("metadata") or {}) if "metadata" in output else result.metadata,
+        )
 
     def _resolve(self, scope: CallScope, call: CallRequest) -> tuple[ToolInfo, dict[str, Any]]:
         """The tool and its arguments, repaired the way upstream repairs a model's bad call."""

@@ -65,6 +65,14 @@ class SandboxCalls(Protocol):
         """Writes a full tool output inside the sandbox; returns its absolute path there."""
         ...
 
+    async def run_custom(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Runs a custom or plugin tool in the sandbox's tool host."""
+        ...
+
+    async def plugin_hook(self, name: str, input_: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+        """Runs the project plugins' hooks of `name` in the sandbox (after the control plane's own)."""
+        ...
+
 
 @dataclass
 class ToolContext:
@@ -111,3 +119,5 @@ class ToolInfo:
     init: Callable[[InitContext], Awaitable[ToolDefinition]]
     source: ToolSource = ToolSource.BUILTIN
     origin: str = "builtin"
+    init_ms: float | None = None
+    """Init time measured where the tool was loaded (a sandbox's tool host), when not measured here."""

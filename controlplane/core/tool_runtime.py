@@ -17,7 +17,9 @@ from typing import Any
 
 from controlplane.core import permission, project_config
 from controlplane.core.asks import PermissionGate, Reply
+from controlplane.core.custom_tools import custom_tool
 from controlplane.core.events import EventBus
+from controlplane.core.execution import CustomListing
 from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.ids import ascending
 from controlplane.core.models import Session
@@ -77,6 +79,8 @@ class ToolRuntime:
         """Per session: the tool user's HOME in its sandbox (saved outputs and plans live under it)."""
         self._agents: dict[str, tuple[str, dict[str, permission.Agent]]] = {}
         """Per session: the config the agents were built from, and the agents."""
+        self._custom: dict[str, CustomListing] = {}
+        """Per session: the custom and plugin tools its sandbox loaded at the last look."""
         sessions.on_end(self._forget_session)
 
     @property
@@ -91,7 +95,8 @@ class ToolRuntime:
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         agent = await self._agent(session, sandbox, agent_name)
         policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
-        offered = self._registry.tools(provider_id, model_id)
+        custom = await self._custom_listing(session, sandbox, refresh=True)
+        offered = _with_custom(self._registry.tools(provider_id, model_id), custom)
         hidden = permission.disabled_layered([t.id for t in offered], agent.permission, policy)
         hooks = self._executor.hooks
         listed = []
@@ -107,9 +112,9 @@ class ToolRuntime:
                     tolerant=True,
                 )
                 description, schema = str(shown.get("description", description)), shown.get("parameters", schema)
-            elapsed = (time.perf_counter() - started) * 1000
+            elapsed = (time.perf_counter() - started) * 1000 if tool.init_ms is None else tool.init_ms
             listed.append(ListedTool(tool.id, description, schema, tool.source, tool.origin, elapsed))
-        return ToolListing(listed)
+        return ToolListing(listed, list(custom.load_errors))
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -122,9 +127,14 @@ class ToolRuntime:
         key = (session_id, call_id)
         if key in self._calls:
             raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
+        custom = await self._custom_listing(session, sandbox, refresh=session_id not in self._custom)
+        tools = self._executable(custom)
+        if tool not in tools and tool.lower() not in tools:
+            custom = await self._custom_listing(session, sandbox, refresh=True)  # a tool file added since
+            tools = self._executable(custom)
         scope = CallScope(
-            session_id=session_id, agent=agent.name, ruleset=agent.permission, tools=self._executable(),
-            sandbox=self._sandbox_calls(sandbox), tenant=tenant,
+            session_id=session_id, agent=agent.name, ruleset=agent.permission, tools=tools,
+            sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
             policy=self._policy.rules(tenant, home=await self._home(session_id, sandbox)),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
@@ -168,13 +178,20 @@ class ToolRuntime:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _executable(self) -> dict[str, ToolInfo]:
+    def _executable(self, custom: CustomListing) -> dict[str, ToolInfo]:
         tools: dict[str, ToolInfo] = {}
-        for tool in self._registry.all():
+        for tool in _with_custom(self._registry.all(), custom):
             tools[tool.id] = tool
         for tool_id, tool in self._extra_builtins.items():
             tools.setdefault(tool_id, tool)
         return tools
+
+    async def _custom_listing(self, session: Session, sandbox: Sandbox, *, refresh: bool) -> CustomListing:
+        if not refresh and session.id in self._custom:
+            return self._custom[session.id]
+        listing = await sandbox.agent.list_custom_tools(session.config_json, {})
+        self._custom[session.id] = listing
+        return listing
 
     async def _home(self, session_id: str, sandbox: Sandbox) -> str:
         home = self._homes.get(session_id)
@@ -205,8 +222,18 @@ class ToolRuntime:
         """Drops what was kept for an ended session; its pending asks fail."""
         self._agents.pop(session_id, None)
         self._homes.pop(session_id, None)
+        self._custom.pop(session_id, None)
         self.gate.forget_session(session_id)
         self._executor.doom_loop.forget_session(session_id)
+
+
+def _with_custom(builtins: list[ToolInfo], listing: CustomListing) -> list[ToolInfo]:
+    """Built-ins then custom tools, one entry per id: a later definition replaces an earlier one in
+    its place (upstream's tool map is a JavaScript object keyed by id)."""
+    tools = {tool.id: tool for tool in builtins}
+    for spec in listing.tools:
+        tools[spec.id] = custom_tool(spec)
+    return list(tools.values())
 
 
 def _config(text: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import grpc
 from controlplane.core.execution import (
     BuiltinCall,
     CommandSpec,
+    CustomListing,
+    CustomToolSpec,
     ExecEvent,
     Exited,
     Output,
@@ -24,6 +26,7 @@ from controlplane.core.execution import (
     Started,
     UploadSummary,
 )
+from controlplane.core.tool import ToolError
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -189,7 +192,7 @@ class GrpcSandboxAgent(SandboxAgent):
         start = agent_pb2.ToolStart(
             tool=call.tool, args_json=json.dumps(call.args), session_id=call.session_id,
             message_id=call.message_id, call_id=call.call_id, agent=call.agent,
-            extra_json=json.dumps(call.extra), env=call.env,
+            extra_json=json.dumps(call.extra), env=call.env, custom=call.custom,
         )
         outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
         stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest))
@@ -201,6 +204,34 @@ class GrpcSandboxAgent(SandboxAgent):
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
         return str(r.path)
+
+    async def list_custom_tools(self, config_json: str, env: dict[str, str]) -> CustomListing:
+        try:
+            r = await self._stub.ListCustomTools(agent_pb2.ListCustomToolsRequest(config_json=config_json, env=env))
+        except grpc.aio.AioRpcError as exc:
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        return CustomListing(
+            tools=[
+                CustomToolSpec(t.id, t.description, _json(t.parameters_json_schema), t.source, t.origin, t.init_ms)
+                for t in r.tools
+            ],
+            load_errors=[(e.origin, e.message) for e in r.load_errors],
+            hooks=list(r.hooks),
+        )
+
+    async def run_plugin_hook(
+        self, name: str, input_: dict[str, object], output: dict[str, object], timeout_s: float,
+    ) -> dict[str, object]:
+        request = agent_pb2.RunPluginHookRequest(
+            name=name, input_json=json.dumps(input_), output_json=json.dumps(output), timeout_s=timeout_s,
+        )
+        try:
+            r = await self._stub.RunPluginHook(request)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ToolError(exc.details() or f"plugin hook {name} failed") from exc
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        return _json(r.output_json)
 
     async def upload(self, archive: bytes, path: str = "") -> UploadSummary:
         async def chunks() -> AsyncIterator[agent_pb2.UploadWorkspaceRequest]:

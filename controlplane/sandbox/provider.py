@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from controlplane.core.execution import BuiltinCall, CommandSpec, ExecEvent, RunEvent, UploadSummary
+from controlplane.core.execution import BuiltinCall, CommandSpec, CustomListing, ExecEvent, RunEvent, UploadSummary
 from controlplane.core.models import Resources
 
 SandboxState = Literal["creating", "pool", "claimed"]
@@ -82,6 +82,16 @@ class SandboxAgent(abc.ABC):
     @abc.abstractmethod
     async def save_output(self, name: str, content: bytes) -> str:
         """Stores a full tool output in the sandbox; returns its path there."""
+
+    @abc.abstractmethod
+    async def list_custom_tools(self, config_json: str, env: dict[str, str]) -> CustomListing:
+        """The project's custom and plugin tools, (re)loaded in the sandbox's tool hosts."""
+
+    @abc.abstractmethod
+    async def run_plugin_hook(
+        self, name: str, input_: dict[str, object], output: dict[str, object], timeout_s: float,
+    ) -> dict[str, object]:
+        """Runs the project plugins' hooks of `name` in the sandbox; their output."""
 
     @abc.abstractmethod
     async def upload(self, archive: bytes, path: str = "") -> UploadSummary: ...

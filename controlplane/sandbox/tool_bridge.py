@@ -10,6 +10,8 @@ from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunMetad
 from controlplane.core.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
 from controlplane.sandbox.provider import SandboxAgent
 
+PLUGIN_HOOK_TIMEOUT_S = 10.0
+
 
 class AgentToolCalls(SandboxCalls):
     def __init__(self, agent: SandboxAgent, *, extra: dict[str, Any] | None = None,
@@ -19,9 +21,18 @@ class AgentToolCalls(SandboxCalls):
         self._env = env or {}
 
     async def run_builtin(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await self._run(tool, args, ctx, custom=False)
+
+    async def run_custom(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await self._run(tool, args, ctx, custom=True)
+
+    async def plugin_hook(self, name: str, input_: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+        return await self._agent.run_plugin_hook(name, input_, output, PLUGIN_HOOK_TIMEOUT_S)
+
+    async def _run(self, tool: str, args: dict[str, Any], ctx: ToolContext, *, custom: bool) -> ToolResult:
         run = await self._agent.run_builtin(BuiltinCall(
             tool=tool, args=args, session_id=ctx.session_id, message_id=ctx.message_id, call_id=ctx.call_id,
-            agent=ctx.agent, extra={**self._extra, **ctx.extra}, env={**self._env, **ctx.env},
+            agent=ctx.agent, extra={**self._extra, **ctx.extra}, env={**self._env, **ctx.env}, custom=custom,
         ))
 
         async def forward_abort() -> None:

@@ -1,23 +1,39 @@
-"""Every built-in tool this platform implements, by id."""
+"""Every built-in tool this platform implements, by id, built from the operator's settings."""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 
+from controlplane import egress
 from controlplane.core.registry import BUILTIN_ORDER, EXTRA_ORDER
 from controlplane.core.tool import ToolInfo
+from controlplane.tools import codesearch, webfetch, websearch
 
 _MODULES = {
     "invalid": "invalid", "bash": "bash", "read": "read", "glob": "glob", "grep": "grep", "edit": "edit",
-    "write": "write", "apply_patch": "apply_patch", "list": "list", "multiedit": "multiedit",
+    "write": "write", "apply_patch": "apply_patch", "list": "list", "multiedit": "multiedit", "skill": "skill",
+    "lsp": "lsp",
 }
 
 
-def implemented() -> dict[str, ToolInfo]:
+@dataclass(frozen=True)
+class ToolSettings:
+    """What configured tools need from the operator's config."""
+
+    egress: egress.EgressPolicy = field(default_factory=egress.EgressPolicy)
+    search: websearch.SearchConfig = field(default_factory=websearch.SearchConfig)
+
+
+def implemented(settings: ToolSettings | None = None) -> dict[str, ToolInfo]:
+    settings = settings or ToolSettings()
     tools: dict[str, ToolInfo] = {}
     for tool_id, module in _MODULES.items():
         tool: ToolInfo = importlib.import_module(f"controlplane.tools.{module}").TOOL
         tools[tool_id] = tool
+    tools["webfetch"] = webfetch.make_tool(settings.egress)
+    tools["websearch"] = websearch.make_tool(settings.search, settings.egress)
+    tools["codesearch"] = codesearch.make_tool(settings.search, settings.egress)
     return tools
 
 

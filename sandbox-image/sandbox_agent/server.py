@@ -20,6 +20,7 @@ from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.tool_calls import ToolCalls
+from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.runner import ToolRunner
 from sandbox_agent.workspace import resolve_cwd, resolve_inside
 
@@ -70,6 +71,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env)
 
     async def stop_all(self) -> None:
+        await self._tools.custom.close()
         await asyncio.gather(*(e.stop(reason="agent shutting down") for e in list(self._running)))
         await Execution.close_spawners()
         self._runner.close()
@@ -141,6 +143,28 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                 yield event
         except AgentError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    async def ListCustomTools(
+        self, request: agent_pb2.ListCustomToolsRequest, context: Any
+    ) -> agent_pb2.ListCustomToolsResponse:
+        try:
+            return await self._tools.list_custom(request.config_json, dict(request.env))
+        except AgentError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+
+    async def RunPluginHook(
+        self, request: agent_pb2.RunPluginHookRequest, context: Any
+    ) -> agent_pb2.RunPluginHookResponse:
+        try:
+            output = await self._tools.custom.hook(
+                request.name, json.loads(request.input_json or "{}"), json.loads(request.output_json or "{}"),
+                request.timeout_s,
+            )
+        except (ToolError, ValueError) as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+        return agent_pb2.RunPluginHookResponse(output_json=json.dumps(output))
 
     async def SaveToolOutput(
         self, request: agent_pb2.SaveToolOutputRequest, context: Any

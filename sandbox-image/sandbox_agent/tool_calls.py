@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.v1 import agent_pb2
+from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.errors import AgentError
-from sandbox_agent.tools.base import SessionState, ToolContext, ToolError, ToolOutput, ToolRun
+from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
 
 BUILTIN_TOOLS = {
     "bash": "bash", "read": "read", "write": "write", "edit": "edit", "multiedit": "multiedit",
-    "apply_patch": "apply_patch", "glob": "glob", "grep": "grep", "list": "list",
+    "apply_patch": "apply_patch", "glob": "glob", "grep": "grep", "list": "list", "skill": "skill",
+    "lsp": "lsp",
 }
 OUTPUT_NAME = re.compile(r"^tool_[0-9a-f]{12}[0-9A-Za-z]{14}$")
 TOOL_OUTPUT_DIR = ".local/share/opencode/tool-output"
@@ -64,6 +66,7 @@ class ToolCalls:
         self._workspace = workspace
         self._tool_home = tool_home
         self._sessions: dict[str, SessionState] = {}
+        self.custom = CustomTools(runner, workspace, tool_home)
         self.running = 0
 
     def _state(self, session_id: str) -> SessionState:
@@ -115,7 +118,7 @@ class ToolCalls:
 
         async def execute() -> None:
             try:
-                run = load_tool(start.tool)
+                run = self._custom_run(start.tool, abort) if start.custom else load_tool(start.tool)
                 directory = self._workspace
                 ctx = ToolContext(
                     session_id=start.session_id, message_id=start.message_id, call_id=start.call_id,
@@ -147,6 +150,41 @@ class ToolCalls:
                 # Give the tool a moment to stop what it started (a killed bash group) before dropping it.
                 await asyncio.wait([worker], timeout=3.0)
                 worker.cancel()
+
+    def _custom_run(self, tool_id: str, abort: asyncio.Event) -> ToolRun:
+        async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+            context = {
+                "sessionID": ctx.session_id, "messageID": ctx.message_id, "agent": ctx.agent, "callID": ctx.call_id,
+                "directory": ctx.directory, "worktree": ctx.worktree, "extra": ctx.extra,
+            }
+            result = await self.custom.call(tool_id, args, context, on_metadata=ctx.metadata, on_ask=ctx.ask,
+                                            abort=abort)
+            attachments = [
+                Attachment(mime=str(a.get("mime", "")), url=str(a.get("url", "")), filename=str(a.get("filename", "")))
+                for a in result.attachments
+            ]
+            return ToolOutput(result.title, result.output, result.metadata, attachments)
+
+        return run
+
+    async def list_custom(self, config_json: str, env: dict[str, str]) -> agent_pb2.ListCustomToolsResponse:
+        try:
+            config = json.loads(config_json) if config_json else {}
+        except json.JSONDecodeError as exc:
+            raise AgentError(f"the session's opencode.json is not valid JSON: {exc}") from exc
+        worktree = await self._runner.io(find_worktree, self._workspace)
+        listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
+        return agent_pb2.ListCustomToolsResponse(
+            tools=[
+                agent_pb2.CustomTool(
+                    id=t.id, description=t.description, parameters_json_schema=json.dumps(t.parameters),
+                    source=t.source, origin=t.origin, init_ms=t.init_ms,
+                )
+                for t in listing.tools
+            ],
+            load_errors=[agent_pb2.CustomLoadError(origin=e.origin, message=e.message) for e in listing.load_errors],
+            hooks=listing.hooks,
+        )
 
     async def save_output(self, name: str, content: bytes) -> str:
         if not OUTPUT_NAME.match(name):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sandbox/v1/agent.proto\x12\nsandbox.v1\"\x0f\n\rHealthRequest\"\xa3\x01\n\x0eHealthResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x11\n\tagent_pid\x18\x02 \x01(\x05\x12\x11\n\tagent_uid\x18\x03 \x01(\x05\x12\x10\n\x08tool_uid\x18\x04 \x01(\x05\x12\x11\n\tworkspace\x18\x05 \x01(\t\x12\x11\n\tuptime_ms\x18\x06 \x01(\x04\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x11\n\ttool_home\x18\x08 \x01(\t\"\xe0\x01\n\tExecStart\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12+\n\x03\x65nv\x18\x03 \x03(\x0b\x32\x1e.sandbox.v1.ExecStart.EnvEntry\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\x12\r\n\x05stdin\x18\x06 \x01(\x08\x12\x15\n\rkill_grace_ms\x18\x07 \x01(\r\x12\x14\n\x0cmerge_stderr\x18\x08 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x05\x41\x62ort\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x0c\n\nCloseStdin\"\xa0\x01\n\x0b\x45xecRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.sandbox.v1.ExecStartH\x00\x12\x0f\n\x05stdin\x18\x02 \x01(\x0cH\x00\x12-\n\x0b\x63lose_stdin\x18\x03 \x01(\x0b\x32\x16.sandbox.v1.CloseStdinH\x00\x12\"\n\x05\x61\x62ort\x18\x04 \x01(\x0b\x32\x11.sandbox.v1.AbortH\x00\x42\x05\n\x03msg\"\x16\n\x07Started\x12\x0b\n\x03pid\x18\x01 \x01(\x05\"4\n\x06Output\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x64\x61ta\"z\n\x06\x45xited\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x11\n\ttimed_out\x18\x03 \x01(\x08\x12\x0f\n\x07\x61\x62orted\x18\x04 \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x05 \x01(\x04\x12\x14\n\x0c\x61\x62ort_reason\x18\x06 \x01(\t\"\x95\x01\n\tExecEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12&\n\x07started\x18\x02 \x01(\x0b\x32\x13.sandbox.v1.StartedH\x00\x12$\n\x06output\x18\x03 \x01(\x0b\x32\x12.sandbox.v1.OutputH\x00\x12$\n\x06\x65xited\x18\x04 \x01(\x0b\x32\x12.sandbox.v1.ExitedH\x00\x42\x07\n\x05\x65vent\"5\n\x16UploadWorkspaceRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x63hunk\x18\x02 \x01(\x0c\"o\n\x17UploadWorkspaceResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\r\x12\x13\n\x0b\x64irectories\x18\x02 \x01(\r\x12\x10\n\x08symlinks\x18\x03 \x01(\r\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x0f\n\x07skipped\x18\x05 \x03(\t\"(\n\x18\x44ownloadWorkspaceRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"*\n\x19\x44ownloadWorkspaceResponse\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\"\xe1\x01\n\tToolStart\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nmessage_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x05 \x01(\t\x12\r\n\x05\x61gent\x18\x06 \x01(\t\x12\x12\n\nextra_json\x18\x07 \x01(\t\x12+\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x1e.sandbox.v1.ToolStart.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x08\x41skReply\x12\x0e\n\x06\x61sk_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x08\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x8e\x01\n\x0eRunToolRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.sandbox.v1.ToolStartH\x00\x12)\n\task_reply\x18\x02 \x01(\x0b\x32\x14.sandbox.v1.AskReplyH\x00\x12\"\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x11.sandbox.v1.AbortH\x00\x42\x05\n\x03msg\"f\n\x07ToolAsk\x12\x0e\n\x06\x61sk_id\x18\x01 \x01(\x04\x12\x12\n\npermission\x18\x02 \x01(\t\x12\x10\n\x08patterns\x18\x03 \x03(\t\x12\x0e\n\x06\x61lways\x18\x04 \x03(\t\x12\x15\n\rmetadata_json\x18\x05 \x01(\t\"G\n\x0cToolMetadata\x12\x11\n\thas_title\x18\x01 \x01(\x08\x12\r\n\x05title\x18\x02 \x01(\t\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\"=\n\x0eToolAttachment\x12\x0c\n\x04mime\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\"s\n\nToolResult\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\x12/\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1a.sandbox.v1.ToolAttachment\"\x1d\n\nToolFailed\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xca\x01\n\x0cRunToolEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\"\n\x03\x61sk\x18\x02 \x01(\x0b\x32\x13.sandbox.v1.ToolAskH\x00\x12,\n\x08metadata\x18\x03 \x01(\x0b\x32\x18.sandbox.v1.ToolMetadataH\x00\x12(\n\x06result\x18\x04 \x01(\x0b\x32\x16.sandbox.v1.ToolResultH\x00\x12(\n\x06\x66\x61iled\x18\x05 \x01(\x0b\x32\x16.sandbox.v1.ToolFailedH\x00\x42\x07\n\x05\x65vent\"6\n\x15SaveToolOutputRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\"&\n\x16SaveToolOutputResponse\x12\x0c\n\x04path\x18\x01 \x01(\t2\xeb\x03\n\x0cSandboxAgent\x12?\n\x06Health\x12\x19.sandbox.v1.HealthRequest\x1a\x1a.sandbox.v1.HealthResponse\x12:\n\x04\x45xec\x12\x17.sandbox.v1.ExecRequest\x1a\x15.sandbox.v1.ExecEvent(\x01\x30\x01\x12\\\n\x0fUploadWorkspace\x12\".sandbox.v1.UploadWorkspaceRequest\x1a#.sandbox.v1.UploadWorkspaceResponse(\x01\x12\x62\n\x11\x44ownloadWorkspace\x12$.sandbox.v1.DownloadWorkspaceRequest\x1a%.sandbox.v1.DownloadWorkspaceResponse0\x01\x12\x43\n\x07RunTool\x12\x1a.sandbox.v1.RunToolRequest\x1a\x18.sandbox.v1.RunToolEvent(\x01\x30\x01\x12W\n\x0eSaveToolOutput\x12!.sandbox.v1.SaveToolOutputRequest\x1a\".sandbox.v1.SaveToolOutputResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sandbox/v1/agent.proto\x12\nsandbox.v1\"\x0f\n\rHealthRequest\"\xa3\x01\n\x0eHealthResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x11\n\tagent_pid\x18\x02 \x01(\x05\x12\x11\n\tagent_uid\x18\x03 \x01(\x05\x12\x10\n\x08tool_uid\x18\x04 \x01(\x05\x12\x11\n\tworkspace\x18\x05 \x01(\t\x12\x11\n\tuptime_ms\x18\x06 \x01(\x04\x12\x0f\n\x07running\x18\x07 \x01(\r\x12\x11\n\ttool_home\x18\x08 \x01(\t\"\xe0\x01\n\tExecStart\x12\x0c\n\x04\x61rgv\x18\x01 \x03(\t\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12+\n\x03\x65nv\x18\x03 \x03(\x0b\x32\x1e.sandbox.v1.ExecStart.EnvEntry\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12\x12\n\ntimeout_ms\x18\x05 \x01(\r\x12\r\n\x05stdin\x18\x06 \x01(\x08\x12\x15\n\rkill_grace_ms\x18\x07 \x01(\r\x12\x14\n\x0cmerge_stderr\x18\x08 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x05\x41\x62ort\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x0c\n\nCloseStdin\"\xa0\x01\n\x0b\x45xecRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.sandbox.v1.ExecStartH\x00\x12\x0f\n\x05stdin\x18\x02 \x01(\x0cH\x00\x12-\n\x0b\x63lose_stdin\x18\x03 \x01(\x0b\x32\x16.sandbox.v1.CloseStdinH\x00\x12\"\n\x05\x61\x62ort\x18\x04 \x01(\x0b\x32\x11.sandbox.v1.AbortH\x00\x42\x05\n\x03msg\"\x16\n\x07Started\x12\x0b\n\x03pid\x18\x01 \x01(\x05\"4\n\x06Output\x12\x10\n\x06stdout\x18\x01 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x64\x61ta\"z\n\x06\x45xited\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x11\n\ttimed_out\x18\x03 \x01(\x08\x12\x0f\n\x07\x61\x62orted\x18\x04 \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x05 \x01(\x04\x12\x14\n\x0c\x61\x62ort_reason\x18\x06 \x01(\t\"\x95\x01\n\tExecEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12&\n\x07started\x18\x02 \x01(\x0b\x32\x13.sandbox.v1.StartedH\x00\x12$\n\x06output\x18\x03 \x01(\x0b\x32\x12.sandbox.v1.OutputH\x00\x12$\n\x06\x65xited\x18\x04 \x01(\x0b\x32\x12.sandbox.v1.ExitedH\x00\x42\x07\n\x05\x65vent\"5\n\x16UploadWorkspaceRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x63hunk\x18\x02 \x01(\x0c\"o\n\x17UploadWorkspaceResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\r\x12\x13\n\x0b\x64irectories\x18\x02 \x01(\r\x12\x10\n\x08symlinks\x18\x03 \x01(\r\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x0f\n\x07skipped\x18\x05 \x03(\t\"(\n\x18\x44ownloadWorkspaceRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"*\n\x19\x44ownloadWorkspaceResponse\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\"\xf1\x01\n\tToolStart\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nmessage_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x05 \x01(\t\x12\r\n\x05\x61gent\x18\x06 \x01(\t\x12\x12\n\nextra_json\x18\x07 \x01(\t\x12+\n\x03\x65nv\x18\x08 \x03(\x0b\x32\x1e.sandbox.v1.ToolStart.EnvEntry\x12\x0e\n\x06\x63ustom\x18\t \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x08\x41skReply\x12\x0e\n\x06\x61sk_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x08\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x8e\x01\n\x0eRunToolRequest\x12&\n\x05start\x18\x01 \x01(\x0b\x32\x15.sandbox.v1.ToolStartH\x00\x12)\n\task_reply\x18\x02 \x01(\x0b\x32\x14.sandbox.v1.AskReplyH\x00\x12\"\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x11.sandbox.v1.AbortH\x00\x42\x05\n\x03msg\"f\n\x07ToolAsk\x12\x0e\n\x06\x61sk_id\x18\x01 \x01(\x04\x12\x12\n\npermission\x18\x02 \x01(\t\x12\x10\n\x08patterns\x18\x03 \x03(\t\x12\x0e\n\x06\x61lways\x18\x04 \x03(\t\x12\x15\n\rmetadata_json\x18\x05 \x01(\t\"G\n\x0cToolMetadata\x12\x11\n\thas_title\x18\x01 \x01(\x08\x12\r\n\x05title\x18\x02 \x01(\t\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\"=\n\x0eToolAttachment\x12\x0c\n\x04mime\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x10\n\x08\x66ilename\x18\x03 \x01(\t\"s\n\nToolResult\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\x12/\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1a.sandbox.v1.ToolAttachment\"\x1d\n\nToolFailed\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xca\x01\n\x0cRunToolEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\"\n\x03\x61sk\x18\x02 \x01(\x0b\x32\x13.sandbox.v1.ToolAskH\x00\x12,\n\x08metadata\x18\x03 \x01(\x0b\x32\x18.sandbox.v1.ToolMetadataH\x00\x12(\n\x06result\x18\x04 \x01(\x0b\x32\x16.sandbox.v1.ToolResultH\x00\x12(\n\x06\x66\x61iled\x18\x05 \x01(\x0b\x32\x16.sandbox.v1.ToolFailedH\x00\x42\x07\n\x05\x65vent\"6\n\x15SaveToolOutputRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\"&\n\x16SaveToolOutputResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x93\x01\n\x16ListCustomToolsRequest\x12\x13\n\x0b\x63onfig_json\x18\x01 \x01(\t\x12\x38\n\x03\x65nv\x18\x02 \x03(\x0b\x32+.sandbox.v1.ListCustomToolsRequest.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"~\n\nCustomTool\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x0f\n\x07init_ms\x18\x06 \x01(\x01\"2\n\x0f\x43ustomLoadError\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x81\x01\n\x17ListCustomToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.sandbox.v1.CustomTool\x12\x30\n\x0bload_errors\x18\x02 \x03(\x0b\x32\x1b.sandbox.v1.CustomLoadError\x12\r\n\x05hooks\x18\x03 \x03(\t\"`\n\x14RunPluginHookRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ninput_json\x18\x02 \x01(\t\x12\x13\n\x0boutput_json\x18\x03 \x01(\t\x12\x11\n\ttimeout_s\x18\x04 \x01(\x01\",\n\x15RunPluginHookResponse\x12\x13\n\x0boutput_json\x18\x01 \x01(\t2\x9d\x05\n\x0cSandboxAgent\x12?\n\x06Health\x12\x19.sandbox.v1.HealthRequest\x1a\x1a.sandbox.v1.HealthResponse\x12:\n\x04\x45xec\x12\x17.sandbox.v1.ExecRequest\x1a\x15.sandbox.v1.ExecEvent(\x01\x30\x01\x12\\\n\x0fUploadWorkspace\x12\".sandbox.v1.UploadWorkspaceRequest\x1a#.sandbox.v1.UploadWorkspaceResponse(\x01\x12\x62\n\x11\x44ownloadWorkspace\x12$.sandbox.v1.DownloadWorkspaceRequest\x1a%.sandbox.v1.DownloadWorkspaceResponse0\x01\x12\x43\n\x07RunTool\x12\x1a.sandbox.v1.RunToolRequest\x1a\x18.sandbox.v1.RunToolEvent(\x01\x30\x01\x12W\n\x0eSaveToolOutput\x12!.sandbox.v1.SaveToolOutputRequest\x1a\".sandbox.v1.SaveToolOutputResponse\x12Z\n\x0fListCustomTools\x12\".sandbox.v1.ListCustomToolsRequest\x1a#.sandbox.v1.ListCustomToolsResponse\x12T\n\rRunPluginHook\x12 .sandbox.v1.RunPluginHookRequest\x1a!.sandbox.v1.RunPluginHookResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXECSTART_ENVENTRY']._serialized_options = b'8\001'
   _globals['_TOOLSTART_ENVENTRY']._loaded_options = None
   _globals['_TOOLSTART_ENVENTRY']._serialized_options = b'8\001'
+  _globals['_LISTCUSTOMTOOLSREQUEST_ENVENTRY']._loaded_options = None
+  _globals['_LISTCUSTOMTOOLSREQUEST_ENVENTRY']._serialized_options = b'8\001'
   _globals['_HEALTHREQUEST']._serialized_start=38
   _globals['_HEALTHREQUEST']._serialized_end=53
   _globals['_HEALTHRESPONSE']._serialized_start=56
@@ -66,29 +68,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DOWNLOADWORKSPACERESPONSE']._serialized_start=1214
   _globals['_DOWNLOADWORKSPACERESPONSE']._serialized_end=1256
   _globals['_TOOLSTART']._serialized_start=1259
-  _globals['_TOOLSTART']._serialized_end=1484
+  _globals['_TOOLSTART']._serialized_end=1500
   _globals['_TOOLSTART_ENVENTRY']._serialized_start=404
   _globals['_TOOLSTART_ENVENTRY']._serialized_end=446
-  _globals['_ASKREPLY']._serialized_start=1486
-  _globals['_ASKREPLY']._serialized_end=1546
-  _globals['_RUNTOOLREQUEST']._serialized_start=1549
-  _globals['_RUNTOOLREQUEST']._serialized_end=1691
-  _globals['_TOOLASK']._serialized_start=1693
-  _globals['_TOOLASK']._serialized_end=1795
-  _globals['_TOOLMETADATA']._serialized_start=1797
-  _globals['_TOOLMETADATA']._serialized_end=1868
-  _globals['_TOOLATTACHMENT']._serialized_start=1870
-  _globals['_TOOLATTACHMENT']._serialized_end=1931
-  _globals['_TOOLRESULT']._serialized_start=1933
-  _globals['_TOOLRESULT']._serialized_end=2048
-  _globals['_TOOLFAILED']._serialized_start=2050
-  _globals['_TOOLFAILED']._serialized_end=2079
-  _globals['_RUNTOOLEVENT']._serialized_start=2082
-  _globals['_RUNTOOLEVENT']._serialized_end=2284
-  _globals['_SAVETOOLOUTPUTREQUEST']._serialized_start=2286
-  _globals['_SAVETOOLOUTPUTREQUEST']._serialized_end=2340
-  _globals['_SAVETOOLOUTPUTRESPONSE']._serialized_start=2342
-  _globals['_SAVETOOLOUTPUTRESPONSE']._serialized_end=2380
-  _globals['_SANDBOXAGENT']._serialized_start=2383
-  _globals['_SANDBOXAGENT']._serialized_end=2874
+  _globals['_ASKREPLY']._serialized_start=1502
+  _globals['_ASKREPLY']._serialized_end=1562
+  _globals['_RUNTOOLREQUEST']._serialized_start=1565
+  _globals['_RUNTOOLREQUEST']._serialized_end=1707
+  _globals['_TOOLASK']._serialized_start=1709
+  _globals['_TOOLASK']._serialized_end=1811
+  _globals['_TOOLMETADATA']._serialized_start=1813
+  _globals['_TOOLMETADATA']._serialized_end=1884
+  _globals['_TOOLATTACHMENT']._serialized_start=1886
+  _globals['_TOOLATTACHMENT']._serialized_end=1947
+  _globals['_TOOLRESULT']._serialized_start=1949
+  _globals['_TOOLRESULT']._serialized_end=2064
+  _globals['_TOOLFAILED']._serialized_start=2066
+  _globals['_TOOLFAILED']._serialized_end=2095
+  _globals['_RUNTOOLEVENT']._serialized_start=2098
+  _globals['_RUNTOOLEVENT']._serialized_end=2300
+  _globals['_SAVETOOLOUTPUTREQUEST']._serialized_start=2302
+  _globals['_SAVETOOLOUTPUTREQUEST']._serialized_end=2356
+  _globals['_SAVETOOLOUTPUTRESPONSE']._serialized_start=2358
+  _globals['_SAVETOOLOUTPUTRESPONSE']._serialized_end=2396
+  _globals['_LISTCUSTOMTOOLSREQUEST']._serialized_start=2399
+  _globals['_LISTCUSTOMTOOLSREQUEST']._serialized_end=2546
+  _globals['_LISTCUSTOMTOOLSREQUEST_ENVENTRY']._serialized_start=404
+  _globals['_LISTCUSTOMTOOLSREQUEST_ENVENTRY']._serialized_end=446
+  _globals['_CUSTOMTOOL']._serialized_start=2548
+  _globals['_CUSTOMTOOL']._serialized_end=2674
+  _globals['_CUSTOMLOADERROR']._serialized_start=2676
+  _globals['_CUSTOMLOADERROR']._serialized_end=2726
+  _globals['_LISTCUSTOMTOOLSRESPONSE']._serialized_start=2729
+  _globals['_LISTCUSTOMTOOLSRESPONSE']._serialized_end=2858
+  _globals['_RUNPLUGINHOOKREQUEST']._serialized_start=2860
+  _globals['_RUNPLUGINHOOKREQUEST']._serialized_end=2956
+  _globals['_RUNPLUGINHOOKRESPONSE']._serialized_start=2958
+  _globals['_RUNPLUGINHOOKRESPONSE']._serialized_end=3002
+  _globals['_SANDBOXAGENT']._serialized_start=3005
+  _globals['_SANDBOXAGENT']._serialized_end=3674
 # @@protoc_insertion_point(module_scope)

@@ -459,6 +459,7 @@ class ToolStart(_message.Message):
     AGENT_FIELD_NUMBER: _builtins.int
     EXTRA_JSON_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
+    CUSTOM_FIELD_NUMBER: _builtins.int
     tool: _builtins.str
     args_json: _builtins.str
     """The validated arguments, a JSON object."""
@@ -468,6 +469,8 @@ class ToolStart(_message.Message):
     agent: _builtins.str
     extra_json: _builtins.str
     """Tool options (bypassCwdCheck, default_timeout_ms, ...), a JSON object."""
+    custom: _builtins.bool
+    """A custom or plugin tool (run by a tool host) rather than the built-in of the same id."""
     @_builtins.property
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Extra environment for commands the tool starts (the shell.env hook's output)."""
@@ -483,10 +486,11 @@ class ToolStart(_message.Message):
         agent: _builtins.str = ...,
         extra_json: _builtins.str = ...,
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        custom: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "custom", b"custom", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -758,3 +762,190 @@ class SaveToolOutputResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SaveToolOutputResponse: _TypeAlias = SaveToolOutputResponse  # noqa: Y015
+
+@_typing.final
+class ListCustomToolsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    config_json: _builtins.str
+    """The session's opencode.json (plugin entries), a JSON object or empty."""
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The session's environment (OPENCODE_CONFIG_DIR, OPENCODE_DISABLE_PROJECT_CONFIG, ...)."""
+
+    def __init__(
+        self,
+        *,
+        config_json: _builtins.str = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "env", b"env"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCustomToolsRequest: _TypeAlias = ListCustomToolsRequest  # noqa: Y015
+
+@_typing.final
+class CustomTool(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    PARAMETERS_JSON_SCHEMA_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    INIT_MS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    description: _builtins.str
+    parameters_json_schema: _builtins.str
+    """The parameters as its runtime's JSON Schema (zod's toJSONSchema for JS/TS tools)."""
+    source: _builtins.str
+    """CUSTOM or PLUGIN."""
+    origin: _builtins.str
+    """The file it comes from."""
+    init_ms: _builtins.float
+    """Import and schema conversion time in its host."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        description: _builtins.str = ...,
+        parameters_json_schema: _builtins.str = ...,
+        source: _builtins.str = ...,
+        origin: _builtins.str = ...,
+        init_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "id", b"id", "init_ms", b"init_ms", "origin", b"origin", "parameters_json_schema", b"parameters_json_schema", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomTool: _TypeAlias = CustomTool  # noqa: Y015
+
+@_typing.final
+class CustomLoadError(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "origin", b"origin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomLoadError: _TypeAlias = CustomLoadError  # noqa: Y015
+
+@_typing.final
+class ListCustomToolsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOLS_FIELD_NUMBER: _builtins.int
+    LOAD_ERRORS_FIELD_NUMBER: _builtins.int
+    HOOKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
+        """In registry order: tool files by config dir then file name, then plugin tools; one entry per id
+        (the later definition wins, as upstream's tool map does).
+        """
+
+    @_builtins.property
+    def load_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomLoadError]: ...
+    @_builtins.property
+    def hooks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Hook names some project plugin defines."""
+
+    def __init__(
+        self,
+        *,
+        tools: _abc.Iterable[Global___CustomTool] | None = ...,
+        load_errors: _abc.Iterable[Global___CustomLoadError] | None = ...,
+        hooks: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCustomToolsResponse: _TypeAlias = ListCustomToolsResponse  # noqa: Y015
+
+@_typing.final
+class RunPluginHookRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
+    OUTPUT_JSON_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    input_json: _builtins.str
+    output_json: _builtins.str
+    timeout_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        input_json: _builtins.str = ...,
+        output_json: _builtins.str = ...,
+        timeout_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "name", b"name", "output_json", b"output_json", "timeout_s", b"timeout_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunPluginHookRequest: _TypeAlias = RunPluginHookRequest  # noqa: Y015
+
+@_typing.final
+class RunPluginHookResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTPUT_JSON_FIELD_NUMBER: _builtins.int
+    output_json: _builtins.str
+    def __init__(
+        self,
+        *,
+        output_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_json", b"output_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunPluginHookResponse: _TypeAlias = RunPluginHookResponse  # noqa: Y015

@@ -64,6 +64,16 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputResponse.FromString,
                 _registered_method=True)
+        self.ListCustomTools = channel.unary_unary(
+                '/sandbox.v1.SandboxAgent/ListCustomTools',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsResponse.FromString,
+                _registered_method=True)
+        self.RunPluginHook = channel.unary_unary(
+                '/sandbox.v1.SandboxAgent/RunPluginHook',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxAgentServicer:
@@ -115,6 +125,21 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCustomTools(self, request, context):
+        """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
+        long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunPluginHook(self, request, context):
+        """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +172,16 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.SaveToolOutput,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputResponse.SerializeToString,
+            ),
+            'ListCustomTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCustomTools,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsResponse.SerializeToString,
+            ),
+            'RunPluginHook': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunPluginHook,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +346,60 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/SaveToolOutput',
             sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.SaveToolOutputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCustomTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/ListCustomTools',
+            sandbox_dot_v1_dot_agent__pb2.ListCustomToolsRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.ListCustomToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunPluginHook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/RunPluginHook',
+            sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.RunPluginHookResponse.FromString,
             options,
             channel_credentials,
             insecure,

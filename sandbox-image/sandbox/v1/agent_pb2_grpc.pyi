@@ -52,6 +52,12 @@ class SandboxAgentStub:
     """
     SaveToolOutput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
+    ListCustomTools: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListCustomToolsRequest, _agent_pb2.ListCustomToolsResponse]
+    """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
+    long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+    """
+    RunPluginHook: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RunPluginHookRequest, _agent_pb2.RunPluginHookResponse]
+    """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
 
 @_typing.type_check_only
 class SandboxAgentAsyncStub(SandboxAgentStub):
@@ -74,6 +80,12 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     """
     SaveToolOutput: _aio.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]  # type: ignore[assignment]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
+    ListCustomTools: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListCustomToolsRequest, _agent_pb2.ListCustomToolsResponse]  # type: ignore[assignment]
+    """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
+    long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+    """
+    RunPluginHook: _aio.UnaryUnaryMultiCallable[_agent_pb2.RunPluginHookRequest, _agent_pb2.RunPluginHookResponse]  # type: ignore[assignment]
+    """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
 
 class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -129,5 +141,23 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.SaveToolOutputResponse, _abc.Awaitable[_agent_pb2.SaveToolOutputResponse]]:
         """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
+
+    @_abc_1.abstractmethod
+    def ListCustomTools(
+        self,
+        request: _agent_pb2.ListCustomToolsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ListCustomToolsResponse, _abc.Awaitable[_agent_pb2.ListCustomToolsResponse]]:
+        """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
+        long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+        """
+
+    @_abc_1.abstractmethod
+    def RunPluginHook(
+        self,
+        request: _agent_pb2.RunPluginHookRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.RunPluginHookResponse, _abc.Awaitable[_agent_pb2.RunPluginHookResponse]]:
+        """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
 
 def add_SandboxAgentServicer_to_server(servicer: SandboxAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

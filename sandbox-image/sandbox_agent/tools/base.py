@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Execution
+
+if TYPE_CHECKING:
+    from sandbox_agent.lsp.servers import SessionServers
 
 T = TypeVar("T")
 
@@ -76,6 +79,8 @@ class SessionState:
         self.file_times = FileTimes()
         self.loaded_instructions: set[str] = set()
         """Instruction files (AGENTS.md, ...) already injected by `read` in this session."""
+        self.lsp: SessionServers | None = None
+        """The session's language servers, created by the `lsp` tool on first use."""
 
 
 class FileTimes:
