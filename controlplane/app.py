@@ -26,6 +26,7 @@ from controlplane.core.sessions import SessionManager, SessionPolicy
 from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
+from controlplane.mcp.session import mcp_factory
 from controlplane.plugins import PluginInput, load_plugins
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.server import build_server, mark_serving
@@ -100,7 +101,7 @@ def build_tools(
     executor = ToolExecutor(gate, hooks, audit)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
-        env=os.environ,
+        env=os.environ, mcp=mcp_factory((settings or catalog.ToolSettings()).egress),
     )
 
 

@@ -16,7 +16,7 @@ hash=$( {
   echo "$base_id"
   find Dockerfile.sandbox sandbox-image/requirements.txt sandbox-image/bun-version \
        sandbox-image/node/package.json sandbox-image/node/package-lock.json \
-       sandbox-image/sandbox sandbox-image/sandbox_agent \
+       sandbox-image/sandbox sandbox-image/sandbox_agent sandbox-image/toolhost sandbox-image/pyhost \
        -type f ! -path '*/__pycache__/*' ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
 } | sha256sum | cut -c1-16)
 image="ocsb-sandbox:${hash}"

@@ -11,9 +11,9 @@ import asyncio
 import json
 import posixpath
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from controlplane.core import permission, project_config
 from controlplane.core.asks import PermissionGate, Reply
@@ -29,7 +29,7 @@ from controlplane.core.sessions import SessionManager
 from controlplane.core.tool import InitContext, SandboxCalls, ToolInfo, ToolSource
 from controlplane.core.tool_events import CallEvent, PermissionRequested, StateChanged
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
-from controlplane.sandbox.provider import Sandbox
+from controlplane.sandbox.provider import Sandbox, SandboxAgent
 
 TOOL_OUTPUT_SUBDIR = ".local/share/opencode/tool-output"
 PLANS_SUBDIR = ".local/share/opencode/plans"
@@ -51,6 +51,20 @@ class ToolListing:
     load_errors: list[tuple[str, str]] = field(default_factory=list)
 
 
+class McpSource(Protocol):
+    """A session's connected MCP servers (see controlplane.mcp.session)."""
+
+    def tools(self) -> list[ToolInfo]: ...
+
+    def load_errors(self) -> list[tuple[str, str]]: ...
+
+    async def close(self) -> None: ...
+
+
+McpFactory = Callable[[str, "SandboxAgent"], Awaitable[McpSource | None]]
+"""(the session's opencode.json, its sandbox's agent) -> its MCP servers, connected; None without any."""
+
+
 @dataclass
 class RunningCall:
     session_id: str
@@ -65,7 +79,11 @@ class ToolRuntime:
         self, sessions: SessionManager, registry: Registry, executor: ToolExecutor,
         sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo], *,
         bus: EventBus | None = None, policy: OperatorPolicy | None = None, env: Mapping[str, str] | None = None,
+        mcp: McpFactory | None = None,
     ) -> None:
+        self._mcp_factory = mcp
+        self._mcp: dict[str, asyncio.Future[McpSource | None]] = {}
+        """Per session: its MCP servers, connected once on first use."""
         self._sessions = sessions
         self._registry = registry
         self._executor = executor
@@ -96,7 +114,8 @@ class ToolRuntime:
         agent = await self._agent(session, sandbox, agent_name)
         policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
         custom = await self._custom_listing(session, sandbox, refresh=True)
-        offered = _with_custom(self._registry.tools(provider_id, model_id), custom)
+        mcp = await self._mcp_source(session, sandbox)
+        offered = _with_extra(self._registry.tools(provider_id, model_id), custom, mcp)
         hidden = permission.disabled_layered([t.id for t in offered], agent.permission, policy)
         hooks = self._executor.hooks
         listed = []
@@ -114,7 +133,7 @@ class ToolRuntime:
                 description, schema = str(shown.get("description", description)), shown.get("parameters", schema)
             elapsed = (time.perf_counter() - started) * 1000 if tool.init_ms is None else tool.init_ms
             listed.append(ListedTool(tool.id, description, schema, tool.source, tool.origin, elapsed))
-        return ToolListing(listed, list(custom.load_errors))
+        return ToolListing(listed, [*custom.load_errors, *(mcp.load_errors() if mcp else [])])
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -128,10 +147,11 @@ class ToolRuntime:
         if key in self._calls:
             raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
         custom = await self._custom_listing(session, sandbox, refresh=session_id not in self._custom)
-        tools = self._executable(custom)
+        mcp = await self._mcp_source(session, sandbox)
+        tools = self._executable(custom, mcp)
         if tool not in tools and tool.lower() not in tools:
             custom = await self._custom_listing(session, sandbox, refresh=True)  # a tool file added since
-            tools = self._executable(custom)
+            tools = self._executable(custom, mcp)
         scope = CallScope(
             session_id=session_id, agent=agent.name, ruleset=agent.permission, tools=tools,
             sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
@@ -178,13 +198,23 @@ class ToolRuntime:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _executable(self, custom: CustomListing) -> dict[str, ToolInfo]:
+    def _executable(self, custom: CustomListing, mcp: McpSource | None) -> dict[str, ToolInfo]:
         tools: dict[str, ToolInfo] = {}
-        for tool in _with_custom(self._registry.all(), custom):
+        for tool in _with_extra(self._registry.all(), custom, mcp):
             tools[tool.id] = tool
         for tool_id, tool in self._extra_builtins.items():
             tools.setdefault(tool_id, tool)
         return tools
+
+    async def _mcp_source(self, session: Session, sandbox: Sandbox) -> McpSource | None:
+        if self._mcp_factory is None:
+            return None
+        connecting = self._mcp.get(session.id)
+        if connecting is None:
+            connecting = self._mcp[session.id] = asyncio.ensure_future(
+                self._mcp_factory(session.config_json, sandbox.agent)
+            )
+        return await asyncio.shield(connecting)
 
     async def _custom_listing(self, session: Session, sandbox: Sandbox, *, refresh: bool) -> CustomListing:
         if not refresh and session.id in self._custom:
@@ -223,17 +253,35 @@ class ToolRuntime:
         self._agents.pop(session_id, None)
         self._homes.pop(session_id, None)
         self._custom.pop(session_id, None)
+        connecting = self._mcp.pop(session_id, None)
+        if connecting is not None:
+            connecting.add_done_callback(_close_mcp)
         self.gate.forget_session(session_id)
         self._executor.doom_loop.forget_session(session_id)
 
 
-def _with_custom(builtins: list[ToolInfo], listing: CustomListing) -> list[ToolInfo]:
-    """Built-ins then custom tools, one entry per id: a later definition replaces an earlier one in
-    its place (upstream's tool map is a JavaScript object keyed by id)."""
+def _with_extra(builtins: list[ToolInfo], listing: CustomListing, mcp: McpSource | None) -> list[ToolInfo]:
+    """Built-ins, custom tools, then MCP tools, one entry per id: a later definition replaces an
+    earlier one in its place (upstream's tool map is a JavaScript object keyed by id)."""
     tools = {tool.id: tool for tool in builtins}
     for spec in listing.tools:
         tools[spec.id] = custom_tool(spec)
+    for tool in mcp.tools() if mcp is not None else []:
+        tools[tool.id] = tool
     return list(tools.values())
+
+
+def _close_mcp(connecting: asyncio.Future[McpSource | None]) -> None:
+    if connecting.cancelled() or connecting.exception() is not None:
+        return
+    source = connecting.result()
+    if source is not None:
+        task = asyncio.ensure_future(source.close())
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task[None]] = set()
 
 
 def _config(text: str) -> dict[str, Any]:

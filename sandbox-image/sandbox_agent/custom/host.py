@@ -1,0 +1,359 @@
+"""The driver of a tool host (Bun or Python): one long-lived process per session speaking the
+newline-delimited JSON protocol of docs/toolhost, restarted (and re-loaded) after it died or was killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_agent.custom.files import HostFile
+from sandbox_agent.process import Chunk, Execution
+from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
+from sandbox_agent.tools.runner import ToolRunner
+
+ABORTED = "Tool execution aborted"
+ABORT_GRACE_S = 0.5
+"""How long an aborted call may take to end before the host is killed (a busy loop never yields)."""
+STDERR_TAIL = 4096
+
+__all__ = ["HostCallError", "HostFile", "HostResult", "HostTool", "Loaded", "Problem", "ToolHost", "bun_launcher",
+           "python_launcher"]
+log = logging.getLogger(__name__)
+Launch = Callable[[], Awaitable[Execution]]
+Message = dict[str, Any]
+
+
+class HostCallError(ToolError):
+    """A request to the host failed; `str(exc)` is the text the model reads."""
+
+
+@dataclass(frozen=True)
+class HostTool:
+    id: str
+    description: str
+    parameters: dict[str, Any]
+    origin: str
+    source: str  # "CUSTOM" | "PLUGIN"
+    init_ms: float
+
+
+@dataclass(frozen=True)
+class Problem:
+    origin: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Loaded:
+    tools: list[HostTool]
+    load_errors: list[Problem]
+    hooks: list[str]
+    notes: list[Problem]
+
+
+@dataclass(frozen=True)
+class HostResult:
+    title: str
+    output: str
+    metadata: dict[str, Any]
+    attachments: list[dict[str, str]]
+
+
+class _Gone:
+    """Put in every waiting queue when the host process ended."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _HostProcess:
+    """One running host: serialised writes, and its messages routed to the waiting requests by id."""
+
+    def __init__(self, execution: Execution, name: str) -> None:
+        self.execution = execution
+        self.name = name
+        self.alive = True
+        self.gone_reason = ""
+        self._queues: dict[str, asyncio.Queue[Message | _Gone]] = {}
+        self._write_lock = asyncio.Lock()
+        self._stderr_tail = b""
+        self._reader = asyncio.ensure_future(self._read())
+
+    def open(self, request_id: str) -> asyncio.Queue[Message | _Gone]:
+        queue: asyncio.Queue[Message | _Gone] = asyncio.Queue()
+        if not self.alive:
+            queue.put_nowait(_Gone(self.gone_reason))
+        self._queues[request_id] = queue
+        return queue
+
+    def close(self, request_id: str) -> None:
+        self._queues.pop(request_id, None)
+
+    async def send(self, message: Message) -> None:
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        async with self._write_lock:  # two writers must not interleave halves of their lines
+            await self.execution.write_stdin(line)
+
+    async def kill(self, reason: str) -> None:
+        """Stops the whole process group and returns once it is gone and reaped."""
+        self.alive = False
+        self.gone_reason = self.gone_reason or f"the {self.name} tool host was stopped ({reason})"
+        self.execution.stop(reason=reason)
+        await self.wait_closed()
+
+    async def _read(self) -> None:
+        pending = b""
+        code = -1
+        try:
+            async for item in self.execution.events():
+                if not isinstance(item, Chunk):
+                    code = item.exit_code
+                elif item.stream == "stderr":
+                    self._on_stderr(item.data)
+                else:
+                    pending += item.data
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        self._dispatch(line)
+        finally:
+            self.alive = False
+            tail = self._stderr_tail.decode(errors="replace").strip().splitlines()
+            last = f": {tail[-1]}" if tail else ""
+            self.gone_reason = self.gone_reason or f"the {self.name} tool host exited (code {code}){last}"
+            for queue in self._queues.values():
+                queue.put_nowait(_Gone(self.gone_reason))
+
+    def _on_stderr(self, data: bytes) -> None:
+        self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
+        for line in data.decode(errors="replace").splitlines():
+            log.info("%s tool host: %s", self.name, line)
+
+    def _dispatch(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+            request_id = str(message["id"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s tool host wrote a line outside the protocol: %r", self.name, line[:200])
+            return
+        queue = self._queues.get(request_id)
+        if queue is not None:
+            queue.put_nowait(message)
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+class ToolHost:
+    """Talks to one host process; concurrent requests share it, multiplexed by request id."""
+
+    def __init__(self, launch: Launch, name: str) -> None:
+        self._launch = launch
+        self.name = name
+        self._process: _HostProcess | None = None
+        self._start_lock = asyncio.Lock()
+        self._last_load: Message | None = None
+        self._ids = itertools.count(1)
+        self.restarts = 0
+        """How many times a dead or killed host was started again."""
+
+    # -- public requests ------------------------------------------------------------------------
+
+    async def load(self, files: list[HostFile], directory: str, worktree: str) -> Loaded:
+        body: Message = {
+            "type": "load", "files": [{"path": f.path, "kind": f.kind} for f in files],
+            "directory": directory, "worktree": worktree,
+        }
+        process = await self._running()
+        self._last_load = body
+        return _loaded(await self._exchange(process, body))
+
+    async def call(
+        self, tool: str, args: dict[str, Any], context: dict[str, Any], *, on_metadata: MetadataFn, on_ask: AskFn,
+        abort: asyncio.Event, timeout_s: float | None,
+    ) -> HostResult:
+        """Runs one call; raises HostCallError with the tool's error, or on abort, timeout or host death."""
+        process = await self._running()
+        request_id = self._next_id()
+        queue = process.open(request_id)
+        asks: set[asyncio.Task[None]] = set()
+        try:
+            await process.send({"id": request_id, "type": "call", "tool": tool, "args": args, "context": context})
+            deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+            while True:
+                message = await _next(queue, abort, deadline)
+                if message is None:
+                    timed_out = not abort.is_set()
+                    await self._stop_call(process, request_id, queue, "timeout" if timed_out else "aborted")
+                    raise HostCallError(_timeout_text(timeout_s) if timed_out else ABORTED)
+                if isinstance(message, _Gone):
+                    raise HostCallError(message.reason)
+                kind = message.get("type")
+                if kind == "metadata":
+                    await on_metadata(message.get("title"), message.get("metadata"))
+                elif kind == "ask":
+                    task = asyncio.ensure_future(self._answer(process, message, on_ask))
+                    asks.add(task)
+                    task.add_done_callback(asks.discard)
+                elif kind == "result":
+                    return HostResult(
+                        title=str(message.get("title", "")), output=str(message.get("output", "")),
+                        metadata=dict(message.get("metadata") or {}),
+                        attachments=list(message.get("attachments") or []),
+                    )
+                elif kind == "error":
+                    raise HostCallError(str(message.get("message", "")))
+        finally:
+            process.close(request_id)
+            for task in asks:
+                task.cancel()
+
+    async def hook(self, name: str, input: dict[str, Any], output: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Runs the plugins' `name` hooks; their (mutated) output, or HostCallError when one failed."""
+        process = await self._running()
+        body: Message = {"type": "hook", "name": name, "input": input, "output": output}
+        try:
+            reply = await asyncio.wait_for(self._exchange(process, body), timeout_s)
+        except TimeoutError:
+            # A hook stuck in a busy loop blocks every other request too: start afresh.
+            await process.kill("hook timeout")
+            raise HostCallError(f"Plugin hook {name} timed out after {timeout_s:g} s") from None
+        result: dict[str, Any] = reply.get("output") or {}
+        return result
+
+    async def ping(self) -> None:
+        await self._exchange(await self._running(), {"type": "ping"})
+
+    async def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.execution.close_stdin()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(process.wait_closed()), ABORT_GRACE_S)
+        if process.alive:
+            await process.kill("closed")
+        await process.wait_closed()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _next_id(self) -> str:
+        return str(next(self._ids))
+
+    async def _running(self) -> _HostProcess:
+        async with self._start_lock:
+            process = self._process
+            if process is not None and process.alive:
+                return process
+            if process is not None:
+                await process.wait_closed()
+                self.restarts += 1
+            process = _HostProcess(await self._launch(), self.name)
+            self._process = process
+            if self._last_load is not None:
+                # What the model saw listed must still be callable after a restart.
+                await self._exchange(process, self._last_load)
+            return process
+
+    async def _exchange(self, process: _HostProcess, body: Message) -> Message:
+        request_id = self._next_id()
+        queue = process.open(request_id)
+        try:
+            await process.send({"id": request_id, **body})
+            message = await queue.get()
+        finally:
+            process.close(request_id)
+        if isinstance(message, _Gone):
+            raise HostCallError(message.reason)
+        if message.get("type") == "error":
+            raise HostCallError(str(message.get("message", "")))
+        return message
+
+    async def _answer(self, process: _HostProcess, ask: Message, on_ask: AskFn) -> None:
+        allowed, text = True, ""
+        try:
+            await on_ask(str(ask.get("permission", "")), list(ask.get("patterns") or []),
+                         list(ask.get("always") or []), dict(ask.get("metadata") or {}))
+        except Exception as exc:  # any refusal, whatever its type, is a denial the tool must see
+            allowed, text = False, str(exc)
+        if process.alive:
+            await process.send({"type": "ask_reply", "ask_id": ask.get("ask_id"), "allowed": allowed, "message": text})
+
+    async def _stop_call(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
+                         reason: str) -> None:
+        """Asks the host to abort the call; kills the host when the call has not ended within the grace."""
+        if process.alive:
+            await process.send({"id": self._next_id(), "type": "abort", "call": request_id, "reason": reason})
+        deadline = asyncio.get_running_loop().time() + ABORT_GRACE_S
+        while process.alive:
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(queue.get(), max(remaining, 0))
+            except TimeoutError:
+                await process.kill(f"call {reason}, not ended within {ABORT_GRACE_S} s")
+                return
+            if isinstance(message, _Gone) or message.get("type") in ("result", "error"):
+                return
+
+
+async def _next(queue: asyncio.Queue[Message | _Gone], abort: asyncio.Event,
+                deadline: float | None) -> Message | _Gone | None:
+    """The next message for a call; None when the call was aborted or its time ran out."""
+    if abort.is_set():
+        return None
+    timeout = None if deadline is None else max(deadline - asyncio.get_running_loop().time(), 0)
+    getter = asyncio.ensure_future(queue.get())
+    stopper = asyncio.ensure_future(abort.wait())
+    try:
+        done, _ = await asyncio.wait({getter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if getter in done:
+        return getter.result()
+    getter.cancel()
+    return None
+
+
+def _timeout_text(timeout_s: float | None) -> str:
+    return f"Tool execution timed out after {timeout_s:g} s"
+
+
+def _loaded(reply: Message) -> Loaded:
+    tools = [
+        HostTool(id=str(t["id"]), description=str(t.get("description", "")), parameters=dict(t.get("parameters") or {}),
+                 origin=str(t.get("origin", "")), source=str(t.get("source", "CUSTOM")),
+                 init_ms=float(t.get("init_ms", 0.0)))
+        for t in reply.get("tools") or []
+    ]
+    return Loaded(tools=tools, load_errors=_problems(reply.get("load_errors")),
+                  hooks=[str(h) for h in reply.get("hooks") or []], notes=_problems(reply.get("notes")))
+
+
+def _problems(items: list[Message] | None) -> list[Problem]:
+    return [Problem(str(p.get("origin", "")), str(p.get("message", ""))) for p in items or []]
+
+
+def bun_launcher(runner: ToolRunner, bun: str, host_ts: str, cwd: str, env: dict[str, str]) -> Launch:
+    """Starts `bun --no-install run host.ts` as the tool user (env must carry a writable HOME)."""
+    return _launcher(runner, [bun, "--no-install", "run", host_ts], cwd, env)
+
+
+def python_launcher(runner: ToolRunner, python: str, host_py: str, cwd: str, env: dict[str, str]) -> Launch:
+    """Starts `python host.py` as the tool user; host.py's directory provides `opencode_tool`."""
+    return _launcher(runner, [python, host_py], cwd, env)
+
+
+def _launcher(runner: ToolRunner, argv: list[str], cwd: str, env: dict[str, str]) -> Launch:
+    async def launch() -> Execution:
+        return await runner.start(argv, cwd=cwd, env=env, timeout_s=None, merge_stderr=False, stdin=True)
+
+    return launch

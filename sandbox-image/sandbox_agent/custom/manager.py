@@ -1,0 +1,165 @@
+"""A session's custom tools: discovered in the sandbox, loaded in long-lived Bun and Python hosts.
+
+Listing re-scans cheaply (a fingerprint of paths, sizes and mtimes): when nothing changed, the
+hosts are not asked to load again; a changed file is re-imported by its host, the others are not.
+Ids follow upstream: tool files by config dir and name, then plugin tools, the later definition of
+an id winning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox_agent.custom import discovery
+from sandbox_agent.custom import host as host_files
+from sandbox_agent.custom.files import HostFile, LoadError
+from sandbox_agent.custom.host import HostResult, HostTool, Loaded, ToolHost, bun_launcher, python_launcher
+from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
+from sandbox_agent.tools.runner import ToolRunner
+
+AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUN_HOST = os.path.join(os.path.dirname(AGENT_ROOT), "toolhost", "host.ts")
+PY_HOST = os.path.join(os.path.dirname(AGENT_ROOT), "pyhost", "host.py")
+HOOK_TIMEOUT_S = 10.0
+
+
+def find_bun() -> str | None:
+    return os.environ.get("AGENT_BUN") or shutil.which("bun") or (
+        "/usr/local/bin/bun" if os.path.exists("/usr/local/bin/bun") else None
+    )
+
+
+@dataclass
+class CustomListing:
+    tools: list[HostTool] = field(default_factory=list)
+    load_errors: list[LoadError] = field(default_factory=list)
+    hooks: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Scan:
+    tool_files: list[HostFile]
+    plugin_files: list[HostFile]
+    problems: list[LoadError]
+    fingerprint: str
+
+
+class CustomTools:
+    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, worktree: str = "/") -> None:
+        self._runner = runner
+        self._workspace = workspace
+        self._tool_home = tool_home
+        self._worktree = worktree
+        self._bun: ToolHost | None = None
+        self._python: ToolHost | None = None
+        self._owners: dict[str, ToolHost] = {}
+        self._listing = CustomListing()
+        self._fingerprint: str | None = None
+        self._lock = asyncio.Lock()
+
+    def _host_env(self) -> dict[str, str]:
+        return {"HOME": self._tool_home, "NO_COLOR": "1"}
+
+    def _bun_host(self) -> ToolHost | None:
+        bun = find_bun()
+        if bun is None:
+            return None
+        if self._bun is None:
+            launch = bun_launcher(self._runner, bun, BUN_HOST, self._workspace, self._host_env())
+            self._bun = ToolHost(launch, "bun")
+        return self._bun
+
+    def _python_host(self) -> ToolHost:
+        if self._python is None:
+            python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+            launch = python_launcher(self._runner, python, PY_HOST, self._workspace, self._host_env())
+            self._python = ToolHost(launch, "python")
+        return self._python
+
+    async def listing(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> CustomListing:
+        async with self._lock:
+            self._worktree = worktree
+            scan = await self._runner.io(self._scan, dict(config), dict(env), worktree)
+            if scan.fingerprint == self._fingerprint:
+                return self._listing
+            self._listing = await self._load(scan)
+            self._fingerprint = scan.fingerprint
+            return self._listing
+
+    def _scan(self, config: dict[str, Any], env: dict[str, str], worktree: str) -> _Scan:
+        roots = [self._workspace, discovery.GLOBAL_DIR, self._tool_home]
+        dirs = discovery.config_directories(
+            self._workspace, worktree, global_dir=discovery.GLOBAL_DIR, home=self._tool_home, env=env,
+        )
+        tools, problems = discovery.tool_files(dirs, allowed_roots=roots)
+        plugins_config = config.get("plugin") or []
+        specs = [str(p) for p in plugins_config] if isinstance(plugins_config, list) else []
+        plugins, plugin_problems = discovery.plugin_files(dirs, specs, self._workspace, allowed_roots=roots)
+        everything = [*tools, *plugins]
+        key = discovery.fingerprint(everything) + "|" + "|".join(f"{p.origin}:{p.message}" for p in problems)
+        return _Scan(tools, plugins, [*problems, *plugin_problems], key)
+
+    async def _load(self, scan: _Scan) -> CustomListing:
+        order = {f.path: i for i, f in enumerate([*scan.tool_files, *scan.plugin_files])}
+        js = [f for f in scan.tool_files if not f.path.endswith(".py")] + list(scan.plugin_files)
+        py = [f for f in scan.tool_files if f.path.endswith(".py")]
+        problems = list(scan.problems)
+        loaded: list[tuple[ToolHost, Loaded]] = []
+        bun = self._bun_host()
+        if js and bun is None:
+            problems += [LoadError(f.path, "Bun is not available in this sandbox") for f in js]
+        elif bun is not None and (js or self._bun is not None):
+            loaded.append((bun, await self._load_into(bun, js, problems)))
+        if py or self._python is not None:
+            python = self._python_host()
+            loaded.append((python, await self._load_into(python, py, problems)))
+        ranked: list[tuple[tuple[int, int, int], HostTool, ToolHost]] = []
+        hooks: list[str] = []
+        for host, result in loaded:
+            problems += [LoadError(p.origin, p.message) for p in result.load_errors]
+            hooks += [h for h in result.hooks if h not in hooks]
+            for position, tool in enumerate(result.tools):
+                plugin = 1 if tool.source == "PLUGIN" else 0
+                ranked.append(((plugin, order.get(tool.origin, len(order)), position), tool, host))
+        winners: dict[str, tuple[HostTool, ToolHost]] = {}
+        for _, tool, host in sorted(ranked, key=lambda item: item[0]):
+            winners[tool.id] = (tool, host)  # the later definition wins, in the first one's place (a JS object)
+        self._owners = {tool_id: host for tool_id, (_, host) in winners.items()}
+        return CustomListing([tool for tool, _ in winners.values()], problems, hooks)
+
+    async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError]) -> Loaded:
+        try:
+            wanted = [host_files.HostFile(f.path, f.kind) for f in files]
+            return await host.load(wanted, self._workspace, self._worktree)
+        except ToolError as exc:
+            problems += [LoadError(f.path, f"the {host.name} tool host failed: {exc}") for f in files]
+            return Loaded([], [], [], [])
+
+    def owns(self, tool_id: str) -> bool:
+        return tool_id in self._owners
+
+    async def call(
+        self, tool_id: str, args: dict[str, Any], context: dict[str, Any], *, on_metadata: MetadataFn, on_ask: AskFn,
+        abort: asyncio.Event, timeout_s: float | None = None,
+    ) -> HostResult:
+        host = self._owners.get(tool_id)
+        if host is None:
+            raise ToolError(f"no custom tool named {tool_id!r} is loaded in this sandbox; list the tools again")
+        return await host.call(tool_id, args, context, on_metadata=on_metadata, on_ask=on_ask, abort=abort,
+                               timeout_s=timeout_s)
+
+    async def hook(self, name: str, input_: dict[str, Any], output: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if self._bun is None or name not in self._listing.hooks:
+            return output
+        return await self._bun.hook(name, input_, output, timeout_s or HOOK_TIMEOUT_S)
+
+    async def close(self) -> None:
+        hosts = [h for h in (self._bun, self._python) if h is not None]
+        self._bun = self._python = None
+        await asyncio.gather(*(h.close() for h in hosts), return_exceptions=True)

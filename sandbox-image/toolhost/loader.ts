@@ -1,0 +1,246 @@
+// Loads tool and plugin files, turns their definitions into host tools, and remembers what it loaded
+// so that a re-load imports only the files whose mtime or size changed.
+import { statSync } from "node:fs"
+import { basename, extname } from "node:path"
+import { z } from "zod"
+
+export type Problem = { origin: string; message: string }
+export type FileSpec = { path: string; kind: "tool" | "plugin" }
+export type ToolSource = "CUSTOM" | "PLUGIN"
+export type Execute = (args: unknown, ctx: unknown) => unknown
+
+export type HostTool = {
+  id: string
+  description: string
+  parameters: Record<string, unknown>
+  origin: string
+  source: ToolSource
+  initMs: number
+  schema: z.ZodObject
+  declared: Set<string>
+  execute: Execute
+}
+
+export type PluginHooks = { origin: string; hooks: Record<string, unknown> }
+
+type FileState = {
+  version: string
+  kind: FileSpec["kind"]
+  tools: HostTool[]
+  errors: Problem[]
+  notes: Problem[]
+  plugins: PluginHooks[]
+}
+
+export type LoadResult = { tools: HostTool[]; errors: Problem[]; notes: Problem[]; hooks: string[] }
+
+export const PLUGIN_INIT_LIMIT_MS = 10_000
+
+export function messageOf(error: unknown): string {
+  if (error instanceof AggregateError && error.errors.length > 0) {
+    // Bun reports a module that does not build as an AggregateError of positioned build messages.
+    const details = error.errors.map((item) => {
+      const at = item?.position ? ` (${item.position.file}:${item.position.line}:${item.position.column})` : ""
+      return `${messageOf(item)}${at}`
+    })
+    return `${error.message}: ${details.join("; ")}`
+  }
+  if (error instanceof Error) return error.message
+  return String(error)
+}
+
+export async function withTimeout<T>(work: Promise<T>, limitMs: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} timed out after ${limitMs / 1000} s`)), limitMs)
+  })
+  try {
+    return await Promise.race([work, expired])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+function isZodSchema(value: unknown): value is z.ZodType {
+  // Duck-typed too: a project may bring its own copy of zod 4, whose classes are not ours.
+  return value instanceof z.ZodType || (typeof value === "object" && value !== null && "_zod" in value &&
+    typeof (value as { safeParse?: unknown }).safeParse === "function")
+}
+
+function objectSchema(args: unknown): z.ZodObject {
+  if (isZodSchema(args)) {
+    if ((args as { _zod: { def: { type: string } } })._zod.def.type !== "object") {
+      throw new Error("args must be a zod raw shape or a z.object(...)")
+    }
+    return args as z.ZodObject
+  }
+  for (const [key, value] of Object.entries(args as Record<string, unknown>)) {
+    if (!isZodSchema(value)) throw new Error(`args.${key} is not a zod schema`)
+  }
+  return z.object(args as z.ZodRawShape)
+}
+
+/** Why `value` is not a tool definition, or undefined when it is one. */
+function notATool(value: unknown): string | undefined {
+  if (typeof value !== "object" || value === null) return value === null ? "null" : `a ${typeof value}`
+  const candidate = value as Record<string, unknown>
+  if (typeof candidate.execute !== "function") return "no execute function"
+  if (typeof candidate.description !== "string") return "no description"
+  if (typeof candidate.args !== "object" || candidate.args === null) return "no args"
+  return undefined
+}
+
+function makeTool(id: string, definition: Record<string, unknown>, origin: string, source: ToolSource,
+                  startedMs: number): HostTool {
+  const schema = objectSchema(definition.args)
+  const parameters = z.toJSONSchema(schema) as Record<string, unknown>
+  return {
+    id, description: definition.description as string, parameters, origin, source,
+    initMs: Math.round((performance.now() - startedMs) * 1000) / 1000,
+    schema, declared: new Set(Object.keys(schema.shape)), execute: definition.execute as Execute,
+  }
+}
+
+function sortedExports(module: Record<string, unknown>): [string, unknown][] {
+  // Code-unit order of export names, whatever order the module declared them in.
+  return Object.keys(module).sort().map((name) => [name, module[name]])
+}
+
+export class Registry {
+  private files = new Map<string, FileState>()
+  private imports = new Map<string, number>()
+  tools = new Map<string, HostTool>()
+  plugins: PluginHooks[] = []
+
+  async load(files: FileSpec[], directory: string, worktree: string): Promise<LoadResult> {
+    const next = new Map<string, FileState>()
+    for (const file of files) {
+      const version = fileVersion(file.path)
+      const known = this.files.get(file.path)
+      const state = known && known.version === version && known.kind === file.kind && version !== ""
+        ? known
+        : await this.loadFile(file, version, directory, worktree)
+      next.set(file.path, state)
+    }
+    this.files = next
+    return this.publish(files)
+  }
+
+  private publish(files: FileSpec[]): LoadResult {
+    const ordered = [...files.filter((f) => f.kind === "tool"), ...files.filter((f) => f.kind === "plugin")]
+    const tools = new Map<string, HostTool>()
+    const errors: Problem[] = []
+    const notes: Problem[] = []
+    const plugins: PluginHooks[] = []
+    for (const file of ordered) {
+      const state = this.files.get(file.path)!
+      errors.push(...state.errors)
+      notes.push(...state.notes)
+      plugins.push(...state.plugins)
+      for (const tool of state.tools) {
+        const earlier = tools.get(tool.id)
+        if (earlier) notes.push({ origin: tool.origin, message: `tool ${tool.id} replaces the one from ${earlier.origin}` })
+        tools.set(tool.id, tool) // a later definition wins but keeps the first one's place, like a JS object key
+      }
+    }
+    this.tools = tools
+    this.plugins = plugins
+    const hooks = new Set<string>()
+    for (const plugin of plugins) {
+      for (const [name, value] of Object.entries(plugin.hooks)) if (name !== "tool" && typeof value === "function") hooks.add(name)
+    }
+    return { tools: [...tools.values()], errors, notes, hooks: [...hooks].sort() }
+  }
+
+  private async loadFile(file: FileSpec, version: string, directory: string, worktree: string): Promise<FileState> {
+    const state: FileState = { version, kind: file.kind, tools: [], errors: [], notes: [], plugins: [] }
+    const started = performance.now()
+    let module: Record<string, unknown>
+    try {
+      module = await this.importFresh(file.path)
+    } catch (error) {
+      state.errors.push({ origin: file.path, message: messageOf(error) })
+      return state
+    }
+    if (file.kind === "tool") this.collectTools(file.path, module, started, state)
+    else await this.callPlugins(file.path, module, started, directory, worktree, state)
+    return state
+  }
+
+  private async importFresh(path: string): Promise<Record<string, unknown>> {
+    // Bun caches modules by specifier: a query string makes a changed file import anew.
+    const count = this.imports.get(path) ?? 0
+    this.imports.set(path, count + 1)
+    return (await import(count === 0 ? path : `${path}?v=${count}`)) as Record<string, unknown>
+  }
+
+  private collectTools(path: string, module: Record<string, unknown>, started: number, state: FileState): void {
+    const stem = basename(path, extname(path))
+    const imported = performance.now() - started // shared by every tool of the file
+    for (const [name, value] of sortedExports(module)) {
+      const reason = notATool(value)
+      if (reason !== undefined) {
+        state.notes.push({ origin: path, message: `export ${name} is not a tool definition (${reason}); skipped` })
+        continue
+      }
+      const id = name === "default" ? stem : `${stem}_${name}`
+      try {
+        state.tools.push(makeTool(id, value as Record<string, unknown>, path, "CUSTOM", performance.now() - imported))
+      } catch (error) {
+        state.errors.push({ origin: path, message: `tool ${id}: ${messageOf(error)}` })
+      }
+    }
+  }
+
+  private async callPlugins(path: string, module: Record<string, unknown>, started: number, directory: string,
+                            worktree: string, state: FileState): Promise<void> {
+    const input = {
+      directory, worktree, project: { id: "sandbox", worktree }, serverUrl: new URL("http://localhost:0"),
+      client: undefined, $: Bun.$.cwd(directory),
+    }
+    const seen = new Set<unknown>()
+    for (const [name, value] of sortedExports(module)) {
+      if (typeof value !== "function") {
+        state.notes.push({ origin: path, message: `export ${name} is not a plugin function; skipped` })
+        continue
+      }
+      if (seen.has(value)) continue
+      seen.add(value)
+      let hooks: unknown
+      try {
+        hooks = await withTimeout(Promise.resolve(value(input)), PLUGIN_INIT_LIMIT_MS, `plugin ${name}`)
+      } catch (error) {
+        state.errors.push({ origin: path, message: `plugin ${name}: ${messageOf(error)}` })
+        continue
+      }
+      if (typeof hooks !== "object" || hooks === null) continue
+      const entries = hooks as Record<string, unknown>
+      state.plugins.push({ origin: path, hooks: entries })
+      const toolMap = entries.tool
+      if (typeof toolMap !== "object" || toolMap === null) continue
+      // Plugin tools share the cost of importing the file and running the plugin function.
+      const shared = performance.now() - started
+      for (const [id, definition] of Object.entries(toolMap as Record<string, unknown>)) {
+        const reason = notATool(definition)
+        if (reason !== undefined) {
+          state.notes.push({ origin: path, message: `plugin tool ${id} is not a tool definition (${reason}); skipped` })
+          continue
+        }
+        try {
+          state.tools.push(makeTool(id, definition as Record<string, unknown>, path, "PLUGIN", performance.now() - shared))
+        } catch (error) {
+          state.errors.push({ origin: path, message: `tool ${id}: ${messageOf(error)}` })
+        }
+      }
+    }
+  }
+}
+
+function fileVersion(path: string): string {
+  try {
+    const stat = statSync(path)
+    return `${stat.mtimeMs}:${stat.size}`
+  } catch {
+    return ""
+  }
+}
