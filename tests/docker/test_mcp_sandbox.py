@@ -76,7 +76,11 @@ async def test_typescript_server_in_the_sandbox(docker_plane: Plane, session_san
         with pytest.raises(McpCallError) as caught:
             await asyncio.wait_for(call, 3)
         assert str(caught.value) == "Tool execution aborted"
-        done = await docker_plane.client.run(session_id, ["cat", "/workspace/cancelled"])
+        for _ in range(40):  # the server writes its marker when the cancellation reaches it
+            done = await docker_plane.client.run(session_id, ["cat", "/workspace/cancelled"])
+            if done.stdout == b"cancelled":
+                break
+            await asyncio.sleep(0.05)
         assert done.stdout == b"cancelled"
     finally:
         await mcp.close()

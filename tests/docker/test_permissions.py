@@ -138,7 +138,7 @@ async def test_default_rules_of_each_agent(docker_plane: Plane, session_id: str)
     assert out.error is None
     assert recorder.asked == []
     listed = {t.id for t in (await docker_plane.client.list_tools(session_id, agent="explore")).tools}
-    assert listed == {"bash", "read", "glob", "grep"}
+    assert listed == {"bash", "read", "glob", "grep", "webfetch"}
     out, _ = await run(docker_plane, session_id, "edit",
                        {"filePath": "/workspace/env.txt", "oldString": "E", "newString": "e"}, agent="explore")
     assert out.error is not None

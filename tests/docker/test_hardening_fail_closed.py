@@ -1,0 +1,134 @@
+"""Fail closed: a sandbox whose hardening cannot be applied is never created, and nothing is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import docker
+import grpc
+import pytest
+
+from controlplane import app
+from controlplane.client import AsyncClient
+from controlplane.config import load_settings
+from controlplane.core.models import Resources
+from controlplane.errors import HardeningError
+from controlplane.sandbox.docker import verify_hardening
+from controlplane.v1 import session_pb2
+from tests.planes import (
+    Plane,
+    instance_containers,
+    instance_volumes,
+    new_instance,
+    remove_instance_leftovers,
+    short_tmp,
+)
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "ocsb-sandbox:latest"
+
+
+@asynccontextmanager
+async def plane_with_runtime(runtime: str, pool_size: int, leftovers: list[int] | None = None) -> AsyncIterator[Plane]:
+    """A Docker-backed control plane whose provider asks the engine for the OCI runtime `runtime`.
+
+    After it stops, `leftovers` receives how many of its containers and volumes were still there.
+    """
+    data_dir, instance = short_tmp(), new_instance("fc")
+    settings = load_settings(
+        None, data_dir=data_dir, instance=instance, server={"listen": "127.0.0.1:0"},
+        provider={"type": "docker", "runtime": runtime}, pool={"size": pool_size, "refill_concurrency": 1},
+    )
+    plane = await app.start(settings)
+    client = AsyncClient(plane.address, (data_dir / "default.token").read_text().strip())
+    try:
+        yield Plane(plane, client, "")
+    finally:
+        for session in await client.list_sessions():
+            await client.delete_session(session.id)
+        await client.close()
+        await app.stop(plane)
+        left = remove_instance_leftovers(instance)
+        if leftovers is not None:
+            leftovers.append(left)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def left_behind(plane: Plane) -> tuple[list[Any], list[Any], list[str]]:
+    sandboxes = plane.plane.settings.data_dir / "sandboxes"
+    dirs = sorted(p.name for p in sandboxes.iterdir()) if sandboxes.is_dir() else []
+    return instance_containers(plane.instance), instance_volumes(plane.instance), dirs
+
+
+@pytest.mark.parametrize("pool_size", [0, 1], ids=["no-pool", "with-pool"])
+async def test_unknown_runtime_fails_create_session_with_failed_precondition(pool_size: int) -> None:
+    runtime = f"ocsb-no-such-runtime-{secrets.token_hex(3)}"
+    leftovers: list[int] = []
+    async with plane_with_runtime(runtime, pool_size, leftovers) as plane:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await plane.client.create_session(deadline_s=60)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert info.value.details() == (
+            f"the engine refused the hardened container: Unknown runtime specified {runtime}"
+        )
+        [failed] = await plane.client.list_sessions()
+        assert failed.state == session_pb2.Session.FAILED
+        assert failed.status_message == info.value.details()
+        assert plane.plane.sessions._provider.pool_stats().ready == 0
+        # A pool refill may be mid-attempt (its volume exists until the refused create is undone): wait it out.
+        for _ in range(40):
+            if left_behind(plane) == ([], [], []):
+                break
+            await asyncio.sleep(0.05)
+        assert left_behind(plane) == ([], [], [])
+    assert leftovers == [0]
+
+
+async def test_a_runtime_that_exists_is_applied_and_verified() -> None:
+    async with plane_with_runtime("runc", 0) as plane:
+        session = await plane.client.create_session()
+        assert session.state == session_pb2.Session.READY
+        container = docker.from_env().containers.get(f"ocsb-{plane.instance}-{session.sandbox_id}")
+        assert container.attrs["HostConfig"]["Runtime"] == "runc"
+        done = await plane.client.run(session.id, ["cat", "/proc/self/status"])
+        assert b"NoNewPrivs:\t1\n" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def soft_container() -> Any:
+    """A container made WITHOUT the hardening (never started): what an engine that drops options would give."""
+    name = f"ocsb-fc-soft-{secrets.token_hex(4)}"
+    container = docker.from_env().containers.create(
+        IMAGE, name=name, labels={"ocsb.managed": "true"}, network_mode="bridge", cap_add=["SYS_ADMIN"],
+        pids_limit=100, volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "ro"}},
+    )
+    yield container
+    container.remove(force=True)
+
+
+def test_verify_hardening_refuses_what_the_engine_really_reports(soft_container: Any) -> None:
+    with pytest.raises(HardeningError) as info:
+        verify_hardening(soft_container.attrs, Resources(1.0, 1024, 512), "runsc")
+    assert str(info.value) == (
+        "sandbox hardening could not be applied: network is 'bridge', not none; "
+        "capabilities not all dropped (None); unexpected capabilities ['SYS_ADMIN']; "
+        "no-new-privileges is not set; root filesystem is writable; pids limit is 100, wanted 512; "
+        "memory limit is 0, wanted 1024 MiB; cpu limit is 0, wanted 1.0; runtime is runc, wanted runsc; "
+        "the Docker socket is mounted"
+    )
+
+
+async def test_verify_hardening_accepts_a_real_hardened_sandbox(docker_plane: Plane) -> None:
+    session = await docker_plane.client.create_session()
+    container = docker.from_env().containers.get(f"ocsb-{docker_plane.instance}-{session.sandbox_id}")
+    verify_hardening(container.attrs, Resources(1.0, 1024, 512), None)
+    with pytest.raises(HardeningError) as info:
+        verify_hardening(container.attrs, Resources(1.0, 1024, 512), "runsc")
+    assert str(info.value) == "sandbox hardening could not be applied: runtime is runc, wanted runsc"
+    await docker_plane.client.delete_session(session.id)

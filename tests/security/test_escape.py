@@ -1,0 +1,437 @@
+"""Escape attempts from inside a real session sandbox: every one must fail or stay inside the container.
+
+Each test runs its attack through every vector (see conftest.py) and compares what the attack printed
+with the exact refusal this engine and image give. Addresses probed: only listeners the test opened on
+this machine's loopback and docker0 bridge address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.planes import Plane
+from tests.security.conftest import Pair, Vector, python_probe
+
+pytestmark = pytest.mark.docker
+
+AGENT_PID = "$(pgrep -xf 'python3 -m sandbox_agent')"
+SPAWNER_PID = "$(pgrep -u 1000 -f '^/usr/bin/python3 -I -B -c .*sandbox_agent.spawner')"
+
+
+async def test_runtime_facts_of_a_tool_process(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    out = await vector.run(docker_plane.client, pair.a, (
+        "id; grep -E '^(CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status;"
+        f" grep -E '^(Uid|CapEff):' /proc/{AGENT_PID}/status"
+    ))
+    assert out == (
+        "uid=1000(tool) gid=1000(tool) groups=1000(tool)\n"
+        "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+        "CapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n"
+        # The agent is uid 0 holding only SETGID, SETUID and KILL (bits 6, 7 and 5).
+        "Uid:\t0\t0\t0\t0\nCapEff:\t00000000000000e0\n"
+    )
+
+
+async def test_docker_socket_is_not_there(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    out = await vector.run(docker_plane.client, pair.a, (
+        "ls -l /var/run/docker.sock /run/docker.sock; echo \"DOCKER_HOST=${DOCKER_HOST-unset}\";"
+        " find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; echo end of sockets;\n"
+        + python_probe("""
+import socket
+for path in ("/var/run/docker.sock", "/run/docker.sock"):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        print(path, "CONNECTED")
+    except OSError as e:
+        print(path, type(e).__name__)
+""")
+    ))
+    assert out == (
+        "ls: cannot access '/var/run/docker.sock': No such file or directory\n"
+        "ls: cannot access '/run/docker.sock': No such file or directory\n"
+        "DOCKER_HOST=unset\nend of sockets\n"
+        "/var/run/docker.sock FileNotFoundError\n/run/docker.sock FileNotFoundError\n"
+    )
+
+
+@pytest.fixture
+def host_marker() -> Iterator[Path]:
+    """A file on the host (its real /tmp) that no sandbox may see."""
+    path = Path(f"/tmp/ocsb-host-marker-{secrets.token_hex(4)}")
+    path.write_text("host secret\n")
+    yield path
+    path.unlink()
+
+
+async def test_host_files_are_not_visible(docker_plane: Plane, pair: Pair, vector: Vector, host_marker: Path) -> None:
+    out = await vector.run(docker_plane.client, pair.a, (
+        f"cat {host_marker}; cat /etc/shadow; ls /proc/1/root/; cat /etc/hostname; ls /var/lib/docker;"
+        " ls /host /rootfs 2>&1 | sort"
+    ))
+    assert out == (
+        f"cat: {host_marker}: No such file or directory\n"
+        "cat: /etc/shadow: Permission denied\n"
+        "ls: cannot access '/proc/1/root/': Permission denied\n"
+        "sandbox\n"
+        "ls: cannot access '/var/lib/docker': No such file or directory\n"
+        "ls: cannot access '/host': No such file or directory\n"
+        "ls: cannot access '/rootfs': No such file or directory\n"
+    )
+
+
+async def test_another_sessions_workspace_and_socket_are_unreachable(
+    docker_plane: Plane, pair: Pair, vector: Vector
+) -> None:
+    theirs, ours = f"NEIGHBOUR-{secrets.token_hex(6)}", f"OWN-{secrets.token_hex(6)}"
+    wrote = await vector.run(docker_plane.client, pair.b, f"echo {theirs} > /workspace/neighbour.txt && echo ok")
+    assert wrote == "ok\n"
+    b_socket_dir = docker_plane.plane.settings.data_dir / "sandboxes" / pair.b_sandbox
+    assert (b_socket_dir / "agent.sock").is_socket()
+    search = "grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev"
+    out = await vector.run(docker_plane.client, pair.a, (
+        f"echo {ours} > /workspace/own.txt; {search} {ours} /; echo --; {search} {theirs} /; echo --;"
+        f" find / \\( -path /proc -o -path /sys \\) -prune -o \\( -name '*{pair.b_sandbox}*' -o"
+        f" -name '*{pair.b}*' \\) -print 2>/dev/null; echo --;"
+        f" grep -c -e {pair.b_sandbox} -e {pair.b} /proc/self/mountinfo; ls {b_socket_dir}; ls /run/agent;"
+        " awk 'NR > 1 && $8 != \"\" { print $8 }' /proc/net/unix"
+    ))
+    # The positive control (our own marker is found) shows the search can see what there is to see.
+    assert out == (
+        "/workspace/own.txt\n--\n--\n--\n0\n"
+        f"ls: cannot access '{b_socket_dir}': No such file or directory\n"
+        "ls: cannot open directory '/run/agent': Permission denied\n"
+        "/run/agent/agent.sock\n"
+    )
+
+
+async def test_control_plane_data_dir_and_token_are_unreachable(
+    docker_plane: Plane, pair: Pair, vector: Vector
+) -> None:
+    data_dir = docker_plane.plane.settings.data_dir
+    token = docker_plane.token
+    store = sorted(p.name for p in data_dir.iterdir() if p.is_file())
+    assert "default.token" in store
+    probes = " ".join(f"{data_dir}/{name}" for name in store)
+    out = await vector.run(docker_plane.client, pair.a, (
+        f"ls {data_dir}; cat {probes} 2>&1 | sed 's/^cat: //'; env | grep -c -F {token};"
+        f" grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev {token} /; echo searched"
+    ))
+    assert out == (
+        f"ls: cannot access '{data_dir}': No such file or directory\n"
+        + "".join(f"{data_dir}/{name}: No such file or directory\n" for name in store)
+        + "0\nsearched\n"
+    )
+
+
+@dataclass
+class Listener:
+    """A TCP and a UDP listener on one host address, counting whatever reaches them."""
+
+    host: str
+    tcp_port: int = 0
+    udp_port: int = 0
+    hits: list[str] = field(default_factory=list)
+
+
+class _Counting(asyncio.DatagramProtocol):
+    def __init__(self, hits: list[str]) -> None:
+        self.hits = hits
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
+        self.hits.append(f"udp {addr}")
+
+
+def docker0_address() -> str:
+    gateway = docker.from_env().networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    return str(gateway)
+
+
+@pytest.fixture
+async def listeners() -> AsyncIterator[dict[str, Listener]]:
+    found: dict[str, Listener] = {}
+    closers = []
+    for name, host in (("docker0", docker0_address()), ("loopback", "127.0.0.1")):
+        listener = Listener(host)
+
+        async def on_connect(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lst: Listener = listener
+        ) -> None:
+            lst.hits.append("tcp connection")
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, host, 0)
+        listener.tcp_port = server.sockets[0].getsockname()[1]
+        transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+            lambda lst=listener: _Counting(lst.hits), local_addr=(host, 0)  # type: ignore[misc]
+        )
+        listener.udp_port = transport.get_extra_info("sockname")[1]
+        closers += [server.close, transport.close]
+        found[name] = listener
+    yield found
+    for close in closers:
+        close()
+
+
+NETWORK_PROBE = """
+import socket, sys
+def errname(e):
+    import errno
+    return errno.errorcode.get(e.errno, str(e.errno))
+# Nothing below can leave the sandbox unless it has an interface besides lo or a route.
+print("interfaces:", " ".join(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]))
+print("routes:", len(open("/proc/net/route").readlines()) - 1)
+targets = {"docker0": sys.argv[1], "loopback": "127.0.0.1"}
+ports = {"docker0": (int(sys.argv[2]), int(sys.argv[3])), "loopback": (int(sys.argv[4]), int(sys.argv[5]))}
+for name, host in targets.items():
+    tcp, udp = ports[name]
+    s = socket.socket(); s.settimeout(3)
+    try:
+        s.connect((host, tcp)); print("tcp", name, "CONNECTED")
+    except OSError as e:
+        print("tcp", name, errname(e))
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # A DNS query for a name, sent straight to an address: the 'DNS by raw IP' trick.
+    query = bytes.fromhex("123401000001000000000000") + b"\\x05probe\\x07invalid\\x00" + bytes.fromhex("00010001")
+    try:
+        u.sendto(query, (host, udp)); print("udp", name, "sent")
+    except OSError as e:
+        print("udp", name, errname(e))
+try:
+    print("resolve", socket.getaddrinfo("escape-probe.invalid", 80))
+except socket.gaierror as e:
+    print("resolve", {socket.EAI_AGAIN: "EAI_AGAIN", socket.EAI_NONAME: "EAI_NONAME"}.get(e.errno, e.errno))
+"""
+
+
+async def test_network_reaches_nothing_outside(
+    docker_plane: Plane, pair: Pair, vector: Vector, listeners: dict[str, Listener]
+) -> None:
+    bridge, loop = listeners["docker0"], listeners["loopback"]
+    args = (bridge.host, str(bridge.tcp_port), str(bridge.udp_port), str(loop.tcp_port), str(loop.udp_port))
+    script = python_probe(NETWORK_PROBE, *args) + "getent hosts example.com; echo getent=$?"
+    out = await vector.run(docker_plane.client, pair.a, script)
+    assert out == (
+        "interfaces: lo\nroutes: 0\n"
+        "tcp docker0 ENETUNREACH\nudp docker0 ENETUNREACH\n"
+        # 127.0.0.1 inside is the sandbox's own loopback: refused there, and the datagram dies there.
+        "tcp loopback ECONNREFUSED\nudp loopback sent\n"
+        "resolve EAI_AGAIN\n"
+        "getent=2\n"
+    )
+    await asyncio.sleep(0.2)
+    assert bridge.hits == []
+    assert loop.hits == []
+
+
+async def test_agent_socket_cannot_be_used_as_a_relay(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    out = await vector.run(docker_plane.client, pair.a, (
+        "stat -c '%a %U:%G' /run/agent; stat -c '%a %U' /run/agent/agent.sock;"
+        " cat /proc/net/tcp /proc/net/tcp6 | awk 'NR > 1 && $4 == \"0A\"' | wc -l;\n"
+        + python_probe("""
+import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("/run/agent/agent.sock")
+    print("CONNECTED")
+except OSError as e:
+    print(type(e).__name__, e.errno)
+""")
+    ))
+    # No TCP listener exists inside either, so nothing can be relayed over loopback.
+    assert out == (
+        "700 root:root\n"
+        "stat: cannot statx '/run/agent/agent.sock': Permission denied\n"
+        "0\n"
+        "PermissionError 13\n"
+    )
+
+
+SYSCALL_PROBE = """
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+agent, spawner = int(sys.argv[1]), int(sys.argv[2])
+def report(name, rc):
+    print(f"{name}: " + ("SUCCEEDED" if rc == 0 else errno.errorcode.get(ctypes.get_errno(), "?")))
+report("mount tmpfs", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+report("mount --bind", libc.mount(b"/", b"/workspace", None, 4096, None))
+report("unshare user", libc.unshare(0x10000000))
+report("unshare mount", libc.unshare(0x00020000))
+report("unshare net", libc.unshare(0x40000000))
+report("ptrace attach agent", libc.ptrace(16, agent, None, None))
+report("ptrace seize agent", libc.ptrace(0x4206, agent, None, None))
+report("ptrace attach spawner", libc.ptrace(16, spawner, None, None))
+report("kill agent", libc.kill(agent, 9))
+report("kill init", libc.kill(1, 9))
+report("init_module", libc.syscall(175, None, 0, b""))
+report("finit_module", libc.syscall(313, 0, b"", 0))
+report("delete_module", libc.syscall(176, b"ext4", 0))
+report("kexec_load", libc.syscall(246, 0, 0, None, 0))
+report("setuid 0", libc.setuid(0))
+report("chroot", libc.chroot(b"/tmp"))
+report("setns", libc.syscall(308, os.open("/proc/self/ns/mnt", os.O_RDONLY), 0))
+"""
+
+
+async def test_privileged_syscalls_fail(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    out = await vector.run(docker_plane.client, pair.a, python_probe(SYSCALL_PROBE, AGENT_PID, SPAWNER_PID))
+    names = [line.partition(":")[0] for line in SYSCALL_PROBE.splitlines() if line.startswith("report(")]
+    assert len(names) == 17
+    assert out == "".join(f"{name}: EPERM\n" for name in (n.split('"')[1] for n in names))
+
+
+PROC_PROBE = """
+import os, sys
+for pid in sys.argv[1:]:
+    for name in ("environ", "mem", "maps", "auxv", "stack"):
+        try:
+            with open(f"/proc/{pid}/{name}", "rb") as f:
+                f.read(1)
+            print(pid, name, "READ")
+        except OSError as e:
+            print(pid, name, type(e).__name__)
+    for name in ("cwd", "exe", "root"):
+        try:
+            print(pid, name, os.readlink(f"/proc/{pid}/{name}"))
+        except OSError as e:
+            print(pid, name, type(e).__name__)
+    try:
+        print(pid, "fd", os.listdir(f"/proc/{pid}/fd"))
+    except OSError as e:
+        print(pid, "fd", type(e).__name__)
+"""
+
+
+async def test_agent_process_is_out_of_reach(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    script = (
+        f"A={AGENT_PID}; S={SPAWNER_PID}; echo \"agent=$A spawner=$S\"; kill -9 $A; kill -STOP $A; kill -9 1;\n"
+        + python_probe(PROC_PROBE, "$A", "$S", "1")
+        + "grep -E '^(State|TracerPid):' /proc/$A/status; echo agent=$(pgrep -xf 'python3 -m sandbox_agent')"
+    )
+    out = (await vector.run(docker_plane.client, pair.a, script)).splitlines()
+    pids = dict(word.split("=") for word in out[0].split())
+    agent, spawner = pids["agent"], pids["spawner"]
+    assert agent.isdigit()
+    assert spawner.isdigit()
+    denied = [
+        f"{pid} {name} PermissionError"
+        for pid in (agent, spawner, "1")
+        for name in ("environ", "mem", "maps", "auxv", "stack", "cwd", "exe", "root", "fd")
+    ]
+    assert out[1:] == [
+        f"/bin/bash: line 1: kill: ({agent}) - Operation not permitted",
+        f"/bin/bash: line 1: kill: ({agent}) - Operation not permitted",
+        "/bin/bash: line 1: kill: (1) - Operation not permitted",
+        *denied,
+        "State:\tS (sleeping)",
+        "TracerPid:\t0",
+        f"agent={agent}",
+    ]
+
+
+async def test_mount_and_unshare_commands_fail(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    out = await vector.run(docker_plane.client, pair.a, (
+        "mkdir -p /tmp/mnt; mount -t tmpfs none /tmp/mnt; mount -o remount,rw /; umount /workspace;"
+        " unshare -r id; unshare -m true; unshare -n true; echo done"
+    ))
+    superuser = "\n       dmesg(1) may have more information after failed mount system call.\n"
+    assert out == (
+        "mount: /tmp/mnt: must be superuser to use mount." + superuser
+        + "mount: /: must be superuser to use mount." + superuser
+        + "umount: /workspace: must be superuser to unmount.\n"
+        + "unshare: unshare failed: Operation not permitted\n" * 3
+        + "done\n"
+    )
+
+
+async def test_writes_outside_workspace_fail(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    targets = ["/", "/etc", "/usr", "/usr/local/bin", "/opt/agent", "/opt/agent/sandbox_agent", "/node_modules",
+               "/run", "/run/lock", "/var/tmp", "/root"]
+    out = await vector.run(docker_plane.client, pair.a, (
+        f"for d in {' '.join(targets)}; do touch $d/.escape 2>&1 | sed 's/^touch: //'; done;"
+        " echo x >> /opt/agent/sandbox_agent/server.py; echo x >> /usr/local/bin/bun;"
+        " find / \\( -path /proc -o -path /sys \\) -prune -o -type d -writable -print 2>/dev/null"
+        " | grep -v -e '^/workspace/' -e '^/tmp/' | sort"
+    ))
+    refusals = [f"cannot touch '{d}/.escape': Read-only file system" for d in targets]  # '//.escape' for the root
+    refusals[targets.index("/root")] = "cannot touch '/root/.escape': Permission denied"
+    assert out.splitlines() == [
+        *refusals,
+        "/bin/bash: line 1: /opt/agent/sandbox_agent/server.py: Permission denied",
+        "/bin/bash: line 1: /usr/local/bin/bun: Permission denied",
+        # Writable: the workspace, the /tmp tmpfs, and Docker's private per-container IPC mounts.
+        "/dev/mqueue", "/dev/shm", "/tmp", "/workspace",
+    ]
+
+
+SETUID_BINARIES = ["/usr/bin/chfn", "/usr/bin/chsh", "/usr/bin/gpasswd", "/usr/bin/mount", "/usr/bin/newgrp",
+                   "/usr/bin/passwd", "/usr/bin/su", "/usr/bin/umount"]
+SETGID_BINARIES = ["/usr/bin/chage", "/usr/bin/expiry", "/usr/sbin/unix_chkpwd"]
+
+
+async def test_setuid_and_setgid_binaries_do_not_elevate(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    # A binary that waits on stdin is caught while running and its uids read; the others fail at what
+    # only their file owner may do.
+    out = await vector.run(docker_plane.client, pair.a, (
+        "find / -xdev -perm -4000 -type f 2>/dev/null | sort; echo --; find / -xdev -perm -2000 -type f 2>/dev/null"
+        " | sort; echo --; for b in chfn chsh newgrp passwd su; do sleep 5 | /usr/bin/$b >/dev/null 2>&1 & p=$!;"
+        " for i in $(seq 50); do [ \"$(cat /proc/$p/comm 2>/dev/null)\" = $b ] && break; sleep 0.02; done;"
+        " sleep 0.1; echo \"$b $(grep ^Uid /proc/$p/status | tr '\\t' ' ')\"; kill -9 $p; done 2>/dev/null;"
+        " chage -l tool; gpasswd -r tool; expiry -c; echo expiry=$?"
+    ))
+    assert out == (
+        "\n".join(SETUID_BINARIES) + "\n--\n" + "\n".join(SETGID_BINARIES) + "\n--\n"
+        + "".join(f"{b} Uid: 1000 1000 1000 1000\n" for b in ("chfn", "chsh", "newgrp", "passwd", "su"))
+        + "chage: cannot open /etc/shadow\ngpasswd: cannot open /etc/gshadow\n"
+        + "expiry=0\n"
+    )
+
+
+async def test_kernel_modules_and_sysctls_cannot_be_touched(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
+    out = await vector.run(docker_plane.client, pair.a, (
+        "command -v modprobe insmod; ls /lib/modules;"
+        " for f in /proc/sys/kernel/modprobe /proc/sys/net/ipv4/ip_forward /proc/sys/kernel/core_pattern"
+        " /proc/sysrq-trigger /sys/kernel/uevent_helper; do (echo 1 > $f) 2>&1 | sed 's/^.*: //'; done;"
+        " cat /proc/sys/net/ipv4/ip_forward"
+    ))
+    lines = out.splitlines()
+    assert lines[0] == "ls: cannot access '/lib/modules': No such file or directory"
+    # modprobe, sysrq and uevent_helper may be missing from this kernel altogether; what exists is read-only.
+    assert all(line in ("Read-only file system", "No such file or directory") for line in lines[1:6]), lines
+    assert lines[2] == "Read-only file system"
+    assert lines[6] in ("0", "1")
+    assert len(lines) == 7
+
+
+async def test_killing_the_spawner_helper_only_hurts_the_own_session(
+    docker_plane: Plane, vector: Vector
+) -> None:
+    # The helper runs as the tool user (spawner.py's trust note): a tool may kill it; the agent replaces it.
+    session = await docker_plane.client.create_session()
+    try:
+        before = await vector.run(docker_plane.client, session.id, f"echo {SPAWNER_PID}")
+        out = await vector.run(docker_plane.client, session.id, f"kill -9 {SPAWNER_PID} && echo killed")
+        assert out == "killed\n"
+        after = await vector.run(docker_plane.client, session.id, f"echo {SPAWNER_PID}; echo alive")
+        assert after.splitlines()[1:] == ["alive"]
+        assert after.splitlines()[0].isdigit()
+        assert after.splitlines()[0] != before.strip()
+    finally:
+        await docker_plane.client.delete_session(session.id)
+
+
+async def test_container_is_gone_after_delete(docker_plane: Plane, vector: Vector) -> None:
+    session = await docker_plane.client.create_session()
+    await vector.run(docker_plane.client, session.id, "sleep 600 >/dev/null 2>&1 & echo started")
+    await docker_plane.client.delete_session(session.id)
+    name = f"ocsb-{docker_plane.instance}-{session.sandbox_id}"
+    assert [c for c in docker.from_env().containers.list(all=True) if c.name == name] == []
+    assert not (docker_plane.plane.settings.data_dir / "sandboxes" / session.sandbox_id).exists()
