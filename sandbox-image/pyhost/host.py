@@ -345,6 +345,7 @@ async def serve(channel: Channel) -> None:
 
 
 def main() -> None:
+    sys.dont_write_bytecode = True  # importing a tool must not leave __pycache__ in the user's project
     channel = Channel()
     # pydantic's messages end with a documentation link per error: noise for the model.
     os.environ["PYDANTIC_ERRORS_INCLUDE_URL"] = "0"

@@ -40,7 +40,9 @@ def dumped(value: Any) -> str:
 
 @pytest.mark.parametrize("tool_id", TOOL_IDS)
 async def test_tool_schema_matches_zod(tool_id: str) -> None:
-    schema = parameters_schema((await definition(tool_id)).parameters)
+    parameters = (await definition(tool_id)).parameters
+    assert parameters is not None
+    schema = parameters_schema(parameters)
     assert dumped(schema) == dumped(GOLDEN["schemas"][tool_id])
 
 
@@ -161,6 +163,12 @@ class _NoSandbox:
 
     async def save_output(self, name: str, content: str) -> str:
         raise AssertionError("invalid saves nothing")
+
+    async def run_custom(self, tool: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise AssertionError("no custom tools here")
+
+    async def plugin_hook(self, name: str, input_: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("no project plugins here")
 
 
 async def test_invalid_tool_echoes_the_error() -> None:

@@ -163,6 +163,8 @@ class ToolHost:
         self._start_lock = asyncio.Lock()
         self._last_load: Message | None = None
         self._ids = itertools.count(1)
+        self._background: set[asyncio.Task[None]] = set()
+        self._stopping: set[str] = set()
         self.restarts = 0
         """How many times a dead or killed host was started again."""
 
@@ -212,8 +214,16 @@ class ToolHost:
                     )
                 elif kind == "error":
                     raise HostCallError(str(message.get("message", "")))
+        except asyncio.CancelledError:
+            # The caller gave up on the call: it must not keep running in the host unseen.
+            self._stopping.add(request_id)  # keeps the call's queue routed until the stop has run
+            stopping = asyncio.ensure_future(self._stop_call(process, request_id, queue, "cancelled"))
+            self._background.add(stopping)
+            stopping.add_done_callback(self._background.discard)
+            raise
         finally:
-            process.close(request_id)
+            if request_id not in self._stopping:
+                process.close(request_id)
             for task in asks:
                 task.cancel()
 
@@ -291,6 +301,15 @@ class ToolHost:
     async def _stop_call(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
                          reason: str) -> None:
         """Asks the host to abort the call; kills the host when the call has not ended within the grace."""
+        self._stopping.add(request_id)
+        try:
+            await self._abort_or_kill(process, request_id, queue, reason)
+        finally:
+            self._stopping.discard(request_id)
+            process.close(request_id)
+
+    async def _abort_or_kill(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
+                             reason: str) -> None:
         if process.alive:
             await process.send({"id": self._next_id(), "type": "abort", "call": request_id, "reason": reason})
         deadline = asyncio.get_running_loop().time() + ABORT_GRACE_S

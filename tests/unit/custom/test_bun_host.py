@@ -183,6 +183,32 @@ async def test_abort_fires_ctx_abort_without_killing_the_host(sandbox: Sandbox, 
     assert bun_host.restarts == 0
 
 
+async def test_a_cancelled_call_is_aborted_in_the_host(sandbox: Sandbox, bun_host: ToolHost) -> None:
+    marker = sandbox.root / "aborted.txt"
+    path = sandbox.tool("waiter.ts", f"""
+        import {{ writeFileSync }} from "node:fs"
+        export default {{
+          description: "waits", args: {{}},
+          async execute(_args, ctx) {{
+            ctx.metadata({{ title: "waiting" }})
+            await new Promise((resolve) => ctx.abort.addEventListener("abort", resolve))
+            writeFileSync({json.dumps(str(marker))}, String(ctx.abort.reason))
+            return ""
+          }},
+        }}
+    """)
+    await load(bun_host, sandbox, path)
+    call = asyncio.ensure_future(sandbox.call(bun_host, "waiter", {}))
+    await eventually(lambda: bool(sandbox.recorder.updates))
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await eventually(marker.exists)
+    assert marker.read_text() == "cancelled"
+    await bun_host.ping()
+    assert bun_host.restarts == 0
+
+
 LOOPER = """
     import { writeFileSync } from "node:fs"
     export const loop = {

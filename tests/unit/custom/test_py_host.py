@@ -346,6 +346,7 @@ async def test_sibling_imports_printing_and_result_shapes(sandbox: Sandbox, py_h
     assert await output("boolean") == "false"
     assert await output("a_set") == "{1, 2}"
     assert await output("other") == "a thing"
+    assert not (sandbox.tools / "__pycache__").exists()  # no bytecode left in the user's project
 
 
 async def test_reload_imports_only_changed_files(sandbox: Sandbox, py_host: ToolHost) -> None:
