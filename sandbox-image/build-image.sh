@@ -21,30 +21,19 @@ hash=$( {
 } | sha256sum | cut -c1-16)
 image="ocsb-sandbox:${hash}"
 
-if docker image inspect "$image" >/dev/null 2>&1; then
-  docker tag "$image" ocsb-sandbox:latest
-  echo "$image"
-  exit 0
-fi
-
 stage=build/image
 cache=build/cache
-rm -rf "$stage" && mkdir -p "$stage/wheelhouse" "$cache"
+mkdir -p "$stage" "$cache"
 
-log "wheelhouse for CPython 3.11 (manylinux)"
-python3 -m pip download -q --disable-pip-version-check --only-binary=:all: \
-  --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp \
-  -r sandbox-image/requirements.txt -d "$cache/wheelhouse"
-cp "$cache"/wheelhouse/*.whl "$stage/wheelhouse/"
-grep -vE '^\s*(#|$)' sandbox-image/requirements.txt > "$stage/wheelhouse/requirements.txt"
-
+# Bun and the npm modules are staged even when the image exists: host-side tests run the same Bun,
+# @opencode-ai/plugin and zod as the sandbox (tests/unit/custom, the live zod oracles).
 if [ ! -x "$cache/bun-$bun_version/package/bin/bun" ]; then
   log "bun $bun_version from npm"
   mkdir -p "$cache/bun-$bun_version"
   (cd "$cache/bun-$bun_version" && npm pack --silent "@oven/bun-linux-x64@$bun_version" >/dev/null \
      && tar -xzf oven-bun-linux-x64-*.tgz && rm -f oven-bun-linux-x64-*.tgz)
 fi
-cp "$cache/bun-$bun_version/package/bin/bun" "$stage/bun"
+cp "$cache/bun-$bun_version/package/bin/bun" "$stage/bun.new" && mv -f "$stage/bun.new" "$stage/bun"
 
 node_key=$(cat sandbox-image/node/package.json sandbox-image/node/package-lock.json | sha256sum | cut -c1-12)
 if [ ! -d "$cache/node-$node_key/node_modules" ]; then
@@ -53,7 +42,24 @@ if [ ! -d "$cache/node-$node_key/node_modules" ]; then
   cp sandbox-image/node/package.json sandbox-image/node/package-lock.json "$cache/node-$node_key/"
   (cd "$cache/node-$node_key" && npm install --silent --ignore-scripts --omit=dev --no-audit --no-fund --omit-lockfile-registry-resolved)
 fi
-cp -a "$cache/node-$node_key/node_modules" "$stage/node_modules"
+if [ "$(cat "$stage/node_modules.key" 2>/dev/null)" != "$node_key" ]; then
+  rm -rf "$stage/node_modules" && cp -a "$cache/node-$node_key/node_modules" "$stage/node_modules"
+  echo "$node_key" > "$stage/node_modules.key"
+fi
+
+if docker image inspect "$image" >/dev/null 2>&1; then
+  docker tag "$image" ocsb-sandbox:latest
+  echo "$image"
+  exit 0
+fi
+
+log "wheelhouse for CPython 3.11 (manylinux)"
+rm -rf "$stage/wheelhouse" && mkdir -p "$stage/wheelhouse"
+python3 -m pip download -q --disable-pip-version-check --only-binary=:all: \
+  --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp \
+  -r sandbox-image/requirements.txt -d "$cache/wheelhouse"
+cp "$cache"/wheelhouse/*.whl "$stage/wheelhouse/"
+grep -vE '^\s*(#|$)' sandbox-image/requirements.txt > "$stage/wheelhouse/requirements.txt"
 
 log "docker build $image (base $base)"
 docker build -q -f Dockerfile.sandbox --build-arg BASE_IMAGE="$base" \
