@@ -20,8 +20,17 @@ class OperatorPolicy:
     """Applies to every tenant, in opencode.json's `permission` format."""
     tenants: Mapping[str, Mapping[str, Any] | str] = field(default_factory=dict)
     """Per tenant, merged after the global rules."""
+    _parsed: dict[tuple[str, str], Ruleset] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Rules already built, by (tenant, home): every tool call asks for them."""
 
     def rules(self, tenant: str, *, home: str) -> Ruleset:
+        key = (tenant, home)
+        cached = self._parsed.get(key)
+        if cached is None:
+            cached = self._parsed[key] = self._build(tenant, home)
+        return cached
+
+    def _build(self, tenant: str, home: str) -> Ruleset:
         tenant_rules = self.tenants.get(tenant)
         return permission.merge(
             permission.from_config(self.permission, home=home) if self.permission else [],

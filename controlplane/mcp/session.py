@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from controlplane import egress
 from controlplane.core.tool import ToolInfo
+from controlplane.core.tool_runtime import McpFactory
 from controlplane.mcp.config import parse_mcp_config
 from controlplane.mcp.servers import McpServers
 from controlplane.mcp.tools import mcp_tool_infos
@@ -33,7 +33,7 @@ class SessionMcp:
         await self._servers.close()
 
 
-def mcp_factory(policy: egress.EgressPolicy) -> Any:
+def mcp_factory(policy: egress.EgressPolicy) -> McpFactory:
     """`ToolRuntime`'s MCP factory: connects a session's configured servers (remote URLs vetted by
     the egress policy, as webfetch's are)."""
 

@@ -7,10 +7,9 @@ import contextlib
 from typing import Any
 
 from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
+from controlplane.core.hooks import DEFAULT_TIMEOUT_S
 from controlplane.core.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
 from controlplane.sandbox.provider import SandboxAgent
-
-PLUGIN_HOOK_TIMEOUT_S = 10.0
 
 
 class AgentToolCalls(SandboxCalls):
@@ -27,7 +26,7 @@ class AgentToolCalls(SandboxCalls):
         return await self._run(tool, args, ctx, custom=True)
 
     async def plugin_hook(self, name: str, input_: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
-        return await self._agent.run_plugin_hook(name, input_, output, PLUGIN_HOOK_TIMEOUT_S)
+        return await self._agent.run_plugin_hook(name, input_, output, DEFAULT_TIMEOUT_S)
 
     async def _run(self, tool: str, args: dict[str, Any], ctx: ToolContext, *, custom: bool) -> ToolResult:
         run = await self._agent.run_builtin(BuiltinCall(

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_agent.custom.files import HostFile
+from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.process import Chunk, Execution
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
 from sandbox_agent.tools.runner import ToolRunner
@@ -23,7 +23,7 @@ ABORT_GRACE_S = 0.5
 """How long an aborted call may take to end before the host is killed (a busy loop never yields)."""
 STDERR_TAIL = 4096
 
-__all__ = ["HostCallError", "HostFile", "HostResult", "HostTool", "Loaded", "Problem", "ToolHost", "bun_launcher",
+__all__ = ["HostCallError", "HostFile", "HostResult", "HostTool", "Loaded", "ToolHost", "bun_launcher",
            "python_launcher"]
 log = logging.getLogger(__name__)
 Launch = Callable[[], Awaitable[Execution]]
@@ -45,17 +45,11 @@ class HostTool:
 
 
 @dataclass(frozen=True)
-class Problem:
-    origin: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Loaded:
     tools: list[HostTool]
-    load_errors: list[Problem]
+    load_errors: list[LoadError]
     hooks: list[str]
-    notes: list[Problem]
+    notes: list[LoadError]
 
 
 @dataclass(frozen=True)
@@ -357,8 +351,8 @@ def _loaded(reply: Message) -> Loaded:
                   hooks=[str(h) for h in reply.get("hooks") or []], notes=_problems(reply.get("notes")))
 
 
-def _problems(items: list[Message] | None) -> list[Problem]:
-    return [Problem(str(p.get("origin", "")), str(p.get("message", ""))) for p in items or []]
+def _problems(items: list[Message] | None) -> list[LoadError]:
+    return [LoadError(str(p.get("origin", "")), str(p.get("message", ""))) for p in items or []]
 
 
 def bun_launcher(runner: ToolRunner, bun: str, host_ts: str, cwd: str, env: dict[str, str]) -> Launch:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_agent.custom import discovery
-from sandbox_agent.custom import host as host_files
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.custom.host import HostResult, HostTool, Loaded, ToolHost, bun_launcher, python_launcher
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
@@ -122,7 +121,7 @@ class CustomTools:
         ranked: list[tuple[tuple[int, int, int], HostTool, ToolHost]] = []
         hooks: list[str] = []
         for host, result in loaded:
-            problems += [LoadError(p.origin, p.message) for p in result.load_errors]
+            problems += result.load_errors
             hooks += [h for h in result.hooks if h not in hooks]
             for position, tool in enumerate(result.tools):
                 plugin = 1 if tool.source == "PLUGIN" else 0
@@ -135,8 +134,7 @@ class CustomTools:
 
     async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError]) -> Loaded:
         try:
-            wanted = [host_files.HostFile(f.path, f.kind) for f in files]
-            return await host.load(wanted, self._workspace, self._worktree)
+            return await host.load(list(files), self._workspace, self._worktree)
         except ToolError as exc:
             problems += [LoadError(f.path, f"the {host.name} tool host failed: {exc}") for f in files]
             return Loaded([], [], [], [])
