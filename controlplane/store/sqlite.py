@@ -109,8 +109,17 @@ class SqliteStore:
 
         return await asyncio.to_thread(call)
 
+    async def _write(self, fn: Callable[[sqlite3.Connection], sqlite3.Cursor]) -> None:
+        """A statement whose cursor is closed under the lock: a cursor left to the garbage collector
+        is finalised on whichever thread drops it, racing the next statement on the connection."""
+
+        def write(db: sqlite3.Connection) -> None:
+            fn(db).close()
+
+        await self._run(write)
+
     async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        await self._run(lambda db: db.execute(sql, params))
+        await self._write(lambda db: db.execute(sql, params))
 
     # -- tenants --------------------------------------------------------------------------------
 
@@ -165,7 +174,7 @@ class SqliteStore:
 
     async def add_approvals(self, session_id: str, rules: list[Rule]) -> None:
         now = time.time()
-        await self._run(lambda db: db.executemany(
+        await self._write(lambda db: db.executemany(
             "INSERT INTO approvals (session_id, permission, pattern, created_at) VALUES (?,?,?,?)",
             [(session_id, r.permission, r.pattern, now) for r in rules],
         ))
@@ -186,7 +195,7 @@ class SqliteStore:
     # -- audit ----------------------------------------------------------------------------------
 
     async def add_audit(self, entries: list[AuditEntry]) -> None:
-        await self._run(lambda db: db.executemany(
+        await self._write(lambda db: db.executemany(
             "INSERT INTO audit (time, tenant, session_id, kind, tool, call_id, outcome, permission, patterns, rule,"
             " detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             [(e.time, e.tenant, e.session_id, e.kind, e.tool, e.call_id, e.outcome, e.permission,

@@ -708,7 +708,8 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
         notes.append(f"asyncio logged {count}x: {message!r} (tasks/generators left behind by calls{hidden})")
     print(f"\n{env}; control planes in-process on 127.0.0.1, pool size {POOL_SIZE} (warm) / 0 (cold)")
     order = ["warm", "cold", "exec", "docker_run", "docker_exec", "dockerpy_exec", "agent_health", "agent_exec",
-             "tool_read", "docker_cat", "local_read", "tool_bash", "docker_echo", "abort_gone", "abort_result"]
+             "tool_read", "docker_cat", "local_read", "tool_bash", "tool_bash_rules", "docker_echo",
+             "permission_eval", "permission_gate", "abort_gone", "abort_result"]
     print_report({k: rows[k] for k in order if k in rows}, notes)
     print(f"\ntotal wall time {time.perf_counter() - wall:.1f} s", flush=True)
 
