@@ -4,7 +4,8 @@ PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test venv engine image base-image proto proto-check lint type unit bench clean-containers
+.PHONY: run test venv engine image base-image proto proto-check lint type unit bench attack clean-containers
+.PHONY: trace-demo soak
 
 run: venv image  ## start the platform on embedded defaults
 	$(PY) -m controlplane serve
@@ -43,9 +44,34 @@ type: venv
 unit: venv  ## the tests that need no Docker engine
 	$(PY) -m pytest -m 'not docker' $(PYTEST_ARGS)
 
+trace-demo: venv image  ## one traced session (slow custom tool) exported to a real OTLP collector on loopback
+	$(PY) -c 'import rotel' 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check 'rotel==0.0.1a15'
+	$(PY) -m scripts.trace_demo
+
 bench: venv image
 	$(PY) tests/bench/bench.py
+
+attack: venv image  ## the escape and resource-attack suite with more samples, then the attack bench (bounded: 15 min)
+	OCSB_ATTACK_SAMPLES=40 OCSB_ATTACK_ABORTS=5 OCSB_ATTACK_ROUNDS=3 timeout 900 $(PY) -m pytest -q --timeout 600 \
+		tests/security tests/docker/test_hardening_fail_closed.py
+	timeout 600 $(PY) -m tests.bench.attack_bench
+
+soak: venv image  ## fuzzing (soak profile), faults, load and 1,000 create/delete cycles (bounded: 60 min); prints figures
+	OCSB_SOAK=1 timeout 3600 $(PY) -m pytest -q -s tests/fuzz tests/faults tests/load $(PYTEST_ARGS)
 
 clean-containers:  ## remove every container and volume any local control plane left behind
 	docker ps -aq --filter label=ocsb.managed=true | xargs -r docker rm -f
 	docker volume ls -q --filter label=ocsb.managed=true | xargs -r docker volume rm -f
+
+.PHONY: cluster-up cluster-down test-cluster
+cluster-up: engine  ## a two-node swarm on this machine (second dockerd in netns ocsb-worker); needs root
+	bash scripts/cluster.sh up
+
+cluster-down:  ## removes everything cluster-up made (and leaves a swarm it did not create)
+	bash scripts/cluster.sh down
+
+test-cluster: venv image  ## the cluster tests: up, tests, down (skipped with a reason where not possible)
+	@if bash scripts/cluster.sh check; then \
+	  bash scripts/cluster.sh up && { $(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS); rc=$$?; \
+	  bash scripts/cluster.sh down; exit $$rc; }; \
+	else $(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS); fi

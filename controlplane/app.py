@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from controlplane.config import DockerProviderConfig, Settings
+from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig
 from controlplane.core.asks import ApprovalStore, PermissionGate
 from controlplane.core.audit import AuditLog
 from controlplane.core.events import BusEvent, EventBus
@@ -22,6 +22,7 @@ from controlplane.core.hooks import HookBus
 from controlplane.core.models import Resources
 from controlplane.core.policy import OperatorPolicy
 from controlplane.core.registry import Registry
+from controlplane.core.session_services import TodoStore
 from controlplane.core.sessions import SessionManager, SessionPolicy
 from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.egress import EgressPolicy
@@ -33,6 +34,7 @@ from controlplane.rpc.server import build_server, mark_serving
 from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.sandbox.tool_bridge import AgentToolCalls
 from controlplane.store.sqlite import AuditWriter, SqliteStore, hash_token
+from controlplane.telemetry import setup as telemetry
 from controlplane.tools import catalog
 from controlplane.tools.websearch import SearchConfig
 
@@ -45,6 +47,12 @@ def build_provider(settings: Settings, store: SqliteStore) -> SandboxProvider:
         from controlplane.sandbox.docker import DockerSandboxProvider
 
         return DockerSandboxProvider(
+            settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store
+        )
+    if isinstance(settings.provider, SwarmProviderConfig):
+        from controlplane.sandbox.swarm import SwarmSandboxProvider
+
+        return SwarmSandboxProvider(
             settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store
         )
     from controlplane.sandbox.local import LocalSandboxProvider
@@ -83,6 +91,7 @@ def tool_settings(settings: Settings) -> catalog.ToolSettings:
 def build_tools(
     sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
     hooks: HookBus | None = None, policy: OperatorPolicy | None = None, settings: catalog.ToolSettings | None = None,
+    todos: TodoStore | None = None,
 ) -> ToolRuntime:
     tools = catalog.implemented(settings)
     registry = Registry(catalog.registered(tools), env=os.environ)
@@ -101,7 +110,7 @@ def build_tools(
     executor = ToolExecutor(gate, hooks, audit)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
-        env=os.environ, mcp=mcp_factory((settings or catalog.ToolSettings()).egress),
+        env=os.environ, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
     )
 
 
@@ -136,6 +145,7 @@ class ControlPlane:
     port: int
     report: ReconcileReport
     audit: AuditWriter
+    telemetry: telemetry.Telemetry | None = None
 
     @property
     def address(self) -> str:
@@ -145,6 +155,7 @@ class ControlPlane:
 
 async def start(settings: Settings) -> ControlPlane:
     _warn_if_exposed(settings)
+    exporting = telemetry.configure()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.data_dir, 0o700)
     store = SqliteStore(settings.data_dir / "controlplane.db")
@@ -162,11 +173,12 @@ async def start(settings: Settings) -> ControlPlane:
     audit = AuditWriter(store)
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
+        todos=store,
     )
     server, health_servicer, port = build_server(settings, sessions, tools, auth)
     await server.start()
     await mark_serving(health_servicer, True)
-    plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit)
+    plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting)
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
     return plane
 
@@ -176,6 +188,8 @@ async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     await plane.sessions.close()
     await plane.audit.close()
     plane.store.close()
+    if plane.telemetry is not None:
+        await asyncio.to_thread(plane.telemetry.shutdown)
     with contextlib.suppress(FileNotFoundError):
         (plane.settings.data_dir / ENDPOINT_FILE).unlink()
 

@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
+from opentelemetry import propagate, trace
 
 from controlplane.v1 import (
     event_pb2,
     event_pb2_grpc,
     permission_pb2,
     permission_pb2_grpc,
+    question_pb2,
+    question_pb2_grpc,
     sandbox_pb2,
     sandbox_pb2_grpc,
     session_pb2,
@@ -32,6 +35,12 @@ PermissionRequest = tool_pb2.PermissionRequest
 Reply = tool_pb2.PermissionReply.Reply
 PermissionAnswer = Callable[[PermissionRequest], Awaitable[tuple[int, str]]]
 """Decides a permission request: (ONCE|ALWAYS|REJECT, message)."""
+Question = tool_pb2.Question
+QuestionAnswerer = Callable[[Question], Awaitable[list[list[str]] | None]]
+"""Answers a question request: one list of labels per asked question, or None to dismiss it."""
+Subtask = tool_pb2.Subtask
+SubtaskRunner = Callable[[Subtask], Awaitable[str]]
+"""Runs a subagent's loop in the subtask's child session; returns its final text (raising fails the task)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,14 @@ class ToolOutcome:
         return value
 
     @property
+    def questions(self) -> list[tool_pb2.Question]:
+        return [e.question for e in self.events if e.WhichOneof("event") == "question"]
+
+    def of_call(self, call_id: str) -> list[tool_pb2.ToolEvent]:
+        """The events of one call on this stream (a `batch` entry's, by its call id)."""
+        return [e for e in self.events if e.call_id == call_id]
+
+    @property
     def permission_requests(self) -> list[tool_pb2.PermissionRequest]:
         return [e.permission_request for e in self.events if e.WhichOneof("event") == "permission_request"]
 
@@ -86,12 +103,22 @@ class AsyncClient:
             self._channel = grpc.aio.secure_channel(target, creds, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._auth = (("authorization", f"Bearer {token}"),)
         self.sessions = session_pb2_grpc.SessionServiceStub(self._channel)
         self.sandbox = sandbox_pb2_grpc.SandboxServiceStub(self._channel)
         self.tools = tool_pb2_grpc.ToolServiceStub(self._channel)
         self.permissions = permission_pb2_grpc.PermissionServiceStub(self._channel)
+        self.questions = question_pb2_grpc.QuestionServiceStub(self._channel)
         self.events = event_pb2_grpc.EventServiceStub(self._channel)
+
+    @property
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """The bearer token, plus the caller's trace context while a span records (the trace goes on server-side)."""
+        if not trace.get_current_span().is_recording():
+            return self._auth
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return self._auth + tuple(carrier.items())
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -205,17 +232,46 @@ class AsyncClient:
 
     async def execute_tool(
         self, session_id: str, tool: str, args: dict[str, Any] | str, *, call_id: str = "", message_id: str = "",
-        agent: str = "", on_permission: PermissionAnswer = allow_once,
+        agent: str = "", on_permission: PermissionAnswer = allow_once, on_subtask: SubtaskRunner | None = None,
+        on_question: QuestionAnswerer | None = None,
     ) -> ToolOutcome:
-        """Runs one tool call to its end, answering each permission request with `on_permission`."""
+        """Runs one tool call to its end, answering each permission request with `on_permission`.
+
+        A `task` call's subtask is run with `on_subtask` (concurrently, so this stream keeps being
+        served) and its text sent back on the stream; without `on_subtask` someone else must answer
+        (CompleteSubtask). Questions are answered with `on_question` (None from it dismisses); without
+        it they wait for an answer from another connection (`reply_question`). Events of a `batch`'s
+        entries carry their own call ids; the outcome is the streamed call's own result or error.
+        """
         stream, outbox = self.tool_call(
             session_id, tool, args, call_id=call_id, message_id=message_id, agent=agent
         )
         events: list[tool_pb2.ToolEvent] = []
         finished = False
+        subtasks: set[asyncio.Task[None]] = set()
+        top = call_id
+
+        async def answer_question(question: Question) -> None:
+            assert on_question is not None
+            answers = await on_question(question)
+            reply = tool_pb2.QuestionReply(
+                request_id=question.id, dismissed=answers is None,
+                answers=[tool_pb2.QuestionAnswer(labels=labels) for labels in answers or []],
+            )
+            outbox.put_nowait(tool_pb2.ExecuteToolRequest(question_reply=reply))
+
+        async def run_subtask(request: Subtask) -> None:
+            assert on_subtask is not None
+            try:
+                result = tool_pb2.SubtaskResult(session_id=request.session_id, text=await on_subtask(request))
+            except Exception as exc:  # the subagent failed: the task call reports it
+                result = tool_pb2.SubtaskResult(session_id=request.session_id, error=str(exc) or type(exc).__name__)
+            outbox.put_nowait(tool_pb2.ExecuteToolRequest(subtask_result=result))
+
         try:
             async for event in stream:
                 events.append(event)
+                top = top or event.call_id  # the streamed call's first event comes before any sub-call's
                 kind = event.WhichOneof("event")
                 if kind == "permission_request":
                     reply, message = await on_permission(event.permission_request)
@@ -223,6 +279,16 @@ class AsyncClient:
                         request_id=event.permission_request.id, reply=reply, message=message  # type: ignore[arg-type]
                     )
                     outbox.put_nowait(tool_pb2.ExecuteToolRequest(permission_reply=answer))
+                elif kind == "question" and on_question is not None:
+                    answering = asyncio.ensure_future(answer_question(event.question))
+                    subtasks.add(answering)
+                    answering.add_done_callback(subtasks.discard)
+                elif kind in ("result", "error") and event.call_id != top:
+                    continue  # a batch entry's end, not the streamed call's
+                elif kind == "subtask" and on_subtask is not None:
+                    runner = asyncio.ensure_future(run_subtask(event.subtask))
+                    subtasks.add(runner)
+                    runner.add_done_callback(subtasks.discard)
                 elif kind == "result":
                     finished = True
                     return ToolOutcome(event.call_id, event.result, None, events)
@@ -235,11 +301,30 @@ class AsyncClient:
             outbox.put_nowait(None)
             if not finished:
                 stream.cancel()
+            for runner in list(subtasks):
+                runner.cancel()
         raise RuntimeError("the tool call's stream ended without a result or an error")
 
     async def cancel_tool_call(self, session_id: str, call_id: str) -> bool:
         request = tool_pb2.CancelToolCallRequest(session_id=session_id, call_id=call_id)
         return bool((await self.tools.CancelToolCall(request, metadata=self._metadata)).cancelled)
+
+    async def pending_questions(self, session_id: str) -> list[question_pb2.PendingQuestion]:
+        request = question_pb2.ListPendingQuestionsRequest(session_id=session_id)
+        return list((await self.questions.ListPendingQuestions(request, metadata=self._metadata)).questions)
+
+    async def reply_question(self, request_id: str, answers: list[list[str]] | None) -> None:
+        """Answers a pending question from any connection (one list of labels per question); None dismisses it."""
+        request = question_pb2.ReplyQuestionRequest(
+            request_id=request_id, dismissed=answers is None,
+            answers=[tool_pb2.QuestionAnswer(labels=labels) for labels in answers or []],
+        )
+        await self.questions.ReplyQuestion(request, metadata=self._metadata)
+
+    async def complete_subtask(self, session_id: str, text: str = "", *, error: str = "") -> None:
+        """Answers a subtask from any connection: the subagent's text, or an error that fails the task."""
+        request = tool_pb2.CompleteSubtaskRequest(session_id=session_id, text=text, error=error)
+        await self.tools.CompleteSubtask(request, metadata=self._metadata)
 
     # -- permissions and events -----------------------------------------------------------------
 

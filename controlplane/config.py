@@ -41,6 +41,11 @@ class ResourcesConfig(_Closed):
     max_pids: int = 4096
     tmpfs_mb: int = 256
     """Size of the /tmp tmpfs (counts against the memory limit)."""
+    shm_mb: int = Field(default=64, ge=1)
+    """Size of /dev/shm (a tmpfs, noexec/nosuid/nodev; counts against the memory limit)."""
+    disk_mb: int = Field(default=2048, ge=0)
+    """Workspace size per session, MiB: an ext4 image per session on a loop device (the Docker provider
+    needs root, losetup and mkfs.ext4 on the host). 0: an unbounded Docker volume on the host's Docker disk."""
 
 
 class DockerProviderConfig(_Closed):
@@ -55,6 +60,10 @@ class DockerProviderConfig(_Closed):
     """OCI runtime (e.g. `runsc` for gVisor); unset means the engine's default."""
     start_timeout_s: float = 30.0
     """How long a new container's agent may take to answer."""
+    global_dir: Path | None = None
+    """The operator's global tools dir: a host dir mounted read-only at /opt/opencode/global in every sandbox,
+    upstream's global config dir (`~/.config/opencode`). Its `tool/`, `plugin/` and `skill/` come before a
+    project's own, which win a name collision. It must exist at start and be readable by uid 1000."""
 
 
 class LocalProviderConfig(_Closed):
@@ -63,7 +72,39 @@ class LocalProviderConfig(_Closed):
     type: Literal["local"] = "local"
 
 
-ProviderConfig = Annotated[DockerProviderConfig | LocalProviderConfig, Field(discriminator="type")]
+class SwarmProviderConfig(_Closed):
+    """One hardened one-replica service per session on a Docker Swarm (see docs/swarm.md)."""
+
+    type: Literal["swarm"] = "swarm"
+    image: str = "ocsb-sandbox:latest"
+    """Must be present on every node (the engine does not pull it)."""
+    base_url: str | None = None
+    """A manager's Docker endpoint; unset means DOCKER_HOST or the local socket."""
+    start_timeout_s: float = 60.0
+    """How long a new service's agent may take to answer (scheduling included)."""
+    relay_port: int = Field(default=50071, ge=1, le=65535)
+    """TCP port of this instance's per-node relay (mutual TLS) on every node's address."""
+    node_root: str = "/var/lib/ocsb/run"
+    """Directory present on every node; the agents' socket dirs are made below it by the relay."""
+    workspace_mb: int = Field(default=1024, ge=16)
+    """Size of the /workspace tmpfs (services cannot remove volumes on other nodes)."""
+    reserve_fraction: float = Field(default=0.25, gt=0, le=1)
+    """Share of a session's cpu/memory limit reserved with the scheduler."""
+    constraints: list[str] = Field(default_factory=list)
+    """Placement constraints of every session, e.g. ["node.labels.ocsb.sandboxes==true"]."""
+    tenant_constraints: dict[str, list[str]] = Field(default_factory=dict)
+    """Extra constraints per tenant name (tenant placement through node labels)."""
+    spread: str = ""
+    """A placement preference to spread over, e.g. "node.labels.zone"."""
+    watch_interval_s: float = Field(default=1.0, gt=0)
+    """How often tasks and relays are checked; a lost node fails its sessions within a few of these."""
+    relay_failures: int = Field(default=3, ge=1)
+    """Consecutive failed relay pings after which a node's sandboxes count as lost."""
+
+
+ProviderConfig = Annotated[
+    DockerProviderConfig | LocalProviderConfig | SwarmProviderConfig, Field(discriminator="type")
+]
 
 
 class PoolConfig(_Closed):

@@ -19,18 +19,22 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# Only the default daemon's pid file counts: other dockerds (a test cluster's worker in its own
+# network namespace) have their own sockets and must not stop this one from being started.
 pidfile=/var/run/docker.pid
+running=""
 if [ -f "$pidfile" ]; then
   pid=$(cat "$pidfile" 2>/dev/null || true)
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     log "dockerd (pid $pid) is running but not answering yet"
+    running=1
   else
     log "removing stale $pidfile"
     rm -f "$pidfile"
   fi
 fi
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
+if [ -z "$running" ]; then
   log "starting dockerd"
   mkdir -p /var/log
   nohup dockerd >/var/log/dockerd.log 2>&1 &

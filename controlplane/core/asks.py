@@ -29,6 +29,7 @@ from controlplane.core.tool import PermissionAsk, ToolError
 from controlplane.core.tool_events import PermissionRequested
 from controlplane.core.wildcard import match
 from controlplane.errors import NotFoundError
+from controlplane.telemetry import attributes, spans
 
 
 class Reply(enum.Enum):
@@ -76,6 +77,9 @@ class _Pending:
     request: PermissionRequested
     scope: AskScope
     waiter: asyncio.Future[None]
+    decision: str = ""
+    rule: str = ""
+    """How the request was settled (for its trace span)."""
 
 
 @dataclass
@@ -129,7 +133,9 @@ class PermissionGate:
         for pattern in ask.patterns:
             rule, source = self._evaluate(ask.permission, pattern, scope, state.approved)
             if rule.action == "deny":
-                await self._record(scope, ask, "deny", describe_rule(rule, source))
+                denying = describe_rule(rule, source)
+                spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_DENY, denying)
+                await self._record(scope, ask, "deny", denying)
                 raise permission.DeniedError(
                     permission.relevant_rules(ask.permission, permission.merge(scope.ruleset, scope.policy))
                 )
@@ -138,8 +144,17 @@ class PermissionGate:
             else:
                 deciding.append(describe_rule(rule, source))
         if not needs_reply:
-            await self._record(scope, ask, "allow", "; ".join(dict.fromkeys(deciding)))
+            rules = "; ".join(dict.fromkeys(deciding))
+            spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_AUTO_ALLOW, rules)
+            await self._record(scope, ask, "allow", rules)
             return
+        with spans.permission_wait(ask.permission, ask.patterns, scope.session_id, scope.call_id):
+            await self._wait(ask, scope, state, announce)
+
+    async def _wait(
+        self, ask: PermissionAsk, scope: AskScope, state: _SessionAsks, announce: Callable[[PermissionRequested], None],
+    ) -> None:
+        """Asks the plugins, then whoever replies; the trace span around it names the decision."""
         request = PermissionRequested(
             id=ascending("per"), session_id=scope.session_id, permission=ask.permission,
             patterns=list(ask.patterns), always=list(ask.always), metadata=dict(ask.metadata),
@@ -148,13 +163,15 @@ class PermissionGate:
         if self._hooks.has("permission.ask"):
             verdict = await self._plugin_verdict(request, scope)
             if verdict == "allow":
+                spans.permission_decided(attributes.DECISION_AUTO_ALLOW, "plugin permission.ask")
                 await self._record(scope, ask, "allow", "plugin permission.ask")
                 return
             if verdict == "deny":
+                spans.permission_decided(attributes.DECISION_DENY, "plugin permission.ask")
                 await self._record(scope, ask, "reject", "plugin permission.ask")
                 raise permission.RejectedError()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state.pending[request.id] = _Pending(request, scope, waiter)
+        pending = state.pending[request.id] = _Pending(request, scope, waiter)
         self._owner[request.id] = scope.session_id
         self._bus.publish(
             "permission.asked", scope.tenant, scope.session_id, id=request.id, permission=request.permission,
@@ -167,6 +184,8 @@ class PermissionGate:
         finally:
             state.pending.pop(request.id, None)
             self._owner.pop(request.id, None)
+            if pending.decision:
+                spans.permission_decided(pending.decision, pending.rule)
 
     @staticmethod
     def _evaluate(name: str, pattern: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
@@ -207,12 +226,12 @@ class PermissionGate:
         self._published_reply(target, reply)
         if reply is Reply.REJECT:
             await self._record(target.scope, target.request, "reject", by, message)
-            _settle(target, permission.CorrectedError(message) if message else permission.RejectedError())
+            _settle(target, permission.CorrectedError(message) if message else permission.RejectedError(), "reject", by)
             for other_id, other in list(state.pending.items()):
                 if other_id != request_id and not other.waiter.done():
                     self._published_reply(other, Reply.REJECT)
                     await self._record(other.scope, other.request, "reject", f"cascade from {request_id}")
-                    _settle(other, permission.RejectedError())
+                    _settle(other, permission.RejectedError(), "reject", f"cascade from {request_id}")
             return
         if reply is Reply.ALWAYS:
             req = target.request
@@ -220,7 +239,7 @@ class PermissionGate:
             await self._approvals.add_approvals(session_id, rules)  # durable before anyone proceeds
             state.approved.extend(rules)
         await self._record(target.scope, target.request, reply.value, by)
-        _settle(target, None)
+        _settle(target, None, reply.value, by)
         if reply is not Reply.ALWAYS:
             return
         for other_id, other in list(state.pending.items()):
@@ -232,7 +251,7 @@ class PermissionGate:
             ):
                 self._published_reply(other, Reply.ALWAYS)
                 await self._record(other.scope, other.request, "always", f"auto from {request_id}")
-                _settle(other, None)
+                _settle(other, None, "always", f"auto from {request_id}")
 
     def _published_reply(self, pending: _Pending, reply: Reply) -> None:
         scope = pending.scope
@@ -264,9 +283,10 @@ class PermissionGate:
                 _settle(pending, ToolError("The session ended."))
 
 
-def _settle(pending: _Pending, error: BaseException | None) -> None:
+def _settle(pending: _Pending, error: BaseException | None, decision: str = "", rule: str = "") -> None:
     if pending.waiter.done():
         return
+    pending.decision, pending.rule = decision, rule
     if error is None:
         pending.waiter.set_result(None)
     else:

@@ -23,6 +23,9 @@ from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.doom_loop import DoomLoopDetector
 from controlplane.core.hooks import HookBus
 from controlplane.core.permission import Rule
+from controlplane.core.questions import QuestionScope
+from controlplane.core.session_services import SessionServices
+from controlplane.core.subcalls import ExecutorSubCalls
 from controlplane.core.tool import (
     InitContext,
     PermissionAsk,
@@ -41,6 +44,7 @@ from controlplane.core.tool_events import (
     StateChanged,
 )
 from controlplane.core.validation import validate
+from controlplane.telemetry import spans
 
 log = logging.getLogger(__name__)
 ABORTED = "Tool execution aborted"
@@ -55,6 +59,8 @@ class CallRequest:
     args_json: str
     call_id: str
     message_id: str = ""
+    nested: bool = False
+    """Run on behalf of another call (a `batch` entry), not by the model: no doom-loop watch."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,9 @@ class CallScope:
     directory: str = "/workspace"
     sandbox_hooks: frozenset[str] = frozenset()
     """Hook names the project's plugins define (they run in the sandbox, after the operator's)."""
+    sandbox_id: str = ""
+    services: SessionServices = field(default_factory=SessionServices)
+    """The session's todos, questions and registry view, for control-plane tools."""
 
 
 Emit = Callable[[CallEvent], None]
@@ -87,8 +96,13 @@ class ToolExecutor:
 
     async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
         outcome, detail = "error", ""
+        info = scope.tools.get(call.tool) or scope.tools.get(call.tool.lower())
+        source, origin = (info.source.value, info.origin) if info is not None else ("", "")
         try:
-            outcome, detail = await self._execute(scope, call, emit, abort)
+            with spans.execute_tool(
+                call.tool, call.call_id, scope.session_id, scope.tenant, scope.sandbox_id, source, origin,
+            ) as traced:
+                outcome, detail = await self._execute(scope, call, emit, abort, traced)
         finally:
             await self.audit.record(AuditEntry(
                 tenant=scope.tenant, session_id=scope.session_id, kind="call", tool=call.tool, call_id=call.call_id,
@@ -96,7 +110,7 @@ class ToolExecutor:
             ))
 
     async def _execute(
-        self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event,
+        self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event, traced: spans.CallTrace,
     ) -> tuple[str, str]:
         """Runs the call; returns its audited outcome (ok, error, cancelled, denied) and error text."""
         emit(StateChanged(CallStatus.PENDING))
@@ -118,15 +132,18 @@ class ToolExecutor:
         except ToolError as exc:
             emit(StateChanged(CallStatus.ERROR))
             emit(Failed(str(exc)))
+            traced.failed(_outcome(exc, abort), exc)
             return _outcome(exc, abort), str(exc)
         except Exception as exc:  # a bug in a tool must not break the caller's stream
             emit(StateChanged(CallStatus.ERROR))
             emit(Failed(f"{type(exc).__name__}: {exc}"))
+            traced.failed("error", exc)
             return "error", f"{type(exc).__name__}: {exc}"
         finally:
             stopper.cancel()
             if not work.done():
                 work.cancel()
+        traced.completed(result.output, result.metadata.get("truncated") is True, aborted=abort.is_set())
         emit(StateChanged(CallStatus.COMPLETED))
         emit(Completed(result))
         return "ok", ""
@@ -141,9 +158,10 @@ class ToolExecutor:
         async def ask(request: PermissionAsk) -> None:
             await self.gate.ask(request, ask_scope, emit)
 
-        if self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args):
+        if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args):
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
-        definition = await tool.init(InitContext(agent=scope.agent))
+        with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):
+            definition = await tool.init(InitContext(agent=scope.agent))
         args = raw_args
         if definition.parameters is not None:
             args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
@@ -167,6 +185,7 @@ class ToolExecutor:
         ctx = ToolContext(
             session_id=scope.session_id, message_id=call.message_id, call_id=call.call_id, agent=scope.agent,
             ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort, env=env,
+            services=self._call_services(scope, call, raw_args, emit, abort),
         )
         result = await definition.execute(args, ctx)
         result = await self._after_hooks(scope, {**hook_in, "args": args}, result)
@@ -176,6 +195,26 @@ class ToolExecutor:
             result.output, task_allowed=truncation.task_hint_allowed(scope.ruleset), save=scope.sandbox.save_output
         )
         return replace(result, output=content, metadata={**result.metadata, **extra})
+
+    def _call_services(
+        self, scope: CallScope, call: CallRequest, raw_args: dict[str, Any], emit: Emit, abort: asyncio.Event,
+    ) -> SessionServices:
+        """The session's services plus what belongs to this call: its arguments, questions and sub-calls."""
+        broker = scope.services.questions
+        where = QuestionScope(scope.tenant, scope.session_id, call.call_id, call.message_id)
+
+        async def ask_questions(questions: list[dict[str, Any]]) -> list[list[str]]:
+            assert broker is not None
+            return await broker.ask(where, questions, emit, abort)
+
+        async def run_call(tool: str, args_json: str, call_id: str, sub_emit: Emit) -> None:
+            sub = CallRequest(scope.session_id, tool, args_json, call_id, call.message_id, nested=True)
+            await self.execute(scope, sub, sub_emit, abort)
+
+        return replace(
+            scope.services, raw_args=raw_args, ask_questions=ask_questions if broker is not None else None,
+            subcalls=ExecutorSubCalls(run_call, emit, scope.services.registered),
+        )
 
     async def _after_hooks(self, scope: CallScope, hook_in: dict[str, Any], result: ToolResult) -> ToolResult:
         """The operator's after-hooks, then the project plugins'; a failing one loses nothing."""

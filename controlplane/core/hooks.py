@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.core.tool import ToolError
+from controlplane.telemetry import attributes, spans
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,11 @@ class HookBus:
     ) -> dict[str, Any]:
         for registered in self._hooks.get(name, ()):
             try:
-                replaced = await asyncio.wait_for(registered.hook(input_, output), self.timeout_s)
+                replaced = await spans.traced(
+                    f"{attributes.SPAN_HOOK} {name}",
+                    {attributes.HOOK_NAME: name, attributes.HOOK_PLUGIN: registered.origin},
+                    asyncio.wait_for(registered.hook(input_, output), self.timeout_s),
+                )
             except Exception as exc:
                 error = _describe(name, registered.origin, exc, self.timeout_s)
                 if not tolerant:

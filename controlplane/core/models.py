@@ -39,6 +39,9 @@ class Session:
     config_json: str = ""
     status_message: str = ""
     deleted_at: float | None = None
+    parent_id: str = ""
+    """Set for a child session (one the `task` tool made): it shares its parent's sandbox."""
+    title: str = ""
 
     def expires_at(self, idle_timeout_s: float, max_lifetime_s: float) -> float:
         return min(self.last_active_at + idle_timeout_s, self.created_at + max_lifetime_s)

@@ -1,12 +1,13 @@
 """The tool registry: built-ins in OpenCode's order, then custom, plugin and MCP tools.
 
 Built-ins that are not implemented are simply not handed to the registry; their slots are skipped.
-`list` and `multiedit` are defined upstream but not registered; an operator may opt in to them
-(`extra`), and they are then placed after the built-ins, in that order.
+`list`, `multiedit` and `todoread` are defined upstream but not registered; an operator may opt in
+to them (`extra`), and they are then placed after the built-ins, in that order.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ BUILTIN_ORDER = (
     "invalid", "question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch", "todowrite",
     "websearch", "codesearch", "skill", "apply_patch", "lsp", "batch", "plan_exit",
 )
-EXTRA_ORDER = ("list", "multiedit")
+EXTRA_ORDER = ("list", "multiedit", "todoread")
 """Defined but not registered by upstream; enabled only through `extra`."""
 
 _QUESTION_CLIENTS = frozenset({"app", "cli", "desktop"})
@@ -80,7 +81,8 @@ class Registry:
             raise ConfigError(f"only {', '.join(EXTRA_ORDER)} can be enabled as extra tools, not {sorted(bad_extra)}")
         self.flags = Flags.from_env(env or {})
         self._builtins = dict(builtins)
-        self._enabled = self._enabled_builtins(batch_tool_enabled(config), set(extra))
+        self._extra = set(extra)
+        self._enabled = self._enabled_builtins(batch_tool_enabled(config), self._extra)
         self._added: dict[ToolSource, list[ToolInfo]] = {s: [] for s in ToolSource if s is not ToolSource.BUILTIN}
 
     def _enabled_builtins(self, batch: bool, extra: set[str]) -> list[str]:
@@ -93,6 +95,15 @@ class Registry:
         }
         ids = [i for i in BUILTIN_ORDER if wanted.get(i, True)]
         return ids + [i for i in EXTRA_ORDER if i in extra]
+
+    def for_session(self, config: Mapping[str, Any] | None) -> Registry:
+        """The registry as a session with this opencode.json sees it: `batch` is also enabled by the
+        session's own `experimental.batch_tool` (tools registered later show in both)."""
+        if "batch" in self._enabled or not batch_tool_enabled(config):
+            return self
+        view = copy.copy(self)
+        view._enabled = self._enabled_builtins(True, self._extra)
+        return view
 
     def register(self, tool: ToolInfo) -> None:
         """Adds a tool to its source's group, replacing one of the same id there."""

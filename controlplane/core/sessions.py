@@ -23,6 +23,7 @@ from controlplane.errors import (
     SandboxError,
 )
 from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
+from controlplane.telemetry import attributes, spans
 
 log = logging.getLogger(__name__)
 TOUCH_WRITE_INTERVAL_S = 1.0
@@ -73,6 +74,7 @@ class SessionManager:
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._end_listeners: list[Callable[[str], None]] = []
+        spans.active_sessions.watch(self, lambda manager: len(manager._live))
 
     def on_end(self, listener: Callable[[str], None]) -> None:
         """Calls `listener(session_id)` whenever a session is deleted or fails."""
@@ -90,8 +92,11 @@ class SessionManager:
     async def start(self) -> ReconcileReport:
         """Adopts what the store knows, fails what cannot be recovered, starts the reaper."""
         live: dict[str, str] = {}
+        children: list[Session] = []
         for session in await self._store.list_sessions(live_only=True):
-            if session.state == SessionState.CREATING or not session.sandbox_id:
+            if session.parent_id:
+                children.append(session)  # adopted with their parent, below
+            elif session.state == SessionState.CREATING or not session.sandbox_id:
                 await self._finish(session, SessionState.FAILED, "the control plane restarted while creating it")
             else:
                 live[session.sandbox_id] = session.id
@@ -100,6 +105,11 @@ class SessionManager:
         for sandbox_id in report.lost:
             session_id = live[sandbox_id]
             await self._finish(self._live.pop(session_id), SessionState.FAILED, "its sandbox was lost")
+        for child in children:  # in creation order, so a parent comes before its children
+            if child.parent_id in self._live:
+                self._live[child.id] = child
+            else:
+                await self._finish(child, SessionState.FAILED, f"its parent session {child.parent_id} ended")
         self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
         return report
 
@@ -115,6 +125,12 @@ class SessionManager:
     # -- API ------------------------------------------------------------------------------------
 
     async def create(self, tenant: str, spec: CreateSpec) -> Session:
+        with spans.span(attributes.SPAN_CREATE_SESSION, {attributes.TENANT: tenant}) as span:
+            session = await self._create(tenant, spec)
+            spans.set_attributes(span, {attributes.SESSION_ID: session.id, attributes.SANDBOX_ID: session.sandbox_id})
+            return session
+
+    async def _create(self, tenant: str, spec: CreateSpec) -> Session:
         resources = self._resources(spec.resources)
         if len(spec.workspace_archive) > self._policy.max_archive_bytes:
             raise ResourceExhaustedError(
@@ -131,7 +147,9 @@ class SessionManager:
         )
         await self._store.put_session(session)
         try:
-            sandbox = await self._provider.acquire(session.id, tenant, resources)
+            with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
+                sandbox = await self._provider.acquire(session.id, tenant, resources)
+                spans.acquired(acquiring, sandbox.id, sandbox.from_pool)
         except ControlPlaneError as exc:
             await self._finish(session, SessionState.FAILED, str(exc))
             raise
@@ -156,6 +174,34 @@ class SessionManager:
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
                          sandboxID=session.sandbox_id)
         return replace(session)
+
+    async def create_child(self, parent_id: str, agent: str, title: str) -> Session:
+        """A READY session on the parent's sandbox (no new container), ended with its parent."""
+        parent = self._live.get(parent_id)
+        if parent is None or parent.state != SessionState.READY:
+            raise FailedPreconditionError(f"session {parent_id} is not running")
+        now = self._clock()
+        child = Session(
+            id="ses_" + secrets.token_hex(12), tenant=parent.tenant, agent=agent, state=SessionState.READY,
+            resources=parent.resources, created_at=now, last_active_at=now, sandbox_id=parent.sandbox_id,
+            config_json=parent.config_json, parent_id=parent.id, title=title,
+        )
+        await self._store.put_session(child)
+        self._live[child.id] = child
+        self.bus.publish("session.created", child.tenant, child.id, id=child.id, agent=agent,
+                         sandboxID=child.sandbox_id, parentID=parent.id, title=title)
+        return replace(child)
+
+    def live_child(self, parent_id: str, child_id: str) -> Session | None:
+        """The running child `child_id` of `parent_id`, if there is one."""
+        child = self._live.get(child_id)
+        if child is None or child.parent_id != parent_id or child.state != SessionState.READY:
+            return None
+        return replace(child)
+
+    def live_session(self, session_id: str) -> Session | None:
+        session = self._live.get(session_id)
+        return replace(session) if session is not None else None
 
     async def get(self, tenant: str, session_id: str) -> Session:
         session = self._live.get(session_id) or await self._store.get_session(session_id)
@@ -192,7 +238,7 @@ class SessionManager:
         try:
             sandbox = await self._provider.get(session.sandbox_id)
         except SandboxError as exc:
-            await self._end(session, SessionState.FAILED, str(exc))
+            await self._end(self._root(session), SessionState.FAILED, str(exc))
             raise
         self._touch(session_id)
         return sandbox
@@ -201,7 +247,7 @@ class SessionManager:
         """Called when a sandbox stops answering mid-call."""
         session = self._live.get(session_id)
         if session is not None:
-            await self._end(session, SessionState.FAILED, reason)
+            await self._end(self._root(session), SessionState.FAILED, reason)
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -227,15 +273,25 @@ class SessionManager:
         session = self._live.get(session_id)
         if session is not None:
             session.last_active_at = now
+            if session.parent_id:  # a parent waiting on its child's work is not idle
+                self._touch(session.parent_id)
         if last_written is None or now - last_written >= TOUCH_WRITE_INTERVAL_S:
             task = asyncio.get_running_loop().create_task(self._store.touch_session(session_id, now))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
+    def _root(self, session: Session) -> Session:
+        """The session that owns `session`'s sandbox."""
+        while session.parent_id and session.parent_id in self._live:
+            session = self._live[session.parent_id]
+        return session
+
     async def _end(self, session: Session, state: SessionState, message: str) -> Session:
         self._live.pop(session.id, None)
         self._touched.pop(session.id, None)
-        if session.sandbox_id:
+        for child in [s for s in self._live.values() if s.parent_id == session.id]:
+            await self._end(child, state, f"its parent session {session.id} ended ({message})")
+        if session.sandbox_id and not session.parent_id:  # a child only borrows its parent's sandbox
             await self._provider.destroy(session.sandbox_id)
         return await self._finish(session, state, message)
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from controlplane.core.schema import parameters_schema
+from controlplane.core.session_services import SessionServices
 from controlplane.errors import ControlPlaneError
 
 
@@ -87,6 +88,8 @@ class ToolContext:
     extra: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for commands the tool runs (the `shell.env` hook's output)."""
+    services: SessionServices = field(default_factory=SessionServices)
+    """What control-plane tools use beyond the call itself (todos, questions, sub-calls)."""
 
 
 @dataclass(frozen=True)
@@ -105,10 +108,11 @@ class ToolDefinition:
     execute: Execute
     format_validation_error: Callable[[ValidationError], str] | None = None
     json_schema: dict[str, Any] | None = None
-    """The schema shown to the model when `parameters` is None (as the tool's own runtime gave it)."""
+    """The schema shown to the model: as the tool's own runtime gave it when `parameters` is None, or
+    one `parameters_schema` cannot express (zod `.meta()` keys) that overrides it."""
 
     def schema(self) -> dict[str, Any]:
-        if self.parameters is not None:
+        if self.parameters is not None and self.json_schema is None:
             return parameters_schema(self.parameters)
         return dict(self.json_schema or {"type": "object", "properties": {}})
 

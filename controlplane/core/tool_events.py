@@ -49,4 +49,42 @@ class Failed:
     message: str
 
 
-CallEvent = StateChanged | MetadataUpdated | PermissionRequested | Completed | Failed
+@dataclass(frozen=True)
+class SubtaskRequested:
+    """A `task` call needs the client to run a subagent in the child session `session_id`."""
+
+    session_id: str
+    parent_session_id: str
+    agent: str
+    prompt: str
+    description: str
+    model: dict[str, Any] | None = None
+    command: str = ""
+    resumed: bool = False
+    """The child session existed (the call named its `task_id`): its history continues."""
+
+
+@dataclass(frozen=True)
+class QuestionAsked:
+    """The tool waits for the user's answers to `questions` (see core/questions.py)."""
+
+    id: str
+    session_id: str
+    questions: list[dict[str, Any]]
+    call_id: str = ""
+    message_id: str = ""
+
+
+@dataclass(frozen=True)
+class SubCallEvent:
+    """An event of a call run on behalf of the streamed one (a `batch` entry), under its own id."""
+
+    call_id: str
+    tool: str
+    event: CallEvent
+
+
+CallEvent = (
+    StateChanged | MetadataUpdated | PermissionRequested | Completed | Failed | SubtaskRequested | QuestionAsked
+    | SubCallEvent
+)

@@ -24,12 +24,16 @@ from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.ids import ascending
 from controlplane.core.models import Session
 from controlplane.core.policy import OperatorPolicy
+from controlplane.core.questions import QuestionBroker
 from controlplane.core.registry import Registry
+from controlplane.core.session_services import MemoryTodos, SessionServices, TodoStore
 from controlplane.core.sessions import SessionManager
+from controlplane.core.subtasks import CallerScope, Subtasks, bound, child_session_rules, hidden_in_child, primary_tools
 from controlplane.core.tool import InitContext, SandboxCalls, ToolInfo, ToolSource
-from controlplane.core.tool_events import CallEvent, PermissionRequested, StateChanged
+from controlplane.core.tool_events import CallEvent, PermissionRequested, QuestionAsked, StateChanged, SubCallEvent
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
 from controlplane.sandbox.provider import Sandbox, SandboxAgent
+from controlplane.telemetry import spans
 
 TOOL_OUTPUT_SUBDIR = ".local/share/opencode/tool-output"
 PLANS_SUBDIR = ".local/share/opencode/plans"
@@ -79,7 +83,7 @@ class ToolRuntime:
         self, sessions: SessionManager, registry: Registry, executor: ToolExecutor,
         sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo], *,
         bus: EventBus | None = None, policy: OperatorPolicy | None = None, env: Mapping[str, str] | None = None,
-        mcp: McpFactory | None = None,
+        mcp: McpFactory | None = None, todos: TodoStore | None = None,
     ) -> None:
         self._mcp_factory = mcp
         self._mcp: dict[str, asyncio.Future[McpSource | None]] = {}
@@ -99,6 +103,9 @@ class ToolRuntime:
         """Per session: the config the agents were built from, and the agents."""
         self._custom: dict[str, CustomListing] = {}
         """Per session: the custom and plugin tools its sandbox loaded at the last look."""
+        self.subtasks = Subtasks(sessions, self.bus, self)
+        self.questions = QuestionBroker(self.bus)
+        self._todos = todos or MemoryTodos()
         sessions.on_end(self._forget_session)
 
     @property
@@ -115,16 +122,20 @@ class ToolRuntime:
         policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
         custom = await self._custom_listing(session, sandbox, refresh=True)
         mcp = await self._mcp_source(session, sandbox)
-        offered = _with_extra(self._registry.tools(provider_id, model_id), custom, mcp)
-        hidden = permission.disabled_layered([t.id for t in offered], agent.permission, policy)
+        caller = self._caller_scope(tenant, session, agent)
+        registry = self._registry.for_session(_config(session.config_json))
+        offered = [bound(t, caller) for t in _with_extra(registry.tools(provider_id, model_id), custom, mcp)]
+        ruleset, switched_off = self._session_rules(session, agent)
+        hidden = permission.disabled_layered([t.id for t in offered], ruleset, policy) | switched_off
         hooks = self._executor.hooks
         listed = []
         for tool in offered:
             if tool.id == "invalid" or tool.id in hidden:
                 continue
             started = time.perf_counter()
-            definition = await tool.init(InitContext(agent=agent.name))
-            description, schema = definition.description, definition.schema()
+            with spans.listed_init(tool.id, tool.source.value, tool.origin, tool.init_ms):
+                definition = await tool.init(InitContext(agent=agent.name))
+                description, schema = definition.description, definition.schema()
             if hooks.has("tool.definition"):
                 shown = await hooks.trigger(
                     "tool.definition", {"toolID": tool.id}, {"description": description, "parameters": schema},
@@ -148,14 +159,18 @@ class ToolRuntime:
             raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
         custom = await self._custom_listing(session, sandbox, refresh=session_id not in self._custom)
         mcp = await self._mcp_source(session, sandbox)
-        tools = self._executable(custom, mcp)
+        registry = self._registry.for_session(_config(session.config_json))
+        tools = self._executable(custom, mcp, registry)
         if tool not in tools and tool.lower() not in tools:
             custom = await self._custom_listing(session, sandbox, refresh=True)  # a tool file added since
-            tools = self._executable(custom, mcp)
+            tools = self._executable(custom, mcp, registry)
+        caller = self._caller_scope(tenant, session, agent)
+        tools = {tool_id: bound(info, caller) for tool_id, info in tools.items()}
         scope = CallScope(
-            session_id=session_id, agent=agent.name, ruleset=agent.permission, tools=tools,
+            session_id=session_id, agent=agent.name, ruleset=self._session_rules(session, agent)[0], tools=tools,
             sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
-            policy=self._policy.rules(tenant, home=await self._home(session_id, sandbox)),
+            policy=self._policy.rules(tenant, home=await self._home(session_id, sandbox)), sandbox_id=sandbox.id,
+            services=self._services(tenant, session, await self._home(session_id, sandbox), registry),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
         self._calls[key] = running
@@ -166,6 +181,11 @@ class ToolRuntime:
             running.events.put_nowait(event)
             if isinstance(event, StateChanged):
                 bus.publish("tool.state", tenant, session_id, callID=call_id, tool=tool, status=event.status.value)
+            elif isinstance(event, SubCallEvent) and isinstance(event.event, StateChanged):
+                bus.publish(
+                    "tool.state", tenant, session_id, callID=event.call_id, tool=event.tool,
+                    status=event.event.status.value, parentCallID=call_id,
+                )
 
         async def drive() -> None:
             try:
@@ -176,6 +196,34 @@ class ToolRuntime:
 
         running.task = asyncio.ensure_future(drive())
         return running
+
+    # -- subtasks (the `task` tool's child sessions) ----------------------------------------------
+
+    def announce(self, session_id: str, call_id: str, event: CallEvent) -> None:
+        running = self._calls.get((session_id, call_id))
+        if running is not None:
+            running.events.put_nowait(event)
+
+    def abort_calls(self, session_id: str) -> list[asyncio.Task[None]]:
+        aborted = []
+        for (owner, _), running in list(self._calls.items()):
+            if owner == session_id and running.task is not None:
+                running.abort.set()
+                aborted.append(running.task)
+        return aborted
+
+    def _caller_scope(self, tenant: str, session: Session, agent: permission.Agent) -> CallerScope:
+        return CallerScope(tenant, session, self._agents[session.id][1], agent, self.subtasks)
+
+    def _session_rules(self, session: Session, agent: permission.Agent) -> tuple[permission.Ruleset, set[str]]:
+        """The rules calls of `agent` in the session obey, and tools switched off for it.
+
+        A child session adds upstream's subagent session rules after the agent's.
+        """
+        if not session.parent_id:
+            return agent.permission, set()
+        primary = primary_tools(_config(session.config_json))
+        return permission.merge(agent.permission, child_session_rules(agent, primary)), hidden_in_child(agent, primary)
 
     async def cancel(self, tenant: str, session_id: str, call_id: str) -> bool:
         await self._sessions.get(tenant, session_id)  # NotFound for another tenant's session
@@ -196,11 +244,38 @@ class ToolRuntime:
         await self._sessions.get(tenant, session_id)
         await self.gate.reply(request_id, reply, message)
 
+    # -- questions ------------------------------------------------------------------------------
+
+    async def pending_questions(self, tenant: str, session_id: str) -> list[QuestionAsked]:
+        await self._sessions.get(tenant, session_id)
+        return self.questions.pending(session_id)
+
+    async def reply_question(self, tenant: str, request_id: str, answers: list[list[str]], dismissed: bool) -> None:
+        """Answers (or dismisses) a pending question; NotFound for another tenant's question."""
+        session_id = self.questions.session_of(request_id)
+        await self._sessions.get(tenant, session_id)
+        if dismissed:
+            self.questions.dismiss(request_id)
+        else:
+            self.questions.reply(request_id, answers)
+
     # -- helpers --------------------------------------------------------------------------------
 
-    def _executable(self, custom: CustomListing, mcp: McpSource | None) -> dict[str, ToolInfo]:
+    def _services(self, tenant: str, session: Session, home: str, registry: Registry) -> SessionServices:
+        bus, session_id = self.bus, session.id
+
+        def publish(type_: str, **properties: Any) -> None:
+            bus.publish(type_, tenant, session_id, **properties)
+
+        plan = posixpath.join(home, PLANS_SUBDIR, f"{int(session.created_at * 1000)}-{session.id}.md")
+        registered = tuple(t.id for t in registry.tools("", "") if t.source is ToolSource.BUILTIN)
+        return SessionServices(
+            todos=self._todos, publish=publish, plan_path=plan, registered=registered, questions=self.questions,
+        )
+
+    def _executable(self, custom: CustomListing, mcp: McpSource | None, registry: Registry) -> dict[str, ToolInfo]:
         tools: dict[str, ToolInfo] = {}
-        for tool in _with_extra(self._registry.all(), custom, mcp):
+        for tool in _with_extra(registry.all(), custom, mcp):
             tools[tool.id] = tool
         for tool_id, tool in self._extra_builtins.items():
             tools.setdefault(tool_id, tool)
@@ -257,6 +332,8 @@ class ToolRuntime:
         if connecting is not None:
             connecting.add_done_callback(_close_mcp)
         self.gate.forget_session(session_id)
+        self.subtasks.forget_session(session_id)
+        self.questions.forget_session(session_id)
         self._executor.doom_loop.forget_session(session_id)
 
 

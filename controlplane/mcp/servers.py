@@ -44,6 +44,7 @@ from controlplane.mcp.config import (
 )
 from controlplane.mcp.exec_transport import exec_transport
 from controlplane.sandbox.provider import SandboxAgent
+from controlplane.telemetry import spans
 
 log = logging.getLogger("controlplane.mcp")
 
@@ -163,7 +164,7 @@ class McpServers:
 
     async def connect_all(self) -> dict[str, ServerStatus]:
         """Connects every enabled server concurrently; returns each server's status."""
-        await asyncio.gather(*(self._connect(name) for name in list(self._entries)))
+        await asyncio.gather(*(self._traced_connect(name) for name in list(self._entries)))
         return self.statuses()
 
     async def add(self, name: str, entry: Entry) -> ServerStatus:
@@ -173,7 +174,7 @@ class McpServers:
             await old.close()
         self._entries[name] = entry
         self._status[name] = NOT_CONNECTED
-        await self._connect(name)
+        await self._traced_connect(name)
         return self._status[name]
 
     def statuses(self) -> dict[str, ServerStatus]:
@@ -234,6 +235,13 @@ class McpServers:
         await asyncio.gather(*(c.close() for c in connections))
 
     # -- connecting ------------------------------------------------------------------------------
+
+    async def _traced_connect(self, name: str) -> None:
+        with spans.mcp_listing(name) as listing:
+            await self._connect(name)
+            status, connection = self._status.get(name), self._connections.get(name)
+            listing.finished(status.error if status is not None and status.status == "failed" else "",
+                             len(connection.tools) if connection is not None else 0)
 
     async def _connect(self, name: str) -> None:
         entry = self._entries[name]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -65,6 +65,11 @@ def _rejecting(handler: grpc.RpcMethodHandler[Any, Any], message: str) -> grpc.R
     async def reject(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
+    async def reject_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        # Interceptors that wrap streaming handlers (tracing) iterate them, so this must be a generator.
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield  # pragma: no cover - abort raises
+
     kinds = (handler.request_streaming, handler.response_streaming)
     factory = {
         (False, False): grpc.unary_unary_rpc_method_handler,
@@ -73,7 +78,7 @@ def _rejecting(handler: grpc.RpcMethodHandler[Any, Any], message: str) -> grpc.R
         (True, True): grpc.stream_stream_rpc_method_handler,
     }[kinds]
     return factory(
-        reject,
+        reject_stream if handler.response_streaming else reject,
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )

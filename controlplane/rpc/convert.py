@@ -37,6 +37,8 @@ def session_to_proto(s: Session, expires_at: float) -> session_pb2.Session:
         resources=session_pb2.Resources(cpu=s.resources.cpu, memory_mb=s.resources.memory_mb, pids=s.resources.pids),
         status_message=s.status_message,
         last_active_at=_ts(s.last_active_at),
+        parent_id=s.parent_id,
+        title=s.title,
     )
 
 

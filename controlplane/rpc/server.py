@@ -12,14 +12,18 @@ from controlplane.core.tool_runtime import ToolRuntime
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
 from controlplane.rpc.permission_service import PermissionService
+from controlplane.rpc.question_service import QuestionService
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
 from controlplane.rpc.tool_service import ToolService
+from controlplane.telemetry.grpc_server import server_interceptors
 from controlplane.v1 import (
     event_pb2,
     event_pb2_grpc,
     permission_pb2,
     permission_pb2_grpc,
+    question_pb2,
+    question_pb2_grpc,
     sandbox_pb2,
     sandbox_pb2_grpc,
     session_pb2,
@@ -33,6 +37,7 @@ SERVICE_NAMES = (
     sandbox_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
     tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name,
     permission_pb2.DESCRIPTOR.services_by_name["PermissionService"].full_name,
+    question_pb2.DESCRIPTOR.services_by_name["QuestionService"].full_name,
     event_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
 )
 
@@ -43,13 +48,14 @@ def build_server(
     """The server (not started), its health servicer and the bound port."""
     limit = settings.server.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
-        interceptors=[AuthInterceptor(auth)],
+        interceptors=[*server_interceptors(), AuthInterceptor(auth)],
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
     )
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth), server)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SandboxService(sessions, auth, settings.exec), server)
     tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
     permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
+    question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
     event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

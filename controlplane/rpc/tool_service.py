@@ -19,7 +19,10 @@ from controlplane.core.tool_events import (
     Failed,
     MetadataUpdated,
     PermissionRequested,
+    QuestionAsked,
     StateChanged,
+    SubCallEvent,
+    SubtaskRequested,
 )
 from controlplane.core.tool_runtime import RunningCall, ToolRuntime
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
@@ -77,8 +80,26 @@ def tool_event(call_id: str, seq: int, event: CallEvent) -> tool_pb2.ToolEvent:
             attachments=[_attachment(a) for a in r.attachments],
         )
         return tool_pb2.ToolEvent(call_id=call_id, seq=seq, result=result)
+    if isinstance(event, SubtaskRequested):
+        return tool_pb2.ToolEvent(call_id=call_id, seq=seq, subtask=subtask(event))
+    if isinstance(event, QuestionAsked):
+        return tool_pb2.ToolEvent(call_id=call_id, seq=seq, question=question_message(event))
+    if isinstance(event, SubCallEvent):
+        return tool_event(event.call_id, seq, event.event)
     assert isinstance(event, Failed)
     return tool_pb2.ToolEvent(call_id=call_id, seq=seq, error=tool_pb2.ToolError(message=event.message))
+
+
+def question_message(q: QuestionAsked) -> tool_pb2.Question:
+    return tool_pb2.Question(id=q.id, questions_json=_json(q.questions))
+
+
+def subtask(r: SubtaskRequested) -> tool_pb2.Subtask:
+    return tool_pb2.Subtask(
+        session_id=r.session_id, parent_session_id=r.parent_session_id, agent=r.agent, prompt=r.prompt,
+        description=r.description, model_json=_json(r.model) if r.model is not None else "", command=r.command,
+        resumed=r.resumed,
+    )
 
 
 def reply_of(value: int) -> Reply:
@@ -154,6 +175,15 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
                     r = request.permission_reply
                     with contextlib.suppress(ControlPlaneError):
                         await self._runtime.reply_permission(tenant, r.request_id, reply_of(r.reply), r.message)
+                elif kind == "question_reply":
+                    q = request.question_reply
+                    answers = [list(a.labels) for a in q.answers]
+                    with contextlib.suppress(ControlPlaneError):
+                        await self._runtime.reply_question(tenant, q.request_id, answers, q.dismissed)
+                elif kind == "subtask_result":
+                    done = request.subtask_result
+                    with contextlib.suppress(ControlPlaneError):
+                        self._runtime.subtasks.complete(tenant, done.session_id, done.text, done.error)
 
     @unary
     async def CancelToolCall(
@@ -162,3 +192,11 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         tenant = self._auth.tenant_of(context)
         cancelled = await self._runtime.cancel(tenant.name, request.session_id, request.call_id)
         return tool_pb2.CancelToolCallResponse(cancelled=cancelled)
+
+    @unary
+    async def CompleteSubtask(
+        self, request: tool_pb2.CompleteSubtaskRequest, context: Any
+    ) -> tool_pb2.CompleteSubtaskResponse:
+        tenant = self._auth.tenant_of(context)
+        self._runtime.subtasks.complete(tenant.name, request.session_id, request.text, request.error)
+        return tool_pb2.CompleteSubtaskResponse()

@@ -36,6 +36,7 @@ from controlplane.errors import (
     SandboxLostError,
 )
 from controlplane.sandbox.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
+from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 
 CHANNEL_OPTIONS = [
@@ -68,11 +69,13 @@ class _AgentCall:
     """A bidirectional agent call: its requests come from `outbox` until `_END` is put there."""
 
     def __init__(
-        self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str
+        self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str,
+        traced: AgentCallSpan,
     ) -> None:
         self._call = call
         self._outbox = outbox
         self._sandbox_id = sandbox_id
+        self._traced = traced
 
     def cancel(self) -> None:
         self._call.cancel()
@@ -91,11 +94,14 @@ class GrpcExecStream(_AgentCall, ExecStream):
                     yield Started(event.started.pid)
                 elif kind == "exited":
                     e = event.exited
+                    self._traced.finish(event.spans)
                     yield Exited(e.exit_code, e.signal, e.timed_out, e.aborted, e.duration_ms, e.abort_reason)
                     return
         except grpc.aio.AioRpcError as exc:
+            self._traced.finish(error=exc)
             raise map_agent_error(exc, self._sandbox_id) from exc
         finally:
+            self._traced.finish()
             self._outbox.put_nowait(_END)
         raise SandboxLostError(f"sandbox {self._sandbox_id} ended the command without an exit status")
 
@@ -125,14 +131,18 @@ class GrpcBuiltinRun(_AgentCall, BuiltinRun):
                 elif kind == "result":
                     r = event.result
                     attachments = [(x.mime, x.url, x.filename) for x in r.attachments]
+                    self._traced.finish(event.spans)
                     yield RunResult(r.title, r.output, _json(r.metadata_json), attachments)
                     return
                 elif kind == "failed":
+                    self._traced.finish(event.spans)
                     yield RunFailed(event.failed.message)
                     return
         except grpc.aio.AioRpcError as exc:
+            self._traced.finish(error=exc)
             raise map_agent_error(exc, self._sandbox_id) from exc
         finally:
+            self._traced.finish()
             self._outbox.put_nowait(_END)
         raise SandboxLostError(f"sandbox {self._sandbox_id} ended the tool call without a result")
 
@@ -184,8 +194,9 @@ class GrpcSandboxAgent(SandboxAgent):
             )
         )
 
-        call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest))
-        return GrpcExecStream(call, outbox, self.sandbox_id)
+        traced = AgentCallSpan("Exec", self.sandbox_id)
+        call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest), metadata=traced.metadata)
+        return GrpcExecStream(call, outbox, self.sandbox_id, traced)
 
     async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
         outbox: asyncio.Queue[object] = asyncio.Queue()
@@ -195,8 +206,9 @@ class GrpcSandboxAgent(SandboxAgent):
             extra_json=json.dumps(call.extra), env=call.env, custom=call.custom,
         )
         outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
-        stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest))
-        return GrpcBuiltinRun(stream, outbox, self.sandbox_id)
+        traced = AgentCallSpan("RunTool", self.sandbox_id)
+        stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest), metadata=traced.metadata)
+        return GrpcBuiltinRun(stream, outbox, self.sandbox_id, traced)
 
     async def save_output(self, name: str, content: bytes) -> str:
         try:
@@ -206,10 +218,14 @@ class GrpcSandboxAgent(SandboxAgent):
         return str(r.path)
 
     async def list_custom_tools(self, config_json: str, env: dict[str, str]) -> CustomListing:
+        traced = AgentCallSpan("ListCustomTools", self.sandbox_id)
         try:
-            r = await self._stub.ListCustomTools(agent_pb2.ListCustomToolsRequest(config_json=config_json, env=env))
+            r = await self._stub.ListCustomTools(agent_pb2.ListCustomToolsRequest(config_json=config_json, env=env),
+                                                 metadata=traced.metadata)
         except grpc.aio.AioRpcError as exc:
+            traced.finish(error=exc)
             raise map_agent_error(exc, self.sandbox_id) from exc
+        traced.finish(r.spans)
         return CustomListing(
             tools=[
                 CustomToolSpec(t.id, t.description, _json(t.parameters_json_schema), t.source, t.origin, t.init_ms)
@@ -225,12 +241,15 @@ class GrpcSandboxAgent(SandboxAgent):
         request = agent_pb2.RunPluginHookRequest(
             name=name, input_json=json.dumps(input_), output_json=json.dumps(output), timeout_s=timeout_s,
         )
+        traced = AgentCallSpan("RunPluginHook", self.sandbox_id)
         try:
-            r = await self._stub.RunPluginHook(request)
+            r = await self._stub.RunPluginHook(request, metadata=traced.metadata)
         except grpc.aio.AioRpcError as exc:
+            traced.finish(error=exc)
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise ToolError(exc.details() or f"plugin hook {name} failed") from exc
             raise map_agent_error(exc, self.sandbox_id) from exc
+        traced.finish(r.spans)
         return _json(r.output_json)
 
     async def upload(self, archive: bytes, path: str = "") -> UploadSummary:

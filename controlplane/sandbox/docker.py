@@ -23,7 +23,7 @@ from docker.types import Mount
 
 from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig
 from controlplane.core.models import Resources
-from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
+from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.layout import SandboxDirs
 from controlplane.sandbox.pool import WarmPool
@@ -36,6 +36,7 @@ from controlplane.sandbox.provider import (
     SandboxRecord,
     SandboxState,
 )
+from controlplane.sandbox.workspace_disk import WorkspaceDisks
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ AGENT_CAPS = ["SETUID", "SETGID", "KILL"]
 """All the agent keeps: switching to the tool uid and stopping tool process groups."""
 WORKSPACE = "/workspace"
 AGENT_DIR = "/run/agent"
+GLOBAL_DIR = "/opt/opencode/global"
+"""Where the agent looks for the operator's global tools dir (upstream's `~/.config/opencode`)."""
 
 
 class DockerSandboxProvider(SandboxProvider):
@@ -63,6 +66,8 @@ class DockerSandboxProvider(SandboxProvider):
         self._config = config
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
         self._tmpfs_mb = resources.tmpfs_mb
+        self._shm_mb = resources.shm_mb
+        self._disks = WorkspaceDisks(data_dir, resources.disk_mb) if resources.disk_mb else None
         self._instance = instance
         self._ledger = ledger
         self._dirs = SandboxDirs(data_dir)
@@ -92,6 +97,9 @@ class DockerSandboxProvider(SandboxProvider):
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, live: Mapping[str, str]) -> ReconcileReport:
+        global_dir = self._config.global_dir
+        if global_dir is not None and not global_dir.is_dir():
+            raise ConfigError(f"provider.global_dir {global_dir} is not a directory on this host")
         try:
             await asyncio.to_thread(self._client.images.get, self._config.image)
         except docker.errors.ImageNotFound as exc:
@@ -150,6 +158,8 @@ class DockerSandboxProvider(SandboxProvider):
             self._client.api.remove_volume(self._volume(sandbox_id), force=True)
         except docker.errors.NotFound:
             pass
+        if self._disks is not None:
+            self._disks.release(sandbox_id)
         self._dirs.remove(sandbox_id)
 
     # -- creation -------------------------------------------------------------------------------
@@ -176,7 +186,8 @@ class DockerSandboxProvider(SandboxProvider):
     def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str) -> Container:
         labels = self._labels(sandbox_id, session_id)
         self._dirs.create(sandbox_id, labels | ({"ocsb.tenant": tenant} if tenant else {}))
-        self._client.volumes.create(name=self._volume(sandbox_id), labels=labels)
+        disk = self._disks.create(sandbox_id) if self._disks is not None else {}
+        self._client.volumes.create(name=self._volume(sandbox_id), driver="local", driver_opts=disk, labels=labels)
         kwargs: dict[str, Any] = {
             "name": self._name(sandbox_id),
             "labels": labels,
@@ -189,10 +200,15 @@ class DockerSandboxProvider(SandboxProvider):
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "privileged": False,
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={self._tmpfs_mb}m,mode=1777"},
+            # tmpfs pages count against the memory limit and cannot be reclaimed: a full /tmp in a small
+            # session would leave the OOM killer only the agent. So each takes at most a share of the memory.
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={min(self._tmpfs_mb, resources.memory_mb // 4)}m,mode=1777",
+                      "/dev/shm": f"rw,noexec,nosuid,nodev,size={min(self._shm_mb, resources.memory_mb // 8)}m,"
+                                  "mode=1777"},
             "mounts": [
                 Mount(WORKSPACE, self._volume(sandbox_id), type="volume"),
                 Mount(AGENT_DIR, str(self._dirs.path(sandbox_id)), type="bind"),
+                *self._global_mount(),
             ],
             "pids_limit": resources.pids,
             "mem_limit": resources.memory_mb * 1024 * 1024,
@@ -210,6 +226,11 @@ class DockerSandboxProvider(SandboxProvider):
         verify_hardening(container.attrs, resources, self._config.runtime)
         container.start()
         return container
+
+    def _global_mount(self) -> list[Mount]:
+        if self._config.global_dir is None:
+            return []
+        return [Mount(GLOBAL_DIR, str(self._config.global_dir.resolve()), type="bind", read_only=True)]
 
     async def _wait_ready(self, sandbox: Sandbox, container: Container) -> None:
         socket = self._dirs.socket_path(sandbox.id)
@@ -269,6 +290,11 @@ class DockerSandboxProvider(SandboxProvider):
             if (volume.attrs.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:
                 await asyncio.to_thread(volume.remove, force=True)
                 report.removed.append(volume.name or "")
+        disks = self._disks
+        for sandbox_id in await asyncio.to_thread(disks.list_ids) if disks is not None else []:
+            if sandbox_id not in kept and disks is not None:
+                await asyncio.to_thread(disks.release, sandbox_id)
+                report.removed.append(f"{sandbox_id}.img")
         for sandbox_id in await asyncio.to_thread(self._dirs.list_ids):
             if sandbox_id not in kept:
                 await asyncio.to_thread(self._dirs.remove, sandbox_id)
@@ -283,6 +309,8 @@ class DockerSandboxProvider(SandboxProvider):
             return False
         if record.state == "pool" and container.labels.get(LABEL_IMAGE) != self._config.image:
             return False
+        if record.state == "pool" and _global_source(container.attrs) != _wanted_source(self._config.global_dir):
+            return False  # pooled under another global tools dir: its sessions would see the wrong tools
         if record.state == "creating":
             return False
         if container.status != "running":
@@ -336,5 +364,19 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
     mounts = [str(m.get("Source", "")) for m in attrs.get("Mounts") or []] + list(host.get("Binds") or [])
     if any("docker.sock" in m for m in mounts):
         problems.append("the Docker socket is mounted")
+    if any(m.get("Destination") == GLOBAL_DIR and m.get("RW") for m in attrs.get("Mounts") or []):
+        problems.append("the global tools dir is mounted writable")
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))
+
+
+def _global_source(attrs: dict[str, Any]) -> str | None:
+    """The host dir a container has at GLOBAL_DIR, if any."""
+    for mount in attrs.get("Mounts") or []:
+        if mount.get("Destination") == GLOBAL_DIR:
+            return str(mount.get("Source", ""))
+    return None
+
+
+def _wanted_source(global_dir: Path | None) -> str | None:
+    return None if global_dir is None else str(global_dir.resolve())

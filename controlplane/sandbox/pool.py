@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from controlplane.sandbox.provider import PoolStats, Sandbox
+from controlplane.telemetry import spans
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class WarmPool:
         self._failures = 0
         self.hits = 0
         self.misses = 0
+        spans.pool_depth.watch(self, lambda pool: len(pool._ready))
 
     def adopt(self, sandbox: Sandbox) -> None:
         self._ready.append(sandbox)
@@ -81,10 +83,12 @@ class WarmPool:
             self._kick()
             if await self._check(sandbox):
                 self.hits += 1
+                spans.pool_hits.add(1)
                 return sandbox
             log.warning("pooled sandbox %s failed its check; discarding it", sandbox.id)
             await self._discard(sandbox.id)
         self.misses += 1
+        spans.pool_misses.add(1)
         self._kick()
         return None
 

@@ -75,6 +75,13 @@ SCHEMA = [
         detail TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS audit_session ON audit (tenant, session_id, seq)",
 ]
+COLUMNS_ADDED = {
+    "sessions": [
+        ("parent_id", "TEXT NOT NULL DEFAULT ''"),
+        ("title", "TEXT NOT NULL DEFAULT ''"),
+    ],
+}
+"""Columns newer than a table's first version: added in place, so older data dirs keep working."""
 AUDIT_FLUSH_S = 0.05
 AUDIT_BATCH = 512
 
@@ -97,6 +104,14 @@ class SqliteStore:
         self._db.execute("PRAGMA busy_timeout=5000")
         for statement in SCHEMA:
             self._db.execute(statement)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        for table, columns in COLUMNS_ADDED.items():
+            present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, declaration in columns:
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
     def close(self) -> None:
         with self._lock:
@@ -139,11 +154,12 @@ class SqliteStore:
     async def put_session(self, s: Session) -> None:
         await self._execute(
             "INSERT OR REPLACE INTO sessions (id, tenant, agent, state, sandbox_id, labels, resources, config_json,"
-            " status_message, created_at, last_active_at, deleted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " status_message, created_at, last_active_at, deleted_at, parent_id, title)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 s.id, s.tenant, s.agent, s.state.value, s.sandbox_id, json.dumps(s.labels),
                 json.dumps(s.resources.__dict__), s.config_json, s.status_message, s.created_at,
-                s.last_active_at, s.deleted_at,
+                s.last_active_at, s.deleted_at, s.parent_id, s.title,
             ),
         )
 
@@ -254,6 +270,8 @@ def _session(row: sqlite3.Row) -> Session:
         config_json=row["config_json"],
         status_message=row["status_message"],
         deleted_at=row["deleted_at"],
+        parent_id=row["parent_id"],
+        title=row["title"],
     )
 
 

@@ -13,7 +13,8 @@ from controlplane.tools import codesearch, webfetch, websearch
 _MODULES = {
     "invalid": "invalid", "bash": "bash", "read": "read", "glob": "glob", "grep": "grep", "edit": "edit",
     "write": "write", "apply_patch": "apply_patch", "list": "list", "multiedit": "multiedit", "skill": "skill",
-    "lsp": "lsp",
+    "lsp": "lsp", "task": "task", "todowrite": "todowrite", "todoread": "todoread", "question": "question",
+    "batch": "batch", "plan_exit": "plan_exit",
 }
 
 
@@ -43,5 +44,5 @@ def registered(tools: dict[str, ToolInfo]) -> dict[str, ToolInfo]:
 
 
 def unregistered(tools: dict[str, ToolInfo]) -> dict[str, ToolInfo]:
-    """Defined upstream but not registered (`list`, `multiedit`): callable, not listed."""
+    """Defined upstream but not registered (`list`, `multiedit`, `todoread`): callable, not listed."""
     return {k: v for k, v in tools.items() if k in EXTRA_ORDER}

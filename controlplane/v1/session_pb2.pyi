@@ -160,6 +160,8 @@ class Session(_message.Message):
     RESOURCES_FIELD_NUMBER: _builtins.int
     STATUS_MESSAGE_FIELD_NUMBER: _builtins.int
     LAST_ACTIVE_AT_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tenant: _builtins.str
     agent: _builtins.str
@@ -167,6 +169,12 @@ class Session(_message.Message):
     sandbox_id: _builtins.str
     status_message: _builtins.str
     """Why the session FAILED or was DELETED by the platform (expired, sandbox lost)."""
+    parent_id: _builtins.str
+    """Set for a child session made by the `task` tool: it runs on its parent's sandbox (same
+    sandbox_id) and ends with its parent; deleting it leaves the sandbox alone.
+    """
+    title: _builtins.str
+    """A child session's title: "{description} (@{agent} subagent)"."""
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -193,10 +201,12 @@ class Session(_message.Message):
         resources: Global___Resources | None = ...,
         status_message: _builtins.str = ...,
         last_active_at: _timestamp_pb2.Timestamp | None = ...,
+        parent_id: _builtins.str = ...,
+        title: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "last_active_at", b"last_active_at", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "labels", b"labels", "last_active_at", b"last_active_at", "resources", b"resources", "sandbox_id", b"sandbox_id", "state", b"state", "status_message", b"status_message", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "labels", b"labels", "last_active_at", b"last_active_at", "parent_id", b"parent_id", "resources", b"resources", "sandbox_id", b"sandbox_id", "state", b"state", "status_message", b"status_message", "tenant", b"tenant", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ontrolplane/v1/tool.proto\x12\x0f\x63ontrolplane.v1\"\\\n\x10ListToolsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bprovider_id\x18\x02 \x01(\t\x12\x10\n\x08model_id\x18\x03 \x01(\t\x12\r\n\x05\x61gent\x18\x04 \x01(\t\"\xfa\x01\n\x0eToolDefinition\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\x12\x36\n\x06source\x18\x04 \x01(\x0e\x32&.controlplane.v1.ToolDefinition.Source\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x0f\n\x07init_ms\x18\x06 \x01(\x01\"N\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x42UILTIN\x10\x01\x12\n\n\x06\x43USTOM\x10\x02\x12\n\n\x06PLUGIN\x10\x03\x12\x07\n\x03MCP\x10\x04\",\n\tLoadError\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"t\n\x11ListToolsResponse\x12.\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.controlplane.v1.ToolDefinition\x12/\n\x0bload_errors\x18\x02 \x03(\x0b\x32\x1a.controlplane.v1.LoadError\"s\n\x08ToolCall\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\r\n\x05\x61gent\x18\x06 \x01(\t\"\xaf\x01\n\x0fPermissionReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x35\n\x05reply\x18\x02 \x01(\x0e\x32&.controlplane.v1.PermissionReply.Reply\x12\x0f\n\x07message\x18\x03 \x01(\t\"@\n\x05Reply\x12\x15\n\x11REPLY_UNSPECIFIED\x10\x00\x12\x08\n\x04ONCE\x10\x01\x12\n\n\x06\x41LWAYS\x10\x02\x12\n\n\x06REJECT\x10\x03\"h\n\rQuestionReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x30\n\x07\x61nswers\x18\x02 \x03(\x0b\x32\x1f.controlplane.v1.QuestionAnswer\x12\x11\n\tdismissed\x18\x03 \x01(\x08\" \n\x0eQuestionAnswer\x12\x0e\n\x06labels\x18\x01 \x03(\t\"\x1b\n\tAbortCall\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xeb\x01\n\x12\x45xecuteToolRequest\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.controlplane.v1.ToolCallH\x00\x12<\n\x10permission_reply\x18\x02 \x01(\x0b\x32 .controlplane.v1.PermissionReplyH\x00\x12\x38\n\x0equestion_reply\x18\x03 \x01(\x0b\x32\x1e.controlplane.v1.QuestionReplyH\x00\x12+\n\x05\x61\x62ort\x18\x04 \x01(\x0b\x32\x1a.controlplane.v1.AbortCallH\x00\x42\x05\n\x03msg\"\x94\x01\n\tToolState\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.controlplane.v1.ToolState.Status\"T\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\r\n\tCOMPLETED\x10\x03\x12\t\n\x05\x45RROR\x10\x04\"4\n\x0cToolMetadata\x12\r\n\x05title\x18\x01 \x01(\t\x12\x15\n\rmetadata_json\x18\x02 \x01(\t\"l\n\x11PermissionRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\npermission\x18\x02 \x01(\t\x12\x10\n\x08patterns\x18\x03 \x03(\t\x12\x0e\n\x06\x61lways\x18\x04 \x03(\t\x12\x15\n\rmetadata_json\x18\x05 \x01(\t\".\n\x08Question\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0equestions_json\x18\x02 \x01(\t\"G\n\nAttachment\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04mime\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x10\n\x08\x66ilename\x18\x04 \x01(\t\"t\n\nToolResult\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\x12\x30\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1b.controlplane.v1.Attachment\"\x1c\n\tToolError\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xdf\x02\n\tToolEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12+\n\x05state\x18\x03 \x01(\x0b\x32\x1a.controlplane.v1.ToolStateH\x00\x12\x31\n\x08metadata\x18\x04 \x01(\x0b\x32\x1d.controlplane.v1.ToolMetadataH\x00\x12@\n\x12permission_request\x18\x05 \x01(\x0b\x32\".controlplane.v1.PermissionRequestH\x00\x12-\n\x08question\x18\x06 \x01(\x0b\x32\x19.controlplane.v1.QuestionH\x00\x12-\n\x06result\x18\x07 \x01(\x0b\x32\x1b.controlplane.v1.ToolResultH\x00\x12+\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x1a.controlplane.v1.ToolErrorH\x00\x42\x07\n\x05\x65vent\"<\n\x15\x43\x61ncelToolCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\"+\n\x16\x43\x61ncelToolCallResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\x32\x98\x02\n\x0bToolService\x12R\n\tListTools\x12!.controlplane.v1.ListToolsRequest\x1a\".controlplane.v1.ListToolsResponse\x12R\n\x0b\x45xecuteTool\x12#.controlplane.v1.ExecuteToolRequest\x1a\x1a.controlplane.v1.ToolEvent(\x01\x30\x01\x12\x61\n\x0e\x43\x61ncelToolCall\x12&.controlplane.v1.CancelToolCallRequest\x1a\'.controlplane.v1.CancelToolCallResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ontrolplane/v1/tool.proto\x12\x0f\x63ontrolplane.v1\"\\\n\x10ListToolsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bprovider_id\x18\x02 \x01(\t\x12\x10\n\x08model_id\x18\x03 \x01(\t\x12\r\n\x05\x61gent\x18\x04 \x01(\t\"\xfa\x01\n\x0eToolDefinition\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x1e\n\x16parameters_json_schema\x18\x03 \x01(\t\x12\x36\n\x06source\x18\x04 \x01(\x0e\x32&.controlplane.v1.ToolDefinition.Source\x12\x0e\n\x06origin\x18\x05 \x01(\t\x12\x0f\n\x07init_ms\x18\x06 \x01(\x01\"N\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x42UILTIN\x10\x01\x12\n\n\x06\x43USTOM\x10\x02\x12\n\n\x06PLUGIN\x10\x03\x12\x07\n\x03MCP\x10\x04\",\n\tLoadError\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"t\n\x11ListToolsResponse\x12.\n\x05tools\x18\x01 \x03(\x0b\x32\x1f.controlplane.v1.ToolDefinition\x12/\n\x0bload_errors\x18\x02 \x03(\x0b\x32\x1a.controlplane.v1.LoadError\"s\n\x08ToolCall\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\r\n\x05\x61gent\x18\x06 \x01(\t\"\xaf\x01\n\x0fPermissionReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x35\n\x05reply\x18\x02 \x01(\x0e\x32&.controlplane.v1.PermissionReply.Reply\x12\x0f\n\x07message\x18\x03 \x01(\t\"@\n\x05Reply\x12\x15\n\x11REPLY_UNSPECIFIED\x10\x00\x12\x08\n\x04ONCE\x10\x01\x12\n\n\x06\x41LWAYS\x10\x02\x12\n\n\x06REJECT\x10\x03\"h\n\rQuestionReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x30\n\x07\x61nswers\x18\x02 \x03(\x0b\x32\x1f.controlplane.v1.QuestionAnswer\x12\x11\n\tdismissed\x18\x03 \x01(\x08\" \n\x0eQuestionAnswer\x12\x0e\n\x06labels\x18\x01 \x03(\t\"\x1b\n\tAbortCall\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xa5\x02\n\x12\x45xecuteToolRequest\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.controlplane.v1.ToolCallH\x00\x12<\n\x10permission_reply\x18\x02 \x01(\x0b\x32 .controlplane.v1.PermissionReplyH\x00\x12\x38\n\x0equestion_reply\x18\x03 \x01(\x0b\x32\x1e.controlplane.v1.QuestionReplyH\x00\x12+\n\x05\x61\x62ort\x18\x04 \x01(\x0b\x32\x1a.controlplane.v1.AbortCallH\x00\x12\x38\n\x0esubtask_result\x18\x05 \x01(\x0b\x32\x1e.controlplane.v1.SubtaskResultH\x00\x42\x05\n\x03msg\"@\n\rSubtaskResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\x94\x01\n\tToolState\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.controlplane.v1.ToolState.Status\"T\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\r\n\tCOMPLETED\x10\x03\x12\t\n\x05\x45RROR\x10\x04\"4\n\x0cToolMetadata\x12\r\n\x05title\x18\x01 \x01(\t\x12\x15\n\rmetadata_json\x18\x02 \x01(\t\"l\n\x11PermissionRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\npermission\x18\x02 \x01(\t\x12\x10\n\x08patterns\x18\x03 \x03(\t\x12\x0e\n\x06\x61lways\x18\x04 \x03(\t\x12\x15\n\rmetadata_json\x18\x05 \x01(\t\".\n\x08Question\x12\n\n\x02id\x18\x01 \x01(\t\x12\x16\n\x0equestions_json\x18\x02 \x01(\t\"G\n\nAttachment\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04mime\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x10\n\x08\x66ilename\x18\x04 \x01(\t\"t\n\nToolResult\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\t\x12\x15\n\rmetadata_json\x18\x03 \x01(\t\x12\x30\n\x0b\x61ttachments\x18\x04 \x03(\x0b\x32\x1b.controlplane.v1.Attachment\"\x1c\n\tToolError\x12\x0f\n\x07message\x18\x01 \x01(\t\"\x8c\x03\n\tToolEvent\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12+\n\x05state\x18\x03 \x01(\x0b\x32\x1a.controlplane.v1.ToolStateH\x00\x12\x31\n\x08metadata\x18\x04 \x01(\x0b\x32\x1d.controlplane.v1.ToolMetadataH\x00\x12@\n\x12permission_request\x18\x05 \x01(\x0b\x32\".controlplane.v1.PermissionRequestH\x00\x12-\n\x08question\x18\x06 \x01(\x0b\x32\x19.controlplane.v1.QuestionH\x00\x12-\n\x06result\x18\x07 \x01(\x0b\x32\x1b.controlplane.v1.ToolResultH\x00\x12+\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x1a.controlplane.v1.ToolErrorH\x00\x12+\n\x07subtask\x18\t \x01(\x0b\x32\x18.controlplane.v1.SubtaskH\x00\x42\x07\n\x05\x65vent\"\xa2\x01\n\x07Subtask\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x19\n\x11parent_session_id\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\x0e\n\x06prompt\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x12\n\nmodel_json\x18\x06 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x07 \x01(\t\x12\x0f\n\x07resumed\x18\x08 \x01(\x08\"<\n\x15\x43\x61ncelToolCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\"+\n\x16\x43\x61ncelToolCallResponse\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"I\n\x16\x43ompleteSubtaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\x19\n\x17\x43ompleteSubtaskResponse2\xfe\x02\n\x0bToolService\x12R\n\tListTools\x12!.controlplane.v1.ListToolsRequest\x1a\".controlplane.v1.ListToolsResponse\x12R\n\x0b\x45xecuteTool\x12#.controlplane.v1.ExecuteToolRequest\x1a\x1a.controlplane.v1.ToolEvent(\x01\x30\x01\x12\x61\n\x0e\x43\x61ncelToolCall\x12&.controlplane.v1.CancelToolCallRequest\x1a\'.controlplane.v1.CancelToolCallResponse\x12\x64\n\x0f\x43ompleteSubtask\x12\'.controlplane.v1.CompleteSubtaskRequest\x1a(.controlplane.v1.CompleteSubtaskResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,29 +54,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ABORTCALL']._serialized_start=993
   _globals['_ABORTCALL']._serialized_end=1020
   _globals['_EXECUTETOOLREQUEST']._serialized_start=1023
-  _globals['_EXECUTETOOLREQUEST']._serialized_end=1258
-  _globals['_TOOLSTATE']._serialized_start=1261
-  _globals['_TOOLSTATE']._serialized_end=1409
-  _globals['_TOOLSTATE_STATUS']._serialized_start=1325
-  _globals['_TOOLSTATE_STATUS']._serialized_end=1409
-  _globals['_TOOLMETADATA']._serialized_start=1411
-  _globals['_TOOLMETADATA']._serialized_end=1463
-  _globals['_PERMISSIONREQUEST']._serialized_start=1465
-  _globals['_PERMISSIONREQUEST']._serialized_end=1573
-  _globals['_QUESTION']._serialized_start=1575
-  _globals['_QUESTION']._serialized_end=1621
-  _globals['_ATTACHMENT']._serialized_start=1623
-  _globals['_ATTACHMENT']._serialized_end=1694
-  _globals['_TOOLRESULT']._serialized_start=1696
-  _globals['_TOOLRESULT']._serialized_end=1812
-  _globals['_TOOLERROR']._serialized_start=1814
-  _globals['_TOOLERROR']._serialized_end=1842
-  _globals['_TOOLEVENT']._serialized_start=1845
-  _globals['_TOOLEVENT']._serialized_end=2196
-  _globals['_CANCELTOOLCALLREQUEST']._serialized_start=2198
-  _globals['_CANCELTOOLCALLREQUEST']._serialized_end=2258
-  _globals['_CANCELTOOLCALLRESPONSE']._serialized_start=2260
-  _globals['_CANCELTOOLCALLRESPONSE']._serialized_end=2303
-  _globals['_TOOLSERVICE']._serialized_start=2306
-  _globals['_TOOLSERVICE']._serialized_end=2586
+  _globals['_EXECUTETOOLREQUEST']._serialized_end=1316
+  _globals['_SUBTASKRESULT']._serialized_start=1318
+  _globals['_SUBTASKRESULT']._serialized_end=1382
+  _globals['_TOOLSTATE']._serialized_start=1385
+  _globals['_TOOLSTATE']._serialized_end=1533
+  _globals['_TOOLSTATE_STATUS']._serialized_start=1449
+  _globals['_TOOLSTATE_STATUS']._serialized_end=1533
+  _globals['_TOOLMETADATA']._serialized_start=1535
+  _globals['_TOOLMETADATA']._serialized_end=1587
+  _globals['_PERMISSIONREQUEST']._serialized_start=1589
+  _globals['_PERMISSIONREQUEST']._serialized_end=1697
+  _globals['_QUESTION']._serialized_start=1699
+  _globals['_QUESTION']._serialized_end=1745
+  _globals['_ATTACHMENT']._serialized_start=1747
+  _globals['_ATTACHMENT']._serialized_end=1818
+  _globals['_TOOLRESULT']._serialized_start=1820
+  _globals['_TOOLRESULT']._serialized_end=1936
+  _globals['_TOOLERROR']._serialized_start=1938
+  _globals['_TOOLERROR']._serialized_end=1966
+  _globals['_TOOLEVENT']._serialized_start=1969
+  _globals['_TOOLEVENT']._serialized_end=2365
+  _globals['_SUBTASK']._serialized_start=2368
+  _globals['_SUBTASK']._serialized_end=2530
+  _globals['_CANCELTOOLCALLREQUEST']._serialized_start=2532
+  _globals['_CANCELTOOLCALLREQUEST']._serialized_end=2592
+  _globals['_CANCELTOOLCALLRESPONSE']._serialized_start=2594
+  _globals['_CANCELTOOLCALLRESPONSE']._serialized_end=2637
+  _globals['_COMPLETESUBTASKREQUEST']._serialized_start=2639
+  _globals['_COMPLETESUBTASKREQUEST']._serialized_end=2712
+  _globals['_COMPLETESUBTASKRESPONSE']._serialized_start=2714
+  _globals['_COMPLETESUBTASKRESPONSE']._serialized_end=2739
+  _globals['_TOOLSERVICE']._serialized_start=2742
+  _globals['_TOOLSERVICE']._serialized_end=3124
 # @@protoc_insertion_point(module_scope)

@@ -308,6 +308,7 @@ class ExecuteToolRequest(_message.Message):
     PERMISSION_REPLY_FIELD_NUMBER: _builtins.int
     QUESTION_REPLY_FIELD_NUMBER: _builtins.int
     ABORT_FIELD_NUMBER: _builtins.int
+    SUBTASK_RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def call(self) -> Global___ToolCall: ...
     @_builtins.property
@@ -316,6 +317,10 @@ class ExecuteToolRequest(_message.Message):
     def question_reply(self) -> Global___QuestionReply: ...
     @_builtins.property
     def abort(self) -> Global___AbortCall: ...
+    @_builtins.property
+    def subtask_result(self) -> Global___SubtaskResult:
+        """Answers a `subtask` event of this call (the child session's id says which)."""
+
     def __init__(
         self,
         *,
@@ -323,16 +328,47 @@ class ExecuteToolRequest(_message.Message):
         permission_reply: Global___PermissionReply | None = ...,
         question_reply: Global___QuestionReply | None = ...,
         abort: Global___AbortCall | None = ...,
+        subtask_result: Global___SubtaskResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "call", b"call", "msg", b"msg", "permission_reply", b"permission_reply", "question_reply", b"question_reply"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "call", b"call", "msg", b"msg", "permission_reply", b"permission_reply", "question_reply", b"question_reply", "subtask_result", b"subtask_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "call", b"call", "msg", b"msg", "permission_reply", b"permission_reply", "question_reply", b"question_reply"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "call", b"call", "msg", b"msg", "permission_reply", b"permission_reply", "question_reply", b"question_reply", "subtask_result", b"subtask_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["call", "permission_reply", "question_reply", "abort"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["call", "permission_reply", "question_reply", "abort", "subtask_result"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
 Global___ExecuteToolRequest: _TypeAlias = ExecuteToolRequest  # noqa: Y015
+
+@_typing.final
+class SubtaskResult(_message.Message):
+    """The end of a subagent's run, sent by the client that drove the child session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The child session (the `subtask` event's session_id)."""
+    text: _builtins.str
+    """The subagent's final text: the task call outputs it inside <task_result>."""
+    error: _builtins.str
+    """When set, the subagent failed: the task call ends with this error instead."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        text: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "session_id", b"session_id", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubtaskResult: _TypeAlias = SubtaskResult  # noqa: Y015
 
 @_typing.final
 class ToolState(_message.Message):
@@ -540,6 +576,7 @@ class ToolEvent(_message.Message):
     QUESTION_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    SUBTASK_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     seq: _builtins.int
     @_builtins.property
@@ -554,6 +591,8 @@ class ToolEvent(_message.Message):
     def result(self) -> Global___ToolResult: ...
     @_builtins.property
     def error(self) -> Global___ToolError: ...
+    @_builtins.property
+    def subtask(self) -> Global___Subtask: ...
     def __init__(
         self,
         *,
@@ -565,16 +604,72 @@ class ToolEvent(_message.Message):
         question: Global___Question | None = ...,
         result: Global___ToolResult | None = ...,
         error: Global___ToolError | None = ...,
+        subtask: Global___Subtask | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "state", b"state", "subtask", b"subtask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "error", b"error", "event", b"event", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "seq", b"seq", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "error", b"error", "event", b"event", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "seq", b"seq", "state", b"state", "subtask", b"subtask"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["state", "metadata", "permission_request", "question", "result", "error"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["state", "metadata", "permission_request", "question", "result", "error", "subtask"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
 Global___ToolEvent: _TypeAlias = ToolEvent  # noqa: Y015
+
+@_typing.final
+class Subtask(_message.Message):
+    """Sent by a `task` call: the client must run the subagent's LLM loop in the child session
+    `session_id` (ListTools and ExecuteTool on that session, with `agent`, starting from `prompt`),
+    then answer with `subtask_result` on this stream or CompleteSubtask from anywhere. The call then
+    ends with the result `task_id: <session_id> ...<task_result>text</task_result>`. Aborting the task
+    call aborts every call running in the child session (they end with an error or an aborted
+    result) and publishes `session.cancelled`; the child loop should stop then.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PARENT_SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
+    PROMPT_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    MODEL_JSON_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    RESUMED_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The child session: shares the parent's sandbox and workspace; its tools obey the subagent's rules."""
+    parent_session_id: _builtins.str
+    agent: _builtins.str
+    """The subagent to run (pass it as ToolCall.agent / ListToolsRequest.agent)."""
+    prompt: _builtins.str
+    """The subagent's first user message."""
+    description: _builtins.str
+    """The task's 3-5 word description (the child session's title starts with it)."""
+    model_json: _builtins.str
+    """{"providerID", "modelID"} when the subagent's config names a model; empty otherwise (use the caller's)."""
+    command: _builtins.str
+    """The command that triggered the task, when the model passed one."""
+    resumed: _builtins.bool
+    """True when the call resumed an existing child (its task_id): continue that session's history."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        parent_session_id: _builtins.str = ...,
+        agent: _builtins.str = ...,
+        prompt: _builtins.str = ...,
+        description: _builtins.str = ...,
+        model_json: _builtins.str = ...,
+        command: _builtins.str = ...,
+        resumed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "command", b"command", "description", b"description", "model_json", b"model_json", "parent_session_id", b"parent_session_id", "prompt", b"prompt", "resumed", b"resumed", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Subtask: _TypeAlias = Subtask  # noqa: Y015
 
 @_typing.final
 class CancelToolCallRequest(_message.Message):
@@ -617,3 +712,45 @@ class CancelToolCallResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelToolCallResponse: _TypeAlias = CancelToolCallResponse  # noqa: Y015
+
+@_typing.final
+class CompleteSubtaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The child session (the `subtask` event's session_id)."""
+    text: _builtins.str
+    error: _builtins.str
+    """When set, the task call fails with this message."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        text: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "session_id", b"session_id", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteSubtaskRequest: _TypeAlias = CompleteSubtaskRequest  # noqa: Y015
+
+@_typing.final
+class CompleteSubtaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteSubtaskResponse: _TypeAlias = CompleteSubtaskResponse  # noqa: Y015

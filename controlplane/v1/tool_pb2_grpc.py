@@ -49,6 +49,11 @@ class ToolServiceStub:
                 request_serializer=controlplane_dot_v1_dot_tool__pb2.CancelToolCallRequest.SerializeToString,
                 response_deserializer=controlplane_dot_v1_dot_tool__pb2.CancelToolCallResponse.FromString,
                 _registered_method=True)
+        self.CompleteSubtask = channel.unary_unary(
+                '/controlplane.v1.ToolService/CompleteSubtask',
+                request_serializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -77,6 +82,15 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteSubtask(self, request, context):
+        """Answers a `subtask` event from another connection: the subagent's final text for the task
+        call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
+        subtask waits on the session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +108,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.CancelToolCall,
                     request_deserializer=controlplane_dot_v1_dot_tool__pb2.CancelToolCallRequest.FromString,
                     response_serializer=controlplane_dot_v1_dot_tool__pb2.CancelToolCallResponse.SerializeToString,
+            ),
+            'CompleteSubtask': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteSubtask,
+                    request_deserializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +196,33 @@ class ToolService:
             '/controlplane.v1.ToolService/CancelToolCall',
             controlplane_dot_v1_dot_tool__pb2.CancelToolCallRequest.SerializeToString,
             controlplane_dot_v1_dot_tool__pb2.CancelToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteSubtask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.ToolService/CompleteSubtask',
+            controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskRequest.SerializeToString,
+            controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

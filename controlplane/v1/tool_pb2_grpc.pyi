@@ -42,6 +42,11 @@ class ToolServiceStub:
     """
     CancelToolCall: _grpc.UnaryUnaryMultiCallable[_tool_pb2.CancelToolCallRequest, _tool_pb2.CancelToolCallResponse]
     """Aborts a running call from another connection."""
+    CompleteSubtask: _grpc.UnaryUnaryMultiCallable[_tool_pb2.CompleteSubtaskRequest, _tool_pb2.CompleteSubtaskResponse]
+    """Answers a `subtask` event from another connection: the subagent's final text for the task
+    call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
+    subtask waits on the session.
+    """
 
 @_typing.type_check_only
 class ToolServiceAsyncStub(ToolServiceStub):
@@ -55,6 +60,11 @@ class ToolServiceAsyncStub(ToolServiceStub):
     """
     CancelToolCall: _aio.UnaryUnaryMultiCallable[_tool_pb2.CancelToolCallRequest, _tool_pb2.CancelToolCallResponse]  # type: ignore[assignment]
     """Aborts a running call from another connection."""
+    CompleteSubtask: _aio.UnaryUnaryMultiCallable[_tool_pb2.CompleteSubtaskRequest, _tool_pb2.CompleteSubtaskResponse]  # type: ignore[assignment]
+    """Answers a `subtask` event from another connection: the subagent's final text for the task
+    call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
+    subtask waits on the session.
+    """
 
 class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -83,5 +93,16 @@ class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tool_pb2.CancelToolCallResponse, _abc.Awaitable[_tool_pb2.CancelToolCallResponse]]:
         """Aborts a running call from another connection."""
+
+    @_abc_1.abstractmethod
+    def CompleteSubtask(
+        self,
+        request: _tool_pb2.CompleteSubtaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tool_pb2.CompleteSubtaskResponse, _abc.Awaitable[_tool_pb2.CompleteSubtaskResponse]]:
+        """Answers a `subtask` event from another connection: the subagent's final text for the task
+        call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
+        subtask waits on the session.
+        """
 
 def add_ToolServiceServicer_to_server(servicer: ToolServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext
+from pyhost_tracing import Recording, unix_ms
 
 ABORTED = "Tool execution aborted"
 CANCEL_AFTER_S = 0.1
@@ -81,14 +82,14 @@ class Registry:
         self._imports = itertools.count(1)
         self.tools: dict[str, LoadedTool] = {}
 
-    def load(self, files: list[Message]) -> Message:
+    def load(self, files: list[Message], recording: Recording | None = None) -> Message:
         states: dict[str, FileState] = {}
         for file in files:
             path, kind = str(file["path"]), str(file.get("kind", "tool"))
             version = file_version(path)
             known = self._files.get(path)
             fresh = known is not None and known.version == version != "" and known.kind == kind
-            states[path] = known if fresh and known is not None else self._load_file(path, kind, version)
+            states[path] = known if fresh and known is not None else self._load_file(path, kind, version, recording)
         self._files = states
         tools: dict[str, LoadedTool] = {}
         errors: list[Message] = []
@@ -107,9 +108,10 @@ class Registry:
              "source": "CUSTOM", "init_ms": t.init_ms}
             for t in tools.values()
         ]
-        return {"type": "loaded", "tools": listed, "load_errors": errors, "hooks": [], "notes": notes}
+        return {"type": "loaded", "tools": listed, "load_errors": errors, "hooks": [], "notes": notes,
+                **(recording.field() if recording is not None else {})}
 
-    def _load_file(self, path: str, kind: str, version: str) -> FileState:
+    def _load_file(self, path: str, kind: str, version: str, recording: Recording | None) -> FileState:
         state = FileState(version, kind)
         if kind != "tool":
             state.errors.append({"origin": path, "message": "the Python host loads tool files only, not plugins"})
@@ -119,6 +121,8 @@ class Registry:
             module = self._import(path)
         except BaseException as exc:  # SystemExit and friends from a tool file must not end the host
             state.errors.append({"origin": path, "message": f"{type(exc).__name__}: {exc}"})
+            if recording is not None:
+                trace_inits(recording, path, state, started)
             return state
         imported = time.perf_counter() - started  # shared by every tool of the file
         stem = os.path.splitext(os.path.basename(path))[0]
@@ -142,6 +146,8 @@ class Registry:
                 state.notes.append({"origin": path, "message": f"tool {tool_id}: {keyword} is not enforced"})
             init_ms = (imported + time.perf_counter() - converting) * 1000
             state.tools.append(LoadedTool(tool_id, value, parameters, path, round(init_ms, 3)))
+        if recording is not None:
+            trace_inits(recording, path, state, started, started + imported)
         return state
 
     def _import(self, path: str) -> Any:
@@ -161,6 +167,30 @@ class Registry:
             del sys.modules[name]
             raise
         return module
+
+
+def trace_inits(recording: Recording, path: str, state: FileState, started: float,
+                imported: float | None = None) -> None:
+    """One `init_tool` span per tool of a freshly loaded file (its import plus its own conversion) and per error."""
+    start_ms = unix_ms(started)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    for loaded in state.tools:
+        span = recording.start(f"init_tool {loaded.id}", {
+            "gen_ai.tool.name": loaded.id, "sandbox.tool.origin": path, "sandbox.tool.source": "custom",
+            "sandbox.init_ms": loaded.init_ms,
+        }, start_ms)
+        if span is not None and imported is not None:
+            span.event("module imported", unix_ms(imported))
+        if span is not None:
+            span.end(start_ms + loaded.init_ms)
+    for error in state.errors:
+        message = str(error["message"])
+        tool_id = message[5:].split(":", 1)[0] if message.startswith("tool ") else stem
+        span = recording.start(f"init_tool {tool_id}", {
+            "gen_ai.tool.name": tool_id, "sandbox.tool.origin": path, "sandbox.tool.source": "custom",
+        }, start_ms)
+        if span is not None:
+            span.fail(message).end()
 
 
 @dataclass
@@ -212,7 +242,8 @@ class Host:
         request_id = str(request.get("id", ""))
         kind = request.get("type")
         if kind == "call":
-            await self.call(request_id, str(request.get("tool")), request.get("args"), request.get("context") or {})
+            await self.call(request_id, str(request.get("tool")), request.get("args"), request.get("context") or {},
+                            Recording(request))
         elif kind == "hook":
             # No Python plugins: every hook leaves its output as it came.
             self.send({"id": request_id, "type": "hook_result", "output": request.get("output") or {}})
@@ -225,17 +256,33 @@ class Host:
         else:
             self.send({"id": request_id, "type": "error", "message": f"unknown request type {kind}"})
 
-    async def call(self, request_id: str, tool_id: str, raw: Any, context: Message) -> None:
+    async def call(self, request_id: str, tool_id: str, raw: Any, context: Message,
+                   recording: Recording | None = None) -> None:
+        recording = recording or Recording({})
+        span = recording.start(f"toolhost.execute {tool_id}", {
+            "gen_ai.tool.name": tool_id, "gen_ai.tool.call.id": str(context.get("callID", "")),
+        })
+
+        def reply(message: Message) -> None:
+            # The span ends before the reply, which carries it.
+            if span is not None:
+                if message["type"] == "error":
+                    span.fail(str(message["message"]))
+                span.end()
+            self.send({**message, **recording.field()})
+
         loaded = self.registry.tools.get(tool_id)
         if loaded is None:
-            self.send({"id": request_id, "type": "error", "message": f"Unknown tool: {tool_id}"})
+            reply({"id": request_id, "type": "error", "message": f"Unknown tool: {tool_id}"})
             return
+        if span is not None:
+            span.set("sandbox.tool.origin", loaded.origin).set("sandbox.tool.source", "custom")
         try:
             args = loaded.tool.parse(raw)
         except InvalidArguments as exc:
             message = (f"The {tool_id} tool was called with invalid arguments: {exc}.\n"
                        "Please rewrite the input so it satisfies the expected schema.")
-            self.send({"id": request_id, "type": "error", "message": message})
+            reply({"id": request_id, "type": "error", "message": message})
             return
         loop = asyncio.get_running_loop()
         abort = asyncio.Event()
@@ -268,18 +315,19 @@ class Host:
             result = await task
             if inspect.isawaitable(result):
                 result = await result
-            reply = {"id": request_id, "type": "result", **normalise(result)}
+            outcome: Message = {"id": request_id, "type": "result", **normalise(result)}
         except asyncio.CancelledError:
-            reply = {"id": request_id, "type": "error", "message": ABORTED}
+            outcome = {"id": request_id, "type": "error", "message": ABORTED}
         except BaseException as exc:  # whatever a tool raises is that call's error, never the host's end
-            reply = {"id": request_id, "type": "error", "message": describe(exc)}
+            outcome = {"id": request_id, "type": "error", "message": describe(exc)}
         finally:
             del self.running[request_id]
         try:
-            self.send(reply)
+            json.dumps(outcome)  # fails before the span is ended, so the error reply still carries it
         except (TypeError, ValueError) as exc:
-            self.send({"id": request_id, "type": "error",
-                       "message": f"The {tool_id} tool returned a result that is not JSON: {exc}"})
+            outcome = {"id": request_id, "type": "error",
+                       "message": f"The {tool_id} tool returned a result that is not JSON: {exc}"}
+        reply(outcome)
 
     async def ask(self, request_id: str, permission: str, patterns: list[str], always: list[str],
                   metadata: dict[str, Any]) -> None:
@@ -331,7 +379,7 @@ async def serve(channel: Channel) -> None:
         if request.get("type") == "load":
             # Loads are synchronous imports: whatever comes after them waits, as it should.
             try:
-                reply = host.registry.load(list(request.get("files") or []))
+                reply = host.registry.load(list(request.get("files") or []), Recording(request))
                 host.send({"id": request.get("id"), **reply})
             except Exception as exc:
                 host.send({"id": request.get("id"), "type": "error", "message": describe(exc)})

@@ -27,6 +27,10 @@ from sandbox_agent.errors import SpawnError
 DRAIN_GRACE_S = 0.02
 """How long output pipes may stay open after the command exited (someone else holds them)."""
 GROUP_POLL_S = 0.005
+KILL_BOUND_S = 2.0
+"""How long a stop keeps killing a group that still has members (a fork bomb) before giving up."""
+FREEZE_ROUNDS = 20
+"""Stop-and-scan rounds before the kill; each catches the children forked since the previous one."""
 READ_SIZE = 64 * 1024
 UMASK = 0o022
 
@@ -117,6 +121,7 @@ class Execution:
         self._timer = (
             self._loop.call_later(spec.timeout_s, self._on_timeout) if spec.timeout_s else None
         )
+        self._tree = _ProcessTree(launched.pid)
 
     @classmethod
     async def start(cls, spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
@@ -311,12 +316,47 @@ class Execution:
 
     async def _kill_group(self) -> None:
         self.close_stdin()
-        if not self._signal_group(signal.SIGTERM):
+        alive = self._signal_group(signal.SIGTERM)
+        for pid in self._tree.members():  # children that left the group with setsid
+            _signal(pid, signal.SIGTERM)
+            alive = True
+        if not alive:
             return
-        if await self._group_gone_within(self._spec.kill_grace_s):
+        if await self._group_gone_within(self._spec.kill_grace_s) and not self._tree.members():
             return
-        self._signal_group(signal.SIGKILL)
-        await self._group_gone_within(2.0)
+        await self._freeze_and_kill()
+
+    async def _freeze_and_kill(self) -> None:
+        """SIGKILLs the group and every process descended from it, until none is left or KILL_BOUND_S passed.
+
+        A fork bomb keeps forking while it is being killed, and a child that called setsid() is no longer
+        in the group: the tree is first stopped (a stopped process cannot fork, and its children stay
+        linked to it by their parent pid) until a scan finds nobody new, then killed, then swept again.
+        """
+        deadline = self._loop.time() + KILL_BOUND_S
+        stopped: set[int] = set()
+        for _ in range(FREEZE_ROUNDS):
+            self._signal_group(signal.SIGSTOP)
+            members = self._tree.members()
+            for pid in members - stopped:
+                _signal(pid, signal.SIGSTOP)
+            if members <= stopped:
+                break
+            stopped |= members
+        # The stopped ones are killed by pid first: once their parent is dead they are re-parented to init
+        # and a scan would no longer find them.
+        for pid in stopped:
+            _signal(pid, signal.SIGKILL)
+        while True:
+            self._signal_group(signal.SIGKILL)
+            members = self._tree.members()
+            for pid in members:
+                _signal(pid, signal.SIGKILL)
+            if not members and not self._signal_group(0):
+                return
+            if self._loop.time() >= deadline:
+                return
+            await asyncio.sleep(GROUP_POLL_S)
 
     def _signal_group(self, sig: int) -> bool:
         try:
@@ -335,6 +375,78 @@ class Execution:
             if self._loop.time() >= deadline:
                 return False
             await asyncio.sleep(GROUP_POLL_S)
+
+
+class _ProcessTree:
+    """The processes a command left: its group and session, and whatever descends from them by parent pid.
+
+    Found by scanning /proc (the agent has no cgroup of its own per command). A process whose parent
+    died before the scan (a double fork, `setsid -f`) is re-parented to init and cannot be found.
+    """
+
+    def __init__(self, leader: int) -> None:
+        self._leader = leader
+        self._leader_start = _start_time(leader)
+        """Tells the leader from a later process that reused its pid (and so its group and session ids)."""
+
+    def members(self) -> set[int]:
+        table = _process_table()
+        leader = table.get(self._leader)
+        if leader is not None and self._leader_start is not None and leader[3] != self._leader_start:
+            return set()
+        found = {pid for pid, (_ppid, pgrp, sid, _start) in table.items()
+                 if pgrp == self._leader or sid == self._leader}
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, *_rest) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = list(found)
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        found.discard(os.getpid())
+        found.discard(1)
+        return found
+
+
+def _process_table() -> dict[int, tuple[int, int, int, int]]:
+    """pid -> (ppid, process group, session, start time) of every process visible in /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+            table[int(entry)] = fields
+    return table
+
+
+def _stat_fields(pid: int) -> tuple[int, int, int, int] | None:
+    """(ppid, process group, session, start time), or None for a process that is gone or a zombie."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # os.open: a buffered open() costs far more in /proc
+        try:
+            text = os.read(fd, 1024)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    # The command name is in parentheses and may itself contain spaces and parentheses.
+    rest = text[text.rfind(b")") + 2:].split()
+    try:
+        if rest[0] == b"Z":
+            return None
+        return int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return None if fields is None else fields[3]
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
 
 
 def _popen(

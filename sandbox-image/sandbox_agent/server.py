@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
-from sandbox_agent import __version__
+from sandbox_agent import __version__, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
@@ -112,6 +112,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         if first is None or first.WhichOneof("msg") != "start":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first Exec message must be `start`")
             return
+        trace = tracing.recorder_from_metadata(context.invocation_metadata())
+        span = trace.start("sandbox.exec") if trace is not None else None
         try:
             execution = await Execution.start(
                 self._spec_from(first.start), self._identity, self._config.output_buffer_bytes
@@ -119,6 +121,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         except SpawnError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             return
+        if span is not None:
+            span.set("process.pid", execution.pid)
         self._running.add(execution)
         pump = asyncio.ensure_future(_pump_requests(request_iterator, execution))
         seq = 0
@@ -127,7 +131,11 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             yield agent_pb2.ExecEvent(seq=seq, started=agent_pb2.Started(pid=execution.pid))
             async for item in execution.events():
                 seq += 1
-                yield _event(seq, item)
+                event = _event(seq, item)
+                if span is not None and trace is not None and isinstance(item, Exit):
+                    _end_exec_span(span, item)
+                    event.spans.extend(trace.drain())
+                yield event
         finally:
             pump.cancel()
             if not execution.finished:
@@ -139,7 +147,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self, request_iterator: AsyncIterator[agent_pb2.RunToolRequest], context: Any
     ) -> AsyncIterator[agent_pb2.RunToolEvent]:
         try:
-            async for event in self._tools.run(request_iterator):
+            trace = tracing.recorder_from_metadata(context.invocation_metadata())
+            async for event in self._tools.run(request_iterator, trace):
                 yield event
         except AgentError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -148,7 +157,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self, request: agent_pb2.ListCustomToolsRequest, context: Any
     ) -> agent_pb2.ListCustomToolsResponse:
         try:
-            return await self._tools.list_custom(request.config_json, dict(request.env))
+            trace = tracing.recorder_from_metadata(context.invocation_metadata())
+            return await self._tools.list_custom(request.config_json, dict(request.env), trace)
         except AgentError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
@@ -156,15 +166,18 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
     async def RunPluginHook(
         self, request: agent_pb2.RunPluginHookRequest, context: Any
     ) -> agent_pb2.RunPluginHookResponse:
+        trace = tracing.recorder_from_metadata(context.invocation_metadata())
         try:
-            output = await self._tools.custom.hook(
-                request.name, json.loads(request.input_json or "{}"), json.loads(request.output_json or "{}"),
-                request.timeout_s,
-            )
+            with tracing.span(trace, f"sandbox.plugin_hook {request.name}", {"sandbox.hook.name": request.name}):
+                output = await self._tools.custom.hook(
+                    request.name, json.loads(request.input_json or "{}"), json.loads(request.output_json or "{}"),
+                    request.timeout_s,
+                )
         except (ToolError, ValueError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             raise
-        return agent_pb2.RunPluginHookResponse(output_json=json.dumps(output))
+        spans = trace.drain() if trace is not None else []
+        return agent_pb2.RunPluginHookResponse(output_json=json.dumps(output), spans=spans)
 
     async def SaveToolOutput(
         self, request: agent_pb2.SaveToolOutputRequest, context: Any
@@ -264,6 +277,13 @@ async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
             return bytes(out), bytes(err), item
         (out if item.stream == "stdout" else err).extend(item.data)
     raise RuntimeError("helper ended without an exit event")
+
+
+def _end_exec_span(span: tracing.Span, item: Exit) -> None:
+    span.set("process.exit.code", item.exit_code)
+    if item.timed_out or item.aborted or item.signal:
+        span.fail(item.abort_reason or ("timed out" if item.timed_out else f"killed by signal {item.signal}"))
+    span.end()
 
 
 def _event(seq: int, item: Chunk | Exit) -> agent_pb2.ExecEvent:

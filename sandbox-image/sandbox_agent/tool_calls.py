@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.v1 import agent_pb2
+from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.errors import AgentError
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
@@ -72,7 +73,9 @@ class ToolCalls:
     def _state(self, session_id: str) -> SessionState:
         return self._sessions.setdefault(session_id, SessionState())
 
-    async def run(self, requests: AsyncIterator[agent_pb2.RunToolRequest]) -> AsyncIterator[agent_pb2.RunToolEvent]:
+    async def run(
+        self, requests: AsyncIterator[agent_pb2.RunToolRequest], trace: tracing.Recorder | None = None,
+    ) -> AsyncIterator[agent_pb2.RunToolEvent]:
         first = await anext(aiter(requests), None)
         if first is None or first.WhichOneof("msg") != "start":
             raise AgentError("the first RunTool message must be `start`")
@@ -117,6 +120,20 @@ class ToolCalls:
             abort.set()
 
         async def execute() -> None:
+            final: dict[str, Any] = {}
+            try:
+                with tracing.span(trace, f"sandbox.tool {start.tool}", _span_attributes(start)) as span:
+                    final = await attempt()
+                    if span is not None:
+                        span.set("sandbox.outcome", "error" if "failed" in final else "ok")
+                        if "failed" in final:
+                            span.fail(final["failed"].message)
+            finally:
+                if final:
+                    outbox.put(**final, spans=trace.drain() if trace is not None else [])
+                outbox.queue.put_nowait(None)
+
+        async def attempt() -> dict[str, Any]:
             try:
                 run = self._custom_run(start.tool, abort) if start.custom else load_tool(start.tool)
                 directory = self._workspace
@@ -128,13 +145,11 @@ class ToolCalls:
                     abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
                 )
                 output = await run(json.loads(start.args_json or "{}"), ctx)
-                outbox.put(result=_result(output))
+                return {"result": _result(output)}
             except ToolError as exc:
-                outbox.put(failed=agent_pb2.ToolFailed(message=str(exc)))
+                return {"failed": agent_pb2.ToolFailed(message=str(exc))}
             except Exception as exc:  # any tool bug is reported as the call's error
-                outbox.put(failed=agent_pb2.ToolFailed(message=_describe(exc)))
-            finally:
-                outbox.queue.put_nowait(None)
+                return {"failed": agent_pb2.ToolFailed(message=_describe(exc))}
 
         self.running += 1
         listener = asyncio.ensure_future(listen())
@@ -167,13 +182,19 @@ class ToolCalls:
 
         return run
 
-    async def list_custom(self, config_json: str, env: dict[str, str]) -> agent_pb2.ListCustomToolsResponse:
+    async def list_custom(
+        self, config_json: str, env: dict[str, str], trace: tracing.Recorder | None = None,
+    ) -> agent_pb2.ListCustomToolsResponse:
         try:
             config = json.loads(config_json) if config_json else {}
         except json.JSONDecodeError as exc:
             raise AgentError(f"the session's opencode.json is not valid JSON: {exc}") from exc
-        worktree = await self._runner.io(find_worktree, self._workspace)
-        listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
+        with tracing.span(trace, "sandbox.list_custom_tools") as span:
+            worktree = await self._runner.io(find_worktree, self._workspace)
+            listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
+            if span is not None:
+                span.set("sandbox.tools", len(listing.tools))
+                span.set("sandbox.load_errors", len(listing.load_errors))
         return agent_pb2.ListCustomToolsResponse(
             tools=[
                 agent_pb2.CustomTool(
@@ -184,6 +205,7 @@ class ToolCalls:
             ],
             load_errors=[agent_pb2.CustomLoadError(origin=e.origin, message=e.message) for e in listing.load_errors],
             hooks=listing.hooks,
+            spans=trace.drain() if trace is not None else [],
         )
 
     async def save_output(self, name: str, content: bytes) -> str:
@@ -199,6 +221,13 @@ def _write_new(directory: str, path: str, content: bytes) -> None:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     with open(path, "wb") as handle:
         handle.write(content)
+
+
+def _span_attributes(start: agent_pb2.ToolStart) -> dict[str, tracing.AttributeValue]:
+    return {
+        "gen_ai.tool.name": start.tool, "gen_ai.tool.call.id": start.call_id, "sandbox.session.id": start.session_id,
+        "sandbox.tool.source": "custom" if start.custom else "builtin",
+    }
 
 
 def _result(output: ToolOutput) -> agent_pb2.ToolResult:

@@ -2,6 +2,7 @@
 // (metadata, ask, abort) and the normalisation of whatever execute returned.
 import { log, send } from "./channel.ts"
 import { type HostTool, messageOf, type Registry, withTimeout } from "./loader.ts"
+import { type Recording, UNTRACED } from "./tracing.ts"
 
 export const HOOK_LIMIT_MS = Number(process.env.OCSB_TOOLHOST_HOOK_LIMIT_MS ?? "10000")
 
@@ -68,17 +69,28 @@ export class Calls {
 
   constructor(private readonly registry: Registry) {}
 
-  async call(id: string, toolId: string, raw: unknown, context: CallContext): Promise<void> {
+  async call(id: string, toolId: string, raw: unknown, context: CallContext,
+             recording: Recording = UNTRACED): Promise<void> {
+    const span = recording.start(`toolhost.execute ${toolId}`, {
+      "gen_ai.tool.name": toolId, "gen_ai.tool.call.id": context.callID ?? "",
+    })
+    // Every reply of the call ends its span first, so that the span travels with it.
+    const reply = (message: Record<string, unknown>) => {
+      if (message.type === "error") span?.fail(String(message.message))
+      span?.end()
+      send({ ...message, ...recording.field() })
+    }
     const tool = this.registry.tools.get(toolId)
     if (tool === undefined) {
-      send({ id, type: "error", message: `Unknown tool: ${toolId}` })
+      reply({ id, type: "error", message: `Unknown tool: ${toolId}` })
       return
     }
+    span?.set("sandbox.tool.origin", tool.origin).set("sandbox.tool.source", tool.source === "CUSTOM" ? "custom" : "plugin")
     const parsed = tool.schema.safeParse(raw)
     if (!parsed.success) {
       const message = `The ${toolId} tool was called with invalid arguments: ${parsed.error}.\n` +
         "Please rewrite the input so it satisfies the expected schema."
-      send({ id, type: "error", message })
+      reply({ id, type: "error", message })
       return
     }
     const controller = new AbortController()
@@ -100,12 +112,13 @@ export class Calls {
       const result = await tool.execute(withUndeclared(tool, raw as Json, parsed.data as Json), ctx)
       const normalised = normalise(result)
       try {
-        send({ id, type: "result", ...normalised })
+        JSON.stringify(normalised) // fails before the span is ended, so the error reply still carries it
+        reply({ id, type: "result", ...normalised })
       } catch (error) {
-        send({ id, type: "error", message: `The ${toolId} tool returned a result that is not JSON: ${messageOf(error)}` })
+        reply({ id, type: "error", message: `The ${toolId} tool returned a result that is not JSON: ${messageOf(error)}` })
       }
     } catch (error) {
-      send({ id, type: "error", message: messageOf(error) })
+      reply({ id, type: "error", message: messageOf(error) })
     } finally {
       this.running.delete(id)
     }

@@ -4,6 +4,7 @@
 import { log, requestLines, send } from "./channel.ts"
 import { Calls } from "./calls.ts"
 import { type FileSpec, messageOf, Registry } from "./loader.ts"
+import { Recording, traceOf } from "./tracing.ts"
 
 type Request = Record<string, unknown> & { id?: string; type?: string }
 
@@ -22,15 +23,16 @@ let loading: Promise<unknown> = Promise.resolve()
 const inFlight = new Set<Promise<void>>()
 
 async function load(request: Request): Promise<void> {
+  const recording = new Recording(traceOf(request))
   const result = await registry.load(request.files as FileSpec[], String(request.directory ?? process.cwd()),
-                                     String(request.worktree ?? request.directory ?? process.cwd()))
+                                     String(request.worktree ?? request.directory ?? process.cwd()), recording)
   send({
     id: request.id, type: "loaded",
     tools: result.tools.map((tool) => ({
       id: tool.id, description: tool.description, parameters: tool.parameters, origin: tool.origin,
       source: tool.source, init_ms: tool.initMs,
     })),
-    load_errors: result.errors, hooks: result.hooks, notes: result.notes,
+    load_errors: result.errors, hooks: result.hooks, notes: result.notes, ...recording.field(),
   })
 }
 
@@ -44,7 +46,8 @@ async function handle(request: Request): Promise<void> {
       return work
     case "call":
       await loading
-      return calls.call(id, String(request.tool), request.args, (request.context ?? {}) as Record<string, never>)
+      return calls.call(id, String(request.tool), request.args, (request.context ?? {}) as Record<string, never>,
+                        new Recording(traceOf(request)))
     case "hook":
       await loading
       return calls.hook(id, String(request.name), (request.input ?? {}) as Record<string, unknown>,

@@ -3,6 +3,7 @@
 import { statSync } from "node:fs"
 import { basename, extname } from "node:path"
 import { z } from "zod"
+import { type Recording, UNTRACED, unixMs } from "./tracing.ts"
 
 export type Problem = { origin: string; message: string }
 export type FileSpec = { path: string; kind: "tool" | "plugin" }
@@ -112,14 +113,15 @@ export class Registry {
   tools = new Map<string, HostTool>()
   plugins: PluginHooks[] = []
 
-  async load(files: FileSpec[], directory: string, worktree: string): Promise<LoadResult> {
+  async load(files: FileSpec[], directory: string, worktree: string, recording: Recording = UNTRACED):
+    Promise<LoadResult> {
     const next = new Map<string, FileState>()
     for (const file of files) {
       const version = fileVersion(file.path)
       const known = this.files.get(file.path)
       const state = known && known.version === version && known.kind === file.kind && version !== ""
         ? known
-        : await this.loadFile(file, version, directory, worktree)
+        : await this.loadFile(file, version, directory, worktree, recording)
       next.set(file.path, state)
     }
     this.files = next
@@ -152,7 +154,8 @@ export class Registry {
     return { tools: [...tools.values()], errors, notes, hooks: [...hooks].sort() }
   }
 
-  private async loadFile(file: FileSpec, version: string, directory: string, worktree: string): Promise<FileState> {
+  private async loadFile(file: FileSpec, version: string, directory: string, worktree: string,
+                         recording: Recording): Promise<FileState> {
     const state: FileState = { version, kind: file.kind, tools: [], errors: [], notes: [], plugins: [] }
     const started = performance.now()
     let module: Record<string, unknown>
@@ -160,10 +163,17 @@ export class Registry {
       module = await this.importFresh(file.path)
     } catch (error) {
       state.errors.push({ origin: file.path, message: messageOf(error) })
+      // A file that does not load has no tool id yet: its span is named after the file's default id.
+      recording.start(`init_tool ${basename(file.path, extname(file.path))}`, initAttributes(file, undefined),
+                      unixMs(started))?.fail(messageOf(error)).end()
       return state
     }
+    const imported = performance.now()
+    const known = state.tools.length
+    const errors = state.errors.length
     if (file.kind === "tool") this.collectTools(file.path, module, started, state)
     else await this.callPlugins(file.path, module, started, directory, worktree, state)
+    if (recording.trace !== undefined) traceInits(recording, file, state, known, errors, started, imported)
     return state
   }
 
@@ -233,6 +243,29 @@ export class Registry {
         }
       }
     }
+  }
+}
+
+function initAttributes(file: FileSpec, id: string | undefined): Record<string, string> {
+  const attributes: Record<string, string> = {
+    "sandbox.tool.origin": file.path, "sandbox.tool.source": file.kind === "tool" ? "custom" : "plugin",
+  }
+  if (id !== undefined) attributes["gen_ai.tool.name"] = id
+  return attributes
+}
+
+/** One `init_tool` span per tool the file defined (import plus its own conversion), and per failure. */
+function traceInits(recording: Recording, file: FileSpec, state: FileState, firstTool: number, firstError: number,
+                    started: number, imported: number): void {
+  const startMs = unixMs(started)
+  for (const tool of state.tools.slice(firstTool)) {
+    // initMs counts the file's import plus this tool's schema conversion; the span lasts as long.
+    recording.start(`init_tool ${tool.id}`, { ...initAttributes(file, tool.id), "sandbox.init_ms": tool.initMs },
+                    startMs)?.event("module imported", unixMs(imported)).end(startMs + tool.initMs)
+  }
+  for (const problem of state.errors.slice(firstError)) {
+    const id = /^(?:tool|plugin) ([^:]+):/.exec(problem.message)?.[1] ?? basename(file.path, extname(file.path))
+    recording.start(`init_tool ${id}`, initAttributes(file, id), startMs)?.fail(problem.message).end()
   }
 }
 

@@ -340,12 +340,17 @@ async def test_calls_run_in_parallel(docker_plane: Plane, session_id: str) -> No
 
 async def test_list_tools_order_and_model_filter(docker_plane: Plane, session_id: str) -> None:
     claude = await docker_plane.client.list_tools(session_id, provider_id="anthropic", model_id="claude-sonnet-4")
-    assert [t.id for t in claude.tools] == ["bash", "read", "glob", "grep", "edit", "write", "webfetch", "skill"]
+    assert [t.id for t in claude.tools] == [
+        "question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch", "todowrite", "skill",
+    ]
     gpt = await docker_plane.client.list_tools(session_id, provider_id="openai", model_id="gpt-5")
-    assert [t.id for t in gpt.tools] == ["bash", "read", "glob", "grep", "webfetch", "skill", "apply_patch"]
+    assert [t.id for t in gpt.tools] == [
+        "question", "bash", "read", "glob", "grep", "task", "webfetch", "todowrite", "skill", "apply_patch",
+    ]
     zen = await docker_plane.client.list_tools(session_id, provider_id="opencode", model_id="claude-sonnet-4")
     assert [t.id for t in zen.tools] == [
-        "bash", "read", "glob", "grep", "edit", "write", "webfetch", "websearch", "codesearch", "skill",
+        "question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch", "todowrite", "websearch",
+        "codesearch", "skill",
     ]
     read = next(t for t in claude.tools if t.id == "read")
     schema = json.loads(read.parameters_json_schema)

@@ -26,7 +26,7 @@ async def test_session_exec_tools_and_tool(local_plane: Plane, capsys: pytest.Ca
     assert await asyncio.to_thread(run_cli, local_plane, "tools", sid) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in listed] == [
-        "bash", "read", "glob", "grep", "edit", "write", "webfetch", "skill",
+        "question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch", "todowrite", "skill",
     ]
     args = json.dumps({"command": "echo from-tool", "description": "Echo"})
     assert await asyncio.to_thread(run_cli, local_plane, "tool", sid, "bash", args, "--yes") == 0

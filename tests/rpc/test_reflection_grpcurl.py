@@ -81,6 +81,7 @@ async def test_list_of_a_service_names_its_methods(plane: Plane) -> None:
     assert answer.code == 0
     assert answer.stdout.splitlines() == [
         "controlplane.v1.ToolService.CancelToolCall",
+        "controlplane.v1.ToolService.CompleteSubtask",
         "controlplane.v1.ToolService.ExecuteTool",
         "controlplane.v1.ToolService.ListTools",
     ]

@@ -17,7 +17,7 @@ import docker
 import pytest
 
 from tests.planes import Plane
-from tests.security.conftest import Pair, Vector, python_probe
+from tests.security.conftest import Pair, Vector, new_session, python_probe, through_bash_tool
 
 pytestmark = pytest.mark.docker
 
@@ -415,12 +415,14 @@ async def test_killing_the_spawner_helper_only_hurts_the_own_session(
     docker_plane: Plane, vector: Vector
 ) -> None:
     # The helper runs as the tool user (spawner.py's trust note): a tool may kill it; the agent replaces it.
-    session = await docker_plane.client.create_session()
+    session = await new_session(docker_plane.client)
     try:
         before = await vector.run(docker_plane.client, session.id, f"echo {SPAWNER_PID}")
         out = await vector.run(docker_plane.client, session.id, f"kill -9 {SPAWNER_PID} && echo killed")
         assert out == "killed\n"
-        after = await vector.run(docker_plane.client, session.id, f"echo {SPAWNER_PID}; echo alive")
+        # A custom tool's host was started before the kill and spawns its own children: it needs no helper.
+        assert await vector.run(docker_plane.client, session.id, "echo alive") == "alive\n"
+        after = await through_bash_tool(docker_plane.client, session.id, f"echo {SPAWNER_PID}; echo alive")
         assert after.splitlines()[1:] == ["alive"]
         assert after.splitlines()[0].isdigit()
         assert after.splitlines()[0] != before.strip()
@@ -429,9 +431,32 @@ async def test_killing_the_spawner_helper_only_hurts_the_own_session(
 
 
 async def test_container_is_gone_after_delete(docker_plane: Plane, vector: Vector) -> None:
-    session = await docker_plane.client.create_session()
+    session = await new_session(docker_plane.client)
     await vector.run(docker_plane.client, session.id, "sleep 600 >/dev/null 2>&1 & echo started")
     await docker_plane.client.delete_session(session.id)
     name = f"ocsb-{docker_plane.instance}-{session.sandbox_id}"
     assert [c for c in docker.from_env().containers.list(all=True) if c.name == name] == []
     assert not (docker_plane.plane.settings.data_dir / "sandboxes" / session.sandbox_id).exists()
+
+
+async def test_javascript_attempts_from_a_custom_tool(
+    docker_plane: Plane, pair: Pair, listeners: dict[str, Listener], host_marker: Path
+) -> None:
+    # Bun's own APIs, not a shell: fetch, Bun.connect, node:fs, process.kill, process.setuid.
+    bridge = listeners["docker0"]
+    out = await docker_plane.client.execute_tool(
+        pair.a, "probe_js", {"host": bridge.host, "port": bridge.tcp_port, "marker": str(host_marker)}
+    )
+    assert out.error is None
+    assert out.output.splitlines() == [
+        # 127.0.0.1 is the sandbox's own loopback; docker0 has no route; there is no resolver to ask.
+        "fetch loopback: ECONNREFUSED", "fetch docker0: ENETUNREACH", "fetch docker api: ENOENT",
+        "dns lookup: DNS_ECONNREFUSED", "connect docker.sock: ENOENT", "connect agent.sock: EACCES",
+        "read host marker: ENOENT", "read /proc/1/environ: EACCES", "read agent environ: EACCES",
+        "read agent mem: EACCES", "read /etc/shadow: EACCES", "kill init: EPERM", "kill agent: EPERM",
+        "stop agent: EPERM", "setuid 0: EPERM", "write /etc: EROFS", "append agent source: EACCES",
+        "write /usr/local/bin: EROFS", "list agent socket dir: EACCES", "agent alive: true",
+    ]
+    await asyncio.sleep(0.2)
+    assert bridge.hits == []
+    assert listeners["loopback"].hits == []

@@ -22,8 +22,12 @@ from tests.planes import Plane
 pytestmark = pytest.mark.docker
 
 ABORTED = "\n\n<bash_metadata>\nUser aborted the command\n</bash_metadata>"
+OOM_NOTE = ("\n\n<bash_metadata>\nOut of memory: the kernel killed a process of this session at its memory limit"
+            " (256 MiB)\n</bash_metadata>")
 HOLDING_BOMB = "bomb(){ bomb|bomb& }; bomb; exec sleep 600"
 """A classic fork bomb whose first shell then waits (without forking) so the call stays open."""
+ROUNDS = int(os.environ.get("OCSB_ATTACK_ROUNDS", "1"))
+"""Repetitions of the racy attacks (`make attack` sets more)."""
 DETACHED_BOMB = "bomb(){ bomb|bomb& }; bomb"
 """The same bomb, but the call's own shell returns at once and leaves it running in the background."""
 
@@ -43,6 +47,25 @@ def pids_current(cid: str) -> int:
         if os.path.exists(path):
             return int(Path(path).read_text())
     raise AssertionError(f"no pids cgroup found for container {cid}")
+
+
+def container_processes(cid: str) -> list[str]:
+    """The command names of the container's processes (not threads), read on the host."""
+    for path in (f"/sys/fs/cgroup/pids/docker/{cid}/cgroup.procs",
+                 f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cgroup.procs"):
+        if os.path.exists(path):
+            names = []
+            for pid in Path(path).read_text().split():
+                try:
+                    names.append(Path(f"/proc/{pid}/comm").read_text().strip())
+                except OSError:
+                    continue  # ended while we looked
+            return names
+    raise AssertionError(f"no pids cgroup found for container {cid}")
+
+
+def bomb_processes(cid: str) -> list[str]:
+    return [name for name in container_processes(cid) if name in ("bash", "sleep")]
 
 
 async def wait_for(predicate: object, timeout_s: float, what: str) -> None:
@@ -102,13 +125,9 @@ async def neighbour(docker_plane: Plane) -> AsyncIterator[Session]:
     await docker_plane.client.delete_session(session.id)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 8): after an aborted fork bomb, its processes are not always gone within 5 s; "
-    "the pids limit holds it and neighbours are unaffected, but the agent's single group SIGKILL can race the forks",
-)
+@pytest.mark.parametrize("round_", range(ROUNDS))
 async def test_fork_bomb_is_held_by_the_pids_limit_and_abort_clears_it(
-    docker_plane: Plane, victim: Session, neighbour: Session
+    docker_plane: Plane, victim: Session, neighbour: Session, round_: int
 ) -> None:
     client, cid = docker_plane.client, container_id(docker_plane, victim.sandbox_id)
     baseline = pids_current(cid)
@@ -123,9 +142,14 @@ async def test_fork_bomb_is_held_by_the_pids_limit_and_abort_clears_it(
     assert event.WhichOneof("event") == "result"
     assert event.result.output.endswith(ABORTED)
     assert json.loads(event.result.metadata_json)["exit"] is None
-    await wait_for(lambda: pids_current(cid) <= baseline + 2, 5, "the bomb's processes to be gone")
+    # pids.current also counts threads (the agent's, a tool host's), so the bomb is judged by its processes.
+    await wait_for(lambda: not bomb_processes(cid), 5, "the bomb's processes to be gone")
+    assert pids_current(cid) < baseline + 40
     ps = await bash(client, victim.id, "ps -eo user=,comm=")
-    assert ps.output.splitlines() == ["root     docker-init", "root     python3", "tool     python3", "tool     ps"]
+    # A tool host (bun) may have been started by the session's first call: it is not part of the bomb.
+    assert [line for line in ps.output.splitlines() if line != "tool     bun"] == [
+        "root     docker-init", "root     python3", "tool     python3", "tool     ps",
+    ]
 
 
 async def test_detached_fork_bomb_is_contained_and_removed_with_its_session(
@@ -157,12 +181,18 @@ async def test_memory_bomb_is_oom_killed_and_the_session_keeps_working(docker_pl
     try:
         agent_before = (await bash(client, session.id, "pgrep -xf 'python3 -m sandbox_agent'")).output
         bomb = await bash(client, session.id, "python3 -c \"s = b'x' * (512 << 20)\"")
-        # The bash tool reports an OOM kill like any other SIGKILL: no output, exit null. Nothing says "OOM".
-        assert bomb.output == ""
-        assert bomb.metadata == {"output": "", "exit": None, "description": "Attack", "truncated": False}
+        # OpenCode reports an OOM kill like any other SIGKILL (no output, exit null); we add a note and a flag.
+        assert bomb.output == OOM_NOTE
+        assert bomb.metadata == {"output": OOM_NOTE, "exit": None, "description": "Attack", "truncated": False,
+                                 "out_of_memory": True}
         wrapped = await bash(client, session.id, "python3 -c \"s = b'x' * (512 << 20)\"; echo exit=$?")
         assert re.fullmatch(r"/bin/bash: line 1: +\d+ Killed +python3 -c \"s = b'x' \* \(512 << 20\)\"\nexit=137\n",
-                            wrapped.output), wrapped.output
+                            wrapped.output.removesuffix(OOM_NOTE)), wrapped.output
+        assert wrapped.output.endswith(OOM_NOTE)
+        assert wrapped.metadata["exit"] == 0
+        calm = await bash(client, session.id, "python3 -c \"s = b'x' * (64 << 20)\"; echo fine")
+        assert calm.output == "fine\n"
+        assert "out_of_memory" not in calm.metadata
         events = await bash(client, session.id, (
             "grep -h '^oom_kill ' /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
         ))
@@ -190,13 +220,51 @@ def docker_root() -> str:
     return str(docker.from_env().info()["DockerRootDir"])
 
 
-@pytest.mark.xfail(strict=True, reason="no workspace disk quota yet: the volume shares the host's Docker disk "
-                                       "(see docs/security.md); drop this marker once a quota exists")
 async def test_workspace_has_its_own_bounded_disk(docker_plane: Plane, neighbour: Session) -> None:
-    out = await bash(docker_plane.client, neighbour.id, "stat -f -c '%S %b' /workspace")
-    block, blocks = (int(x) for x in out.output.split())
+    out = await bash(docker_plane.client, neighbour.id, "stat -f -c '%S %b %T' /workspace; ls -A /workspace | wc -l")
+    block, blocks, fstype, entries = out.output.split()
     host = os.statvfs(docker_root())
-    assert block * blocks < host.f_frsize * host.f_blocks, "the workspace is as large as the host's Docker disk"
+    assert int(block) * int(blocks) < host.f_frsize * host.f_blocks, "the workspace is as large as the host's disk"
+    # resources.disk_mb (2048 by default) less ext4's own metadata; a fresh workspace is empty (no lost+found).
+    assert (fstype, entries) == ("ext2/ext3", "0")
+    assert 1900 << 20 <= int(block) * int(blocks) <= 2048 << 20
+
+
+@pytest.mark.parametrize("how", ["fallocate -l 3G ", "dd if=/dev/zero bs=1M count=2100 status=none of="])
+async def test_workspace_fill_is_stopped_and_reported(docker_plane: Plane, victim: Session, how: str) -> None:
+    client = docker_plane.client
+    out = await bash(client, victim.id, f"{how}/workspace/fill; echo rc=$?")
+    full = "\n\n<bash_metadata>\nNo space left on device: /workspace is full (1945 MiB)\n</bash_metadata>"
+    refusal = ("fallocate: fallocate failed: No space left on device\n" if how.startswith("fallocate ")
+               else "dd: error writing '/workspace/fill': No space left on device\n")
+    # ext4 keeps what a failed fallocate did allocate, so either way the disk is full afterwards.
+    assert out.output == refusal + "rc=1\n" + full
+    assert out.metadata["disk_full"] == ["/workspace"]
+    after = await bash(client, victim.id, "rm -f /workspace/fill; echo ok > /workspace/after; cat"
+                                          " /workspace/after")
+    assert after.output == "ok\n"
+    assert "disk_full" not in after.metadata
+
+
+async def test_tmp_fill_is_reported(docker_plane: Plane, victim: Session) -> None:
+    client = docker_plane.client
+    out = await bash(client, victim.id, "head -c 300M /dev/zero > /tmp/fill; echo rc=$?")
+    assert out.output == (
+        "head: error writing 'standard output': No space left on device\nrc=1\n"
+        "\n\n<bash_metadata>\nNo space left on device: /tmp is full (256 MiB)\n</bash_metadata>"
+    )
+    assert out.metadata["disk_full"] == ["/tmp"]
+    assert (await bash(client, victim.id, "rm /tmp/fill; echo ok")).output == "ok\n"
+
+
+async def test_dev_shm_is_bounded_noexec_nosuid(docker_plane: Plane, neighbour: Session) -> None:
+    out = await bash(docker_plane.client, neighbour.id, (
+        "grep ' /dev/shm ' /proc/self/mounts; cp /bin/true /dev/shm/t && /dev/shm/t; echo rc=$?; rm -f /dev/shm/t"
+    ))
+    assert out.output == (
+        "tmpfs /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0\n"
+        "/bin/bash: line 1: /dev/shm/t: Permission denied\nrc=126\n"
+    )
 
 
 async def test_cpu_hog_does_not_starve_a_neighbours_reads(

@@ -10,6 +10,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -20,6 +21,23 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _SpanStatusCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SpanStatusCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SpanStatusCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SPAN_STATUS_UNSET: _SpanStatusCode.ValueType  # 0
+    SPAN_STATUS_OK: _SpanStatusCode.ValueType  # 1
+    SPAN_STATUS_ERROR: _SpanStatusCode.ValueType  # 2
+
+class SpanStatusCode(_SpanStatusCode, metaclass=_SpanStatusCodeEnumTypeWrapper): ...
+
+SPAN_STATUS_UNSET: SpanStatusCode.ValueType  # 0
+SPAN_STATUS_OK: SpanStatusCode.ValueType  # 1
+SPAN_STATUS_ERROR: SpanStatusCode.ValueType  # 2
+Global___SpanStatusCode: _TypeAlias = SpanStatusCode  # noqa: Y015
 
 @_typing.final
 class HealthRequest(_message.Message):
@@ -305,6 +323,7 @@ class ExecEvent(_message.Message):
     STARTED_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
     EXITED_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def started(self) -> Global___Started: ...
@@ -312,6 +331,12 @@ class ExecEvent(_message.Message):
     def output(self) -> Global___Output: ...
     @_builtins.property
     def exited(self) -> Global___Exited: ...
+    @_builtins.property
+    def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanRecord]:
+        """Spans the agent recorded for the command (on the `exited` event, when the call carried a sampled
+        traceparent).
+        """
+
     def __init__(
         self,
         *,
@@ -319,10 +344,11 @@ class ExecEvent(_message.Message):
         started: Global___Started | None = ...,
         output: Global___Output | None = ...,
         exited: Global___Exited | None = ...,
+        spans: _abc.Iterable[Global___SpanRecord] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "exited", b"exited", "output", b"output", "started", b"started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "exited", b"exited", "output", b"output", "seq", b"seq", "started", b"started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "exited", b"exited", "output", b"output", "seq", b"seq", "spans", b"spans", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["started", "output", "exited"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
@@ -693,6 +719,7 @@ class RunToolEvent(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def ask(self) -> Global___ToolAsk: ...
@@ -702,6 +729,12 @@ class RunToolEvent(_message.Message):
     def result(self) -> Global___ToolResult: ...
     @_builtins.property
     def failed(self) -> Global___ToolFailed: ...
+    @_builtins.property
+    def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanRecord]:
+        """Spans the agent and the tool hosts recorded for the call (on the `result` or `failed` event, when
+        the call carried a sampled traceparent).
+        """
+
     def __init__(
         self,
         *,
@@ -710,10 +743,11 @@ class RunToolEvent(_message.Message):
         metadata: Global___ToolMetadata | None = ...,
         result: Global___ToolResult | None = ...,
         failed: Global___ToolFailed | None = ...,
+        spans: _abc.Iterable[Global___SpanRecord] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result", "seq", b"seq", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["ask", "metadata", "result", "failed"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
@@ -876,6 +910,7 @@ class ListCustomToolsResponse(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     LOAD_ERRORS_FIELD_NUMBER: _builtins.int
     HOOKS_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
         """In registry order: tool files by config dir then file name, then plugin tools; one entry per id
@@ -888,16 +923,21 @@ class ListCustomToolsResponse(_message.Message):
     def hooks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Hook names some project plugin defines."""
 
+    @_builtins.property
+    def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanRecord]:
+        """Spans recorded while listing (tool imports and schema conversions in the hosts)."""
+
     def __init__(
         self,
         *,
         tools: _abc.Iterable[Global___CustomTool] | None = ...,
         load_errors: _abc.Iterable[Global___CustomLoadError] | None = ...,
         hooks: _abc.Iterable[_builtins.str] | None = ...,
+        spans: _abc.Iterable[Global___SpanRecord] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -936,16 +976,139 @@ class RunPluginHookResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     OUTPUT_JSON_FIELD_NUMBER: _builtins.int
+    SPANS_FIELD_NUMBER: _builtins.int
     output_json: _builtins.str
+    @_builtins.property
+    def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanRecord]: ...
     def __init__(
         self,
         *,
         output_json: _builtins.str = ...,
+        spans: _abc.Iterable[Global___SpanRecord] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_json", b"output_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["output_json", b"output_json", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunPluginHookResponse: _TypeAlias = RunPluginHookResponse  # noqa: Y015
+
+@_typing.final
+class SpanRecord(_message.Message):
+    """A finished span recorded inside the sandbox. The sandbox has no network: its spans travel back in
+    the responses of the calls that carried a W3C `traceparent` in their metadata, and the control
+    plane hands them to its exporter (shifting them into the local call's interval if clocks differ).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    SPAN_ID_FIELD_NUMBER: _builtins.int
+    PARENT_SPAN_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    START_UNIX_NANO_FIELD_NUMBER: _builtins.int
+    END_UNIX_NANO_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    STATUS_CODE_FIELD_NUMBER: _builtins.int
+    STATUS_MESSAGE_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    PROCESS_FIELD_NUMBER: _builtins.int
+    trace_id: _builtins.bytes
+    """16 bytes"""
+    span_id: _builtins.bytes
+    """8 bytes"""
+    parent_span_id: _builtins.bytes
+    """8 bytes"""
+    name: _builtins.str
+    start_unix_nano: _builtins.int
+    end_unix_nano: _builtins.int
+    status_code: Global___SpanStatusCode.ValueType
+    status_message: _builtins.str
+    process: _builtins.str
+    """The process that recorded it: "sandbox-agent", "bun-host" or "python-host"."""
+    @_builtins.property
+    def attributes(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanAttribute]: ...
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanEvent]: ...
+    def __init__(
+        self,
+        *,
+        trace_id: _builtins.bytes = ...,
+        span_id: _builtins.bytes = ...,
+        parent_span_id: _builtins.bytes = ...,
+        name: _builtins.str = ...,
+        start_unix_nano: _builtins.int = ...,
+        end_unix_nano: _builtins.int = ...,
+        attributes: _abc.Iterable[Global___SpanAttribute] | None = ...,
+        status_code: Global___SpanStatusCode.ValueType = ...,
+        status_message: _builtins.str = ...,
+        events: _abc.Iterable[Global___SpanEvent] | None = ...,
+        process: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "end_unix_nano", b"end_unix_nano", "events", b"events", "name", b"name", "parent_span_id", b"parent_span_id", "process", b"process", "span_id", b"span_id", "start_unix_nano", b"start_unix_nano", "status_code", b"status_code", "status_message", b"status_message", "trace_id", b"trace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpanRecord: _TypeAlias = SpanRecord  # noqa: Y015
+
+@_typing.final
+class SpanAttribute(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    STRING_VALUE_FIELD_NUMBER: _builtins.int
+    BOOL_VALUE_FIELD_NUMBER: _builtins.int
+    INT_VALUE_FIELD_NUMBER: _builtins.int
+    DOUBLE_VALUE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    string_value: _builtins.str
+    bool_value: _builtins.bool
+    int_value: _builtins.int
+    double_value: _builtins.float
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        string_value: _builtins.str = ...,
+        bool_value: _builtins.bool = ...,
+        int_value: _builtins.int = ...,
+        double_value: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bool_value", b"bool_value", "double_value", b"double_value", "int_value", b"int_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bool_value", b"bool_value", "double_value", b"double_value", "int_value", b"int_value", "key", b"key", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "bool_value", "int_value", "double_value"]  # noqa: Y015
+    _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
+
+Global___SpanAttribute: _TypeAlias = SpanAttribute  # noqa: Y015
+
+@_typing.final
+class SpanEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TIME_UNIX_NANO_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    time_unix_nano: _builtins.int
+    @_builtins.property
+    def attributes(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanAttribute]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        time_unix_nano: _builtins.int = ...,
+        attributes: _abc.Iterable[Global___SpanAttribute] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "name", b"name", "time_unix_nano", b"time_unix_nano"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpanEvent: _TypeAlias = SpanEvent  # noqa: Y015

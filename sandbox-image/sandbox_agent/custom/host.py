@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_agent import tracing
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.process import Chunk, Execution
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
@@ -183,7 +184,8 @@ class ToolHost:
         queue = process.open(request_id)
         asks: set[asyncio.Task[None]] = set()
         try:
-            await process.send({"id": request_id, "type": "call", "tool": tool, "args": args, "context": context})
+            await process.send(_traced({"id": request_id, "type": "call", "tool": tool, "args": args,
+                                        "context": context}))
             deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
             while True:
                 message = await _next(queue, abort, deadline)
@@ -201,12 +203,14 @@ class ToolHost:
                     asks.add(task)
                     task.add_done_callback(asks.discard)
                 elif kind == "result":
+                    tracing.adopt_host_spans(message, self.name)
                     return HostResult(
                         title=str(message.get("title", "")), output=str(message.get("output", "")),
                         metadata=dict(message.get("metadata") or {}),
                         attachments=list(message.get("attachments") or []),
                     )
                 elif kind == "error":
+                    tracing.adopt_host_spans(message, self.name)
                     raise HostCallError(str(message.get("message", "")))
         except asyncio.CancelledError:
             # The caller gave up on the call: it must not keep running in the host unseen.
@@ -261,7 +265,8 @@ class ToolHost:
             if process is not None:
                 await process.wait_closed()
                 self.restarts += 1
-            process = _HostProcess(await self._launch(), self.name)
+            with tracing.child(f"toolhost.start {self.name}", {"sandbox.restart": self.restarts > 0}):
+                process = _HostProcess(await self._launch(), self.name)
             self._process = process
             if self._last_load is not None:
                 # What the model saw listed must still be callable after a restart.
@@ -272,10 +277,12 @@ class ToolHost:
         request_id = self._next_id()
         queue = process.open(request_id)
         try:
-            await process.send({"id": request_id, **body})
+            await process.send(_traced({"id": request_id, **body}))
             message = await queue.get()
         finally:
             process.close(request_id)
+        if not isinstance(message, _Gone):
+            tracing.adopt_host_spans(message, self.name)
         if isinstance(message, _Gone):
             raise HostCallError(message.reason)
         if message.get("type") == "error":
@@ -334,6 +341,14 @@ async def _next(queue: asyncio.Queue[Message | _Gone], abort: asyncio.Event,
         return getter.result()
     getter.cancel()
     return None
+
+
+def _traced(message: Message) -> Message:
+    """The request with the current span as its host spans' parent, when the request is traced."""
+    trace = tracing.host_trace()
+    if trace is not None:
+        message["trace"] = trace
+    return message
 
 
 def _timeout_text(timeout_s: float | None) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox_agent import tracing
 from sandbox_agent.custom import discovery
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.custom.host import HostResult, HostTool, Loaded, ToolHost, bun_launcher, python_launcher
@@ -134,7 +135,8 @@ class CustomTools:
 
     async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError]) -> Loaded:
         try:
-            return await host.load(list(files), self._workspace, self._worktree)
+            with tracing.child(f"toolhost.load {host.name}", {"sandbox.files": len(files)}):
+                return await host.load(list(files), self._workspace, self._worktree)
         except ToolError as exc:
             problems += [LoadError(f.path, f"the {host.name} tool host failed: {exc}") for f in files]
             return Loaded([], [], [], [])

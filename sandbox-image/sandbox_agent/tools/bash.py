@@ -48,6 +48,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         await ctx.ask("bash", found.patterns, found.always, {})
 
     await ctx.metadata(None, {"output": "", "description": description})
+    oom_before = oom_kills()
     try:
         execution = await ctx.runner.start([shell, "-c", command], cwd=workdir, env=ctx.env, timeout_s=None,
                                            merge_stderr=True)
@@ -60,13 +61,80 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         notes.append(f"bash tool terminated command after exceeding timeout {js_number(timeout)} ms")
     if done.aborted:
         notes.append("User aborted the command")
+    extra: dict[str, Any] = {}
+    oom_after = oom_kills()
+    if oom_before is not None and oom_after is not None and oom_after > oom_before:
+        notes.append(out_of_memory_note(memory_limit_mib()))
+        extra["out_of_memory"] = True
+    full = full_filesystems([ctx.directory, "/tmp"])
+    if full:
+        notes += [f"No space left on device: {path} is full ({size_mib} MiB)" for path, size_mib in full]
+        extra["disk_full"] = [path for path, _ in full]
     if notes:
         text += "\n\n<bash_metadata>\n" + "\n".join(notes) + "\n</bash_metadata>"
     return ToolOutput(
         title=description,
         output=text,
-        metadata={"output": cap_output(text), "exit": done.exit_code, "description": description},
+        metadata={"output": cap_output(text), "exit": done.exit_code, "description": description, **extra},
     )
+
+
+# -- resource outcomes (a divergence from OpenCode, which reports an OOM kill as any other SIGKILL) -----------
+
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+"""The sandbox's memory cgroup (v2, then v1): its `oom_kill` line counts the kernel's OOM kills."""
+MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+FULL_BELOW_BYTES = 1 << 20
+"""A filesystem with less than this (or 0.1 % of its size) left to unprivileged writers counts as full:
+ext4 refuses writes while it still counts a few hundred KiB free (kept for its own metadata)."""
+
+
+def oom_kills() -> int | None:
+    """OOM kills in the sandbox's memory cgroup so far; None where no counter is readable."""
+    for path in OOM_COUNTERS:
+        try:
+            with open(path) as counters:
+                for line in counters:
+                    name, _, value = line.partition(" ")
+                    if name == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def memory_limit_mib() -> int | None:
+    for path in MEMORY_LIMITS:
+        try:
+            with open(path) as limit:
+                raw = limit.read().strip()
+        except OSError:
+            continue
+        # "max" (v2) or a huge page-rounded number (v1) mean no limit.
+        return int(raw) >> 20 if raw.isdigit() and int(raw) < 1 << 62 else None
+    return None
+
+
+def out_of_memory_note(limit_mib: int | None) -> str:
+    where = f" ({limit_mib} MiB)" if limit_mib is not None else ""
+    return f"Out of memory: the kernel killed a process of this session at its memory limit{where}"
+
+
+def full_filesystems(paths: list[str]) -> list[tuple[str, int]]:
+    """(path, size in MiB) of each of `paths` whose filesystem has (next to) no space left."""
+    full = []
+    seen = set()
+    for path in paths:
+        try:
+            fs = os.statvfs(path)
+        except OSError:
+            continue
+        if fs.f_fsid in seen:  # the workspace may itself be under /tmp (local runs)
+            continue
+        seen.add(fs.f_fsid)
+        if fs.f_blocks and fs.f_bavail * fs.f_frsize < max(FULL_BELOW_BYTES, fs.f_blocks * fs.f_frsize // 1000):
+            full.append((path, fs.f_blocks * fs.f_frsize >> 20))
+    return full
 
 
 def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Scan, str]:

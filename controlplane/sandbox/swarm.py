@@ -1,0 +1,612 @@
+"""Sandboxes as one-replica Docker Swarm services, placed by Swarm's scheduler on any node.
+
+Per session: a service `ocsb-<instance>-<id>` (restart none, limits and reservations, all caps
+dropped but the agent's three, read-only root, tmpfs /tmp and /workspace) attached only to its own
+`--internal` overlay network of the same name, so it has no route out and nothing to talk to.
+Services have no no-new-privileges option: the agent is started under PR_SET_NO_NEW_PRIVS instead,
+which every tool process inherits. The agent's channel: swarm_channel (control plane) -> mutual
+TLS -> swarm_relay (a global service, one per node) -> the agent's Unix socket on that node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import ConfigReference, Mount, SecretReference
+
+from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
+from controlplane.core.models import Resources
+from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
+from controlplane.sandbox import swarm_relay
+from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.sandbox.docker import (
+    AGENT_CAPS,
+    AGENT_DIR,
+    LABEL_IMAGE,
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_SANDBOX,
+    LABEL_SESSION,
+    WORKSPACE,
+)
+from controlplane.sandbox.pool import WarmPool
+from controlplane.sandbox.provider import (
+    PoolStats,
+    ReconcileReport,
+    Sandbox,
+    SandboxLedger,
+    SandboxProvider,
+    SandboxRecord,
+    SandboxState,
+)
+from controlplane.sandbox.swarm_channel import LocalForward, RelayClient, RelayPki
+
+log = logging.getLogger(__name__)
+
+LABEL_ROLE = "ocsb.role"
+LABEL_TENANT = "ocsb.tenant"
+LABEL_RELAY_HASH = "ocsb.relay-hash"
+NO_NEW_PRIVS = (
+    "import ctypes, os, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:\n"  # PR_SET_NO_NEW_PRIVS
+    "    sys.exit('cannot set no_new_privs: errno %d' % ctypes.get_errno())\n"
+    "os.chmod(os.environ['AGENT_WORKSPACE'], 0o777)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+"""Run before the agent: sets no_new_privs (inherited across fork and exec), then execs it. Swarm's
+tmpfs cannot be owned by the tool user (runc gives it the image dir's mode, owner root), and the
+agent has no CAP_CHOWN; as the owner it may still open the workspace to the tool user. A volume
+would not do: Swarm leaves a task's volumes behind on its node."""
+AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"]
+RELAY_DIR = "/run/ocsb"
+_FAILED_TASK_STATES = {"failed", "rejected", "shutdown", "complete", "orphaned", "remove"}
+_NETWORK_REMOVE_S = 30.0
+
+
+@dataclass
+class _Remote:
+    sandbox: Sandbox
+    forward: LocalForward
+    node: str
+    service_id: str
+
+
+@dataclass
+class _NodeRelay:
+    client: RelayClient
+    failures: int = 0
+    ready: bool = False
+
+
+@dataclass
+class _Placement:
+    node: str
+    reasons: list[str] = field(default_factory=list)
+
+
+class SwarmSandboxProvider(SandboxProvider):
+    def __init__(
+        self,
+        config: SwarmProviderConfig,
+        pool: PoolConfig,
+        resources: ResourcesConfig,
+        data_dir: Path,
+        instance: str,
+        ledger: SandboxLedger,
+    ) -> None:
+        self._config = config
+        self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
+        self._tmpfs_mb = resources.tmpfs_mb
+        self._instance = instance
+        self._ledger = ledger
+        self._state_dir = data_dir / "swarm"
+        self._client = (
+            docker.DockerClient(base_url=config.base_url, version="auto") if config.base_url
+            else docker.from_env(version="auto")
+        )
+        self._api: Any = self._client.api  # docker-py's low-level client is untyped
+        self._pki: RelayPki | None = None
+        self._relays: dict[str, _NodeRelay] = {}
+        self._live: dict[str, _Remote] = {}
+        self._lost: dict[str, str] = {}
+        self._watcher: asyncio.Task[None] | None = None
+        self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
+
+    # -- naming ---------------------------------------------------------------------------------
+
+    def _name(self, sandbox_id: str) -> str:
+        return f"ocsb-{self._instance}-{sandbox_id}"
+
+    def _labels(self, sandbox_id: str, session_id: str = "", tenant: str = "") -> dict[str, str]:
+        labels = {
+            LABEL_MANAGED: "true", LABEL_INSTANCE: self._instance, LABEL_SANDBOX: sandbox_id,
+            LABEL_IMAGE: self._config.image, LABEL_ROLE: "sandbox",
+        }
+        if session_id:
+            labels[LABEL_SESSION] = session_id
+        if tenant:
+            labels[LABEL_TENANT] = tenant
+        return labels
+
+    def node_of(self, sandbox_id: str) -> str:
+        """The Swarm node id the sandbox runs on (for tests, benchmarks and operators)."""
+        remote = self._live.get(sandbox_id)
+        if remote is None:
+            raise SandboxLostError(f"sandbox {sandbox_id} does not exist (any more)")
+        return remote.node
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, live: Mapping[str, str]) -> ReconcileReport:
+        try:
+            info = await asyncio.to_thread(self._client.info)
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
+        swarm = info.get("Swarm") or {}
+        if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+            raise SandboxStartError("the Swarm provider needs a Swarm manager's engine (`make cluster-up` here)")
+        try:
+            await asyncio.to_thread(self._client.images.get, self._config.image)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxStartError(f"sandbox image {self._config.image} is not on the manager; `make image`") from exc
+        self._pki = await asyncio.to_thread(RelayPki.ensure, self._state_dir / "pki")
+        await asyncio.to_thread(self._ensure_relay_service)
+        await self._wait_for_relays()
+        report = await self._reconcile(live)
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._pool.start()
+        return report
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self._pool.close()
+        for remote in list(self._live.values()):
+            await remote.sandbox.agent.close()
+            await remote.forward.close()
+        self._live.clear()
+        await asyncio.to_thread(self._client.close)
+
+    async def remove_relay(self) -> None:
+        """Removes this instance's relay service, configs and secrets (the operator's teardown)."""
+        api = docker.APIClient(base_url=self._config.base_url, version="auto") if self._config.base_url else (
+            docker.from_env(version="auto").api
+        )
+        try:
+            await asyncio.to_thread(self._remove_relay_objects, api)
+        finally:
+            api.close()
+
+    def pool_stats(self) -> PoolStats:
+        return self._pool.stats()
+
+    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
+        if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
+            sandbox = await self._pool.take()
+            if sandbox is not None:
+                await self._ledger.claim_sandbox(sandbox.id, session_id)
+                sandbox.from_pool = True
+                return sandbox
+        return await self._create(session_id, resources, tenant)
+
+    async def get(self, sandbox_id: str) -> Sandbox:
+        remote = self._live.get(sandbox_id)
+        if remote is None:
+            reason = self._lost.get(sandbox_id, "it does not exist (any more)")
+            raise SandboxLostError(f"sandbox {sandbox_id} is lost: {reason}")
+        return remote.sandbox
+
+    async def destroy(self, sandbox_id: str) -> None:
+        remote = self._live.pop(sandbox_id, None)
+        self._lost.pop(sandbox_id, None)
+        if remote is not None:
+            await remote.sandbox.agent.close()
+            await remote.forward.close()
+        await asyncio.to_thread(self._remove_service_and_network, sandbox_id)
+        relays = [self._relays[remote.node]] if remote and remote.node in self._relays else list(self._relays.values())
+        await asyncio.gather(
+            *(r.client.request({"op": "remove", "instance": self._instance, "sandbox": sandbox_id}) for r in relays),
+            return_exceptions=True,
+        )
+        await self._ledger.forget_sandbox(sandbox_id)
+
+    def _remove_service_and_network(self, sandbox_id: str) -> None:
+        name = self._name(sandbox_id)
+        with contextlib.suppress(docker.errors.NotFound):
+            self._api.remove_service(name)
+        deadline = time.monotonic() + _NETWORK_REMOVE_S
+        while True:  # the network stays in use until the task's container is gone on its node
+            try:
+                self._api.remove_network(name)
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if time.monotonic() > deadline:
+                    log.warning("network %s not removed: %s", name, exc)
+                    return
+                time.sleep(0.2)
+
+    # -- the relay service ----------------------------------------------------------------------
+
+    def _relay_inputs(self) -> tuple[bytes, dict[str, bytes], str]:
+        assert self._pki is not None
+        script = Path(swarm_relay.__file__).read_bytes()
+        secret_files = {
+            "cert": self._pki.server_cert.read_bytes(),
+            "key": self._pki.server_key.read_bytes(),
+            "ca": self._pki.ca.read_bytes(),
+        }
+        digest = hashlib.sha256(script)
+        for name, data in sorted(secret_files.items()):
+            digest.update(name.encode() + data)
+        digest.update(f"{self._config.relay_port}|{self._config.image}|{self._config.node_root}".encode())
+        return script, secret_files, digest.hexdigest()[:12]
+
+    def _ensure_relay_service(self) -> None:
+        script, secret_files, relay_hash = self._relay_inputs()
+        name = f"ocsb-{self._instance}-relay"
+        labels = {LABEL_MANAGED: "true", LABEL_INSTANCE: self._instance, LABEL_ROLE: "relay",
+                  LABEL_RELAY_HASH: relay_hash}
+        existing = self._api.services(filters={"name": name})
+        if any(s["Spec"]["Labels"].get(LABEL_RELAY_HASH) == relay_hash for s in existing if s["Spec"]["Name"] == name):
+            return
+        self._remove_relay_objects(self._api)
+        config = self._api.create_config(f"{name}-{relay_hash}", script, labels=labels)
+        secrets_refs = []
+        for key, data in secret_files.items():
+            created = self._api.create_secret(f"{name}-{relay_hash}-{key}", data, labels=labels)
+            secrets_refs.append(SecretReference(created["ID"], f"{name}-{relay_hash}-{key}", filename=f"relay-{key}",
+                                                uid="0", gid="0", mode=0o400))
+        spec = docker.types.ContainerSpec(
+            self._config.image, command=["python3", "/ocsb/relay.py"], user="0:0", labels=labels,
+            env={
+                "OCSB_NODE": "{{.Node.ID}}", "OCSB_PORT": str(self._config.relay_port), "OCSB_ROOT": RELAY_DIR,
+                "OCSB_CERT": "/run/secrets/relay-cert", "OCSB_KEY": "/run/secrets/relay-key",
+                "OCSB_CA": "/run/secrets/relay-ca",
+            },
+            mounts=[Mount(RELAY_DIR, self._config.node_root, type="bind")],
+            configs=[ConfigReference(config["ID"], f"{name}-{relay_hash}", filename="/ocsb/relay.py",
+                                     uid="0", gid="0", mode=0o444)],
+            secrets=secrets_refs, read_only=True, cap_drop=["ALL"],
+        )
+        template = docker.types.TaskTemplate(
+            spec, resources=docker.types.Resources(mem_limit=128 * 1024 * 1024),
+            restart_policy=docker.types.RestartPolicy(condition="any", delay=1_000_000_000),
+            networks=["host"],
+        )
+        self._api.create_service(template, name=name, labels=labels, mode=docker.types.ServiceMode("global"))
+
+    def _remove_relay_objects(self, api: Any) -> None:
+        filters = {"label": [f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}=relay"]}
+        for service in api.services(filters=filters):
+            with contextlib.suppress(docker.errors.NotFound):
+                api.remove_service(service["ID"])
+        deadline = time.monotonic() + 20.0
+        for kind in ("config", "secret"):
+            listing = getattr(api, f"{kind}s")(filters=filters)
+            for item in listing:
+                while True:  # still referenced until the relay's tasks are gone
+                    try:
+                        getattr(api, f"remove_{kind}")(item["ID"])
+                        break
+                    except docker.errors.NotFound:
+                        break
+                    except docker.errors.APIError:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.2)
+
+    async def _refresh_nodes(self) -> None:
+        assert self._pki is not None
+        nodes = await asyncio.to_thread(self._api.nodes)
+        context = None
+        seen = set()
+        for node in nodes:
+            node_id = node["ID"]
+            status, spec = node.get("Status") or {}, node.get("Spec") or {}
+            if status.get("State") != "ready" or spec.get("Availability") != "active":
+                continue
+            seen.add(node_id)
+            address = status.get("Addr", "")
+            if address in ("", "0.0.0.0"):
+                address = ((node.get("ManagerStatus") or {}).get("Addr") or "").rsplit(":", 1)[0]
+            relay = self._relays.get(node_id)
+            if relay is None or relay.client.host != address:
+                context = context or self._pki.client_context()
+                self._relays[node_id] = _NodeRelay(RelayClient(address, self._config.relay_port, context))
+        for node_id, relay in self._relays.items():
+            if node_id not in seen:
+                relay.ready = False
+                relay.failures = max(relay.failures, self._config.relay_failures)
+
+    async def _ping(self, node_id: str, relay: _NodeRelay) -> None:
+        try:
+            reply = await relay.client.request({"op": "ping"}, timeout_s=2.0)
+            if reply.get("node") != node_id:
+                raise SandboxError(f"relay at {relay.client.host} is node {reply.get('node')}, not {node_id}")
+        except SandboxError as exc:
+            relay.failures += 1
+            relay.ready = False
+            log.debug("relay of node %s: %s", node_id, exc)
+        else:
+            relay.failures = 0
+            relay.ready = True
+
+    async def _wait_for_relays(self) -> None:
+        deadline = time.monotonic() + self._config.start_timeout_s
+        while True:
+            await self._refresh_nodes()
+            await asyncio.gather(*(self._ping(n, r) for n, r in self._relays.items()))
+            if self._relays and all(r.ready for r in self._relays.values()):
+                return
+            if time.monotonic() > deadline:
+                if any(r.ready for r in self._relays.values()):
+                    return  # some nodes serve; the others are excluded from placement until they do
+                raise SandboxStartError(
+                    f"no relay answered on port {self._config.relay_port} within {self._config.start_timeout_s} s "
+                    f"(is {self._config.node_root} present on every node?)"
+                )
+            await asyncio.sleep(0.3)
+
+    # -- creation -------------------------------------------------------------------------------
+
+    async def _create_pooled(self) -> Sandbox:
+        return await self._create("", self._defaults, "")
+
+    async def _create(self, session_id: str, resources: Resources, tenant: str) -> Sandbox:
+        sandbox_id = secrets.token_hex(6)
+        state: SandboxState = "claimed" if session_id else "pool"
+        await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
+        try:
+            excluded = await self._prepare_dirs(sandbox_id)
+            service_id = await asyncio.to_thread(
+                self._create_service, sandbox_id, session_id, resources, tenant, excluded
+            )
+            placement = await self._wait_placed(sandbox_id, service_id)
+            remote = await self._connect(sandbox_id, placement.node, service_id)
+            await remote.sandbox.agent.health(timeout_s=max(1.0, self._config.start_timeout_s))
+            await self._release_other_dirs(sandbox_id, placement.node)
+            await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
+        except BaseException:
+            await asyncio.shield(self.destroy(sandbox_id))
+            raise
+        return remote.sandbox
+
+    async def _prepare_dirs(self, sandbox_id: str) -> list[str]:
+        """Makes the socket dir on every node whose relay answers; the others are excluded from placement."""
+        request = {"op": "prepare", "instance": self._instance, "sandbox": sandbox_id}
+        nodes = list(self._relays)
+        results = await asyncio.gather(
+            *(self._relays[n].client.request(request) for n in nodes), return_exceptions=True
+        )
+        excluded = [n for n, r in zip(nodes, results, strict=True) if isinstance(r, BaseException)]
+        if len(excluded) == len(nodes):
+            raise SandboxStartError(f"no node's relay answered: {results[0] if results else 'no nodes'}")
+        return excluded
+
+    async def _release_other_dirs(self, sandbox_id: str, node: str) -> None:
+        request = {"op": "remove", "instance": self._instance, "sandbox": sandbox_id}
+        others = [r.client for n, r in self._relays.items() if n != node]
+        await asyncio.gather(*(c.request(request) for c in others), return_exceptions=True)
+
+    def _create_service(
+        self, sandbox_id: str, session_id: str, resources: Resources, tenant: str, excluded: list[str]
+    ) -> str:
+        name = self._name(sandbox_id)
+        labels = self._labels(sandbox_id, session_id, tenant)
+        network = self._api.create_network(
+            name, driver="overlay", internal=True, attachable=False, labels=labels, check_duplicate=True,
+        )
+        memory = resources.memory_mb * 1024 * 1024
+        spec = docker.types.ContainerSpec(
+            self._config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
+            env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE},
+            mounts=[
+                Mount("/tmp", None, type="tmpfs", tmpfs_size=self._tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
+                Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=self._config.workspace_mb * 1024 * 1024),
+                Mount(AGENT_DIR, f"{self._config.node_root}/{{{{.Node.ID}}}}/{self._instance}/{sandbox_id}",
+                      type="bind"),
+            ],
+            read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
+        )
+        task_resources = docker.types.Resources(
+            cpu_limit=int(resources.cpu * 1e9), mem_limit=memory,
+            cpu_reservation=int(resources.cpu * 1e9 * self._config.reserve_fraction),
+            mem_reservation=int(memory * self._config.reserve_fraction),
+        )
+        task_resources["Limits"]["Pids"] = resources.pids
+        constraints = [*self._config.constraints, *self._config.tenant_constraints.get(tenant, [])]
+        constraints += [f"node.id!={node}" for node in excluded]
+        preferences = [("spread", self._config.spread)] if self._config.spread else None
+        template = docker.types.TaskTemplate(
+            spec, resources=task_resources, restart_policy=docker.types.RestartPolicy(condition="none"),
+            placement=docker.types.Placement(constraints=constraints, preferences=preferences),
+            networks=[network["Id"]],
+        )
+        try:
+            created = self._api.create_service(
+                template, name=name, labels=labels, endpoint_spec=docker.types.EndpointSpec(mode="dnsrr"),
+            )
+        except docker.errors.APIError as exc:
+            raise HardeningError(f"the engine refused the hardened service: {exc.explanation or exc}") from exc
+        service_id = str(created["ID"])
+        verify_service_hardening(self._api.inspect_service(service_id), resources, network["Id"])
+        return service_id
+
+    async def _wait_placed(self, sandbox_id: str, service_id: str) -> _Placement:
+        deadline = time.monotonic() + self._config.start_timeout_s
+        while True:
+            tasks = await asyncio.to_thread(self._api.tasks, filters={"service": service_id})
+            for task in tasks:
+                status = task.get("Status") or {}
+                if status.get("State") == "running":
+                    return _Placement(str(task.get("NodeID", "")))
+                if status.get("State") in _FAILED_TASK_STATES:
+                    detail = status.get("Err") or status.get("Message")
+                    raise SandboxStartError(f"sandbox {sandbox_id}'s task {status.get('State')}: {detail}")
+            if time.monotonic() > deadline:
+                last = tasks[0].get("Status", {}) if tasks else {}
+                raise SandboxStartError(
+                    f"sandbox {sandbox_id} was not running within {self._config.start_timeout_s} s "
+                    f"({last.get('State', 'no task')}: {last.get('Err') or last.get('Message', '')})"
+                )
+            await asyncio.sleep(0.05)
+
+    async def _connect(self, sandbox_id: str, node: str, service_id: str) -> _Remote:
+        relay = self._relays.get(node)
+        if relay is None:
+            await self._refresh_nodes()
+            relay = self._relays.get(node)
+            if relay is None:
+                raise SandboxStartError(f"sandbox {sandbox_id} runs on node {node}, which has no relay")
+        forward = LocalForward(self._state_dir / "fwd" / f"{sandbox_id}.sock", relay.client, self._instance, sandbox_id)
+        await forward.start()
+        agent = GrpcSandboxAgent(f"unix:{forward.path}", sandbox_id)
+        sandbox = Sandbox(sandbox_id, agent, details={"service_id": service_id, "node_id": node})
+        remote = _Remote(sandbox, forward, node, service_id)
+        self._live[sandbox_id] = remote
+        return remote
+
+    async def _healthy(self, sandbox: Sandbox) -> bool:
+        if sandbox.id not in self._live:
+            return False
+        try:
+            await sandbox.agent.health(timeout_s=2.0)
+        except SandboxError:
+            return False
+        return True
+
+    # -- watching -------------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.watch_interval_s)
+            try:
+                await self._check_once()
+            except Exception:
+                log.exception("swarm watch round failed")
+
+    async def _check_once(self) -> None:
+        await self._refresh_nodes()
+        await asyncio.gather(*(self._ping(n, r) for n, r in self._relays.items()))
+        if not self._live:
+            return
+        tasks = await asyncio.to_thread(self._api.tasks, filters={"desired-state": "running"})
+        running = {t.get("ServiceID") for t in tasks if (t.get("Status") or {}).get("State") == "running"}
+        for sandbox_id, remote in list(self._live.items()):
+            relay = self._relays.get(remote.node)
+            reason = ""
+            if relay is None or relay.failures >= self._config.relay_failures:
+                reason = f"its node {remote.node} stopped answering"
+            elif remote.service_id not in running:
+                reason = "its task is no longer running"
+            if reason:
+                log.warning("sandbox %s lost: %s", sandbox_id, reason)
+                self._live.pop(sandbox_id, None)
+                self._lost[sandbox_id] = reason
+                await remote.sandbox.agent.close()
+                await remote.forward.close()
+
+    # -- reconciliation -------------------------------------------------------------------------
+
+    async def _reconcile(self, live: Mapping[str, str]) -> ReconcileReport:
+        report = ReconcileReport()
+        records = {r.id: r for r in await self._ledger.list_sandboxes(self._instance)}
+        filters = {"label": [f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}=sandbox"]}
+        services = await asyncio.to_thread(self._api.services, filters=filters)
+        kept: set[str] = set()
+        for service in services:
+            sandbox_id = service["Spec"]["Labels"].get(LABEL_SANDBOX, "")
+            record = records.get(sandbox_id)
+            if record is not None and await self._adopt(service, record, live, report):
+                kept.add(sandbox_id)
+            else:
+                await self.destroy(sandbox_id)
+                report.removed.append(sandbox_id)
+        for sandbox_id, record in records.items():
+            if sandbox_id not in kept:
+                if record.state == "claimed" and sandbox_id in live:
+                    report.lost.append(sandbox_id)
+                await self.destroy(sandbox_id)
+        networks = await asyncio.to_thread(self._api.networks, filters=filters)
+        for network in networks:
+            if (network.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:
+                await asyncio.to_thread(self._remove_service_and_network, network["Labels"].get(LABEL_SANDBOX, ""))
+                report.removed.append(network.get("Name", ""))
+        retain = {"op": "retain", "instance": self._instance, "keep": sorted(kept)}
+        await asyncio.gather(*(r.client.request(retain) for r in self._relays.values()), return_exceptions=True)
+        return report
+
+    async def _adopt(
+        self, service: dict[str, Any], record: SandboxRecord, live: Mapping[str, str], report: ReconcileReport
+    ) -> bool:
+        if record.state == "creating" or (record.state == "claimed" and live.get(record.id) != record.session_id):
+            return False
+        if record.state == "pool" and service["Spec"]["Labels"].get(LABEL_IMAGE) != self._config.image:
+            return False
+        tasks = await asyncio.to_thread(self._api.tasks, filters={"service": service["ID"]})
+        node = next((t["NodeID"] for t in tasks if (t.get("Status") or {}).get("State") == "running"), None)
+        if node is None:
+            return False
+        try:
+            remote = await self._connect(record.id, node, service["ID"])
+            await remote.sandbox.agent.health(timeout_s=10.0)
+        except SandboxError:
+            remote_ = self._live.pop(record.id, None)
+            if remote_ is not None:
+                await remote_.sandbox.agent.close()
+                await remote_.forward.close()
+            return False
+        if record.state == "pool":
+            self._pool.adopt(remote.sandbox)
+            report.pooled.append(record.id)
+        else:
+            report.adopted.append(record.id)
+        return True
+
+
+def verify_service_hardening(service: dict[str, Any], resources: Resources, network_id: str) -> None:
+    """Fails closed when the engine stored a weaker service than asked (old engines drop fields)."""
+    template = service["Spec"]["TaskTemplate"]
+    container = template["ContainerSpec"]
+    limits = (template.get("Resources") or {}).get("Limits") or {}
+    problems = []
+    if container.get("CapabilityDrop") != ["ALL"]:
+        problems.append(f"capabilities not all dropped ({container.get('CapabilityDrop')})")
+    if not set(container.get("CapabilityAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
+        problems.append(f"unexpected capabilities {container.get('CapabilityAdd')}")
+    if container.get("ReadOnly") is not True:
+        problems.append("root filesystem is writable")
+    if container.get("Command") != AGENT_COMMAND:
+        problems.append("the agent would start without no_new_privs")
+    if container.get("Privileges"):
+        problems.append(f"privileges set: {container.get('Privileges')}")
+    if limits.get("Pids") != resources.pids:
+        problems.append(f"pids limit is {limits.get('Pids')}, wanted {resources.pids}")
+    if limits.get("MemoryBytes") != resources.memory_mb * 1024 * 1024:
+        problems.append(f"memory limit is {limits.get('MemoryBytes')}, wanted {resources.memory_mb} MiB")
+    if limits.get("NanoCPUs") != int(resources.cpu * 1e9):
+        problems.append(f"cpu limit is {limits.get('NanoCPUs')}, wanted {resources.cpu}")
+    if (template.get("RestartPolicy") or {}).get("Condition") != "none":
+        problems.append("restart policy is not none")
+    networks = [n.get("Target") for n in template.get("Networks") or []]
+    if networks != [network_id]:
+        problems.append(f"attached to {networks}, wanted only the session's internal network")
+    if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
+        problems.append("the Docker socket is mounted")
+    if problems:
+        raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))

@@ -1,0 +1,143 @@
+"""The per-node relay of the Swarm provider: mutual TLS in, the node's agent sockets out.
+
+Runs as one global service per control-plane instance (stdlib only: it is shipped to every node
+as a Swarm config and run by the sandbox image's Python). One request line (JSON) per connection:
+  {"op": "ping"}                                    -> {"ok": true, "node": NODE_ID}
+  {"op": "prepare", "instance": I, "sandbox": S}    creates ROOT/NODE_ID/I/S (mode 0700)
+  {"op": "remove", "instance": I, "sandbox": S}     removes that dir
+  {"op": "retain", "instance": I, "keep": [S...]}   removes the instance's other dirs
+  {"op": "connect", "instance": I, "sandbox": S}    -> {"ok": true}, then the connection is spliced
+                                                       to that dir's agent.sock
+Only a client whose certificate the cluster CA signed gets this far (the control plane).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import ssl
+import sys
+from pathlib import Path
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+SOCKET_NAME = "agent.sock"
+MAX_LINE = 64 * 1024
+CHUNK = 256 * 1024
+
+
+def server_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.load_cert_chain(cert, key)
+    context.load_verify_locations(ca)
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+async def splice(
+    a: tuple[asyncio.StreamReader, asyncio.StreamWriter], b: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+) -> None:
+    await asyncio.gather(pipe(a[0], b[1]), pipe(b[0], a[1]))
+
+
+class Relay:
+    def __init__(self, root: Path, node: str) -> None:
+        self.root = root
+        self.node = node
+
+    def _dir(self, request: dict[str, object]) -> Path:
+        instance, sandbox = request.get("instance"), request.get("sandbox")
+        if not isinstance(instance, str) or not isinstance(sandbox, str):
+            raise ValueError("instance and sandbox must be strings")
+        if not NAME.match(instance) or not NAME.match(sandbox):
+            raise ValueError("bad instance or sandbox name")
+        return self.root / self.node / instance / sandbox
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 10.0)
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError("request is not an object")
+            op = request.get("op")
+            if op == "connect":
+                path = self._dir(request) / SOCKET_NAME
+                try:
+                    upstream = await asyncio.open_unix_connection(str(path))
+                except OSError as exc:
+                    await self._reply(writer, {"ok": False, "error": f"agent socket: {exc.strerror}"})
+                    return
+                await self._reply(writer, {"ok": True})
+                await splice((reader, writer), upstream)
+                return
+            await self._reply(writer, self._control(op, request))
+        except (TimeoutError, ValueError, ConnectionError, OSError) as exc:
+            await self._reply(writer, {"ok": False, "error": str(exc) or type(exc).__name__})
+        finally:
+            writer.close()
+
+    def _control(self, op: object, request: dict[str, object]) -> dict[str, object]:
+        if op == "ping":
+            return {"ok": True, "node": self.node}
+        if op == "prepare":
+            path = self._dir(request)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.mkdir(mode=0o700, exist_ok=True)
+            return {"ok": True, "node": self.node}
+        if op == "remove":
+            shutil.rmtree(self._dir(request), ignore_errors=True)
+            return {"ok": True}
+        if op == "retain":
+            keep = request.get("keep")
+            if not isinstance(keep, list):
+                raise ValueError("keep must be a list")
+            base = self._dir({"instance": request.get("instance"), "sandbox": "x"}).parent
+            removed = []
+            if base.is_dir():
+                for child in base.iterdir():
+                    if child.name not in keep:
+                        shutil.rmtree(child, ignore_errors=True)
+                        removed.append(child.name)
+            return {"ok": True, "removed": removed}
+        raise ValueError(f"unknown op {op!r}")
+
+    @staticmethod
+    async def _reply(writer: asyncio.StreamWriter, message: dict[str, object]) -> None:
+        try:
+            writer.write(json.dumps(message).encode() + b"\n")
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+
+
+async def main() -> None:
+    env = os.environ
+    relay = Relay(Path(env.get("OCSB_ROOT", "/run/ocsb")), env["OCSB_NODE"])
+    context = server_context(env["OCSB_CERT"], env["OCSB_KEY"], env["OCSB_CA"])
+    server = await asyncio.start_server(
+        relay.handle, host=env.get("OCSB_LISTEN", "0.0.0.0"), port=int(env["OCSB_PORT"]), ssl=context,
+        limit=MAX_LINE,
+    )
+    print(f"relay of node {relay.node} listening on port {env['OCSB_PORT']}", file=sys.stderr, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,75 @@
+"""Size-limited workspaces: one ext4 image per sandbox on the host, attached to a loop device and mounted
+by Docker's `local` volume driver (overlay2 on ext4 has no per-volume quota, `--storage-opt size` needs xfs).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from controlplane.errors import SandboxStartError
+
+MOUNT_OPTIONS = "nodev,nosuid,noatime"
+TOOL_OWNER = "1000:1000"
+"""The image's tool user owns the empty filesystem's root (Docker's copy-up sets the same)."""
+
+
+class WorkspaceDisks:
+    """`DATA_DIR/disks/<id>.img`: created before the sandbox's volume, released after it is removed."""
+
+    def __init__(self, data_dir: Path, size_mb: int) -> None:
+        self.root = data_dir / "disks"
+        self.size_mb = size_mb
+
+    def image(self, sandbox_id: str) -> Path:
+        return self.root / f"{sandbox_id}.img"
+
+    def create(self, sandbox_id: str) -> dict[str, str]:
+        """Makes the filesystem and attaches it; returns the volume's driver options."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.image(sandbox_id)
+        try:
+            with path.open("wb") as image:
+                image.truncate(self.size_mb << 20)  # sparse: only what is written takes host disk
+            _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E",
+                  f"root_owner={TOOL_OWNER},lazy_itable_init=1,lazy_journal_init=1", str(path)])
+            # The workspace starts empty, as a plain volume does: no lost+found for tools to list.
+            _run(["debugfs", "-w", "-R", "rmdir lost+found", str(path)])
+            device = _run(["losetup", "--find", "--show", str(path)]).strip()
+        except BaseException:
+            self.release(sandbox_id)
+            raise
+        return {"type": "ext4", "device": device, "o": MOUNT_OPTIONS}
+
+    def release(self, sandbox_id: str) -> None:
+        """Detaches the image's loop devices (lazily when still mounted) and deletes it; idempotent."""
+        path = self.image(sandbox_id)
+        if not path.exists():
+            return
+        attached = subprocess.run(["losetup", "-j", str(path)], capture_output=True, text=True, check=False)
+        for line in attached.stdout.splitlines():
+            device = line.partition(":")[0]
+            if device:
+                subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+        path.unlink(missing_ok=True)
+
+    def list_ids(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.img"))
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise SandboxStartError(
+            f"workspace disk: cannot run {argv[0]} ({exc.strerror}); it needs e2fsprogs and util-linux on the "
+            "host and root, or set resources.disk_mb = 0 for an unbounded workspace"
+        ) from exc
+    if done.returncode != 0:
+        raise SandboxStartError(
+            f"workspace disk: {' '.join(argv[:2])} failed: {(done.stderr or done.stdout).strip()}; "
+            "set resources.disk_mb = 0 for an unbounded workspace"
+        )
+    return done.stdout

@@ -1,0 +1,1 @@
+"""OpenTelemetry for the control plane: shared attribute names, SDK setup from OTEL_* env, metrics."""

@@ -1,0 +1,80 @@
+"""`todowrite`: replaces the session's todo list (kept in the control plane's store, per session)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from controlplane.core.session_services import TodoStore
+from controlplane.core.tool import (
+    InitContext,
+    PermissionAsk,
+    ToolContext,
+    ToolDefinition,
+    ToolError,
+    ToolInfo,
+    ToolResult,
+)
+from controlplane.core.validation import js_json, js_keys
+from controlplane.tools.describe import description
+
+
+class TodoItem(BaseModel):
+    content: str = Field(description="Brief description of the task")
+    status: str = Field(description="Current status of the task: pending, in_progress, completed, cancelled")
+    priority: str = Field(description="Priority level of the task: high, medium, low")
+
+
+class TodoWriteParams(BaseModel):
+    todos: list[TodoItem] = Field(description="The updated todo list")
+
+
+def todo_store(ctx: ToolContext) -> TodoStore:
+    if ctx.services.todos is None:
+        raise ToolError("This session has no todo storage.")
+    return ctx.services.todos
+
+
+def todo_result(todos: list[dict[str, Any]]) -> ToolResult:
+    """Upstream's shape: `JSON.stringify(todos, null, 2)`, titled by the todos not completed."""
+    left = sum(1 for t in todos if t.get("status") != "completed")
+    return ToolResult(title=f"{left} todos", output=js_json(_js_object_order(todos)), metadata={"todos": todos})
+
+
+def _js_object_order(value: Any) -> Any:
+    """`value` with every object's keys in JavaScript's order (array-index keys first)."""
+    if isinstance(value, dict):
+        return {k: _js_object_order(value[k]) for k in js_keys(value)}
+    if isinstance(value, list):
+        return [_js_object_order(v) for v in value]
+    return value
+
+
+def _as_sent(todos: list[dict[str, Any]], raw: Any) -> list[dict[str, Any]]:
+    """Each item's keys in the order the caller sent them (upstream stringifies the raw arguments);
+    keys a hook added stay after them."""
+    sent = raw.get("todos") if isinstance(raw, dict) else None
+    if not isinstance(sent, list):
+        return todos
+    ordered = []
+    for i, item in enumerate(todos):
+        original = sent[i] if i < len(sent) and isinstance(sent[i], dict) else {}
+        first = [k for k in original if k in item]
+        ordered.append({**{k: item[k] for k in first}, **item})
+    return ordered
+
+
+async def _execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    await ctx.ask(PermissionAsk("todowrite", ["*"], ["*"], {}))
+    todos = _as_sent(args["todos"], ctx.services.raw_args)
+    await todo_store(ctx).put_todos(ctx.session_id, todos)
+    ctx.services.publish("todo.updated", sessionID=ctx.session_id, todos=todos)
+    return todo_result(todos)
+
+
+async def _init(_: InitContext) -> ToolDefinition:
+    return ToolDefinition(description("todowrite"), TodoWriteParams, _execute)
+
+
+TOOL = ToolInfo(id="todowrite", init=_init)

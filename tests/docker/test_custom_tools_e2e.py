@@ -1,0 +1,532 @@
+"""Custom tools and project plugins end to end through the public gRPC API and real sandboxes: aborts,
+busy loops, plugin hooks, re-scans, real-world tool files and the operator's read-only global tools dir."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import app
+from controlplane.client import AsyncClient, ToolOutcome
+from controlplane.config import load_settings
+from controlplane.core.models import Resources
+from controlplane.errors import ConfigError, HardeningError
+from controlplane.sandbox.docker import GLOBAL_DIR, verify_hardening
+from controlplane.v1 import tool_pb2
+from tests.archives import tar_of
+from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp
+
+pytestmark = pytest.mark.docker
+
+ABORTED = "Tool execution aborted"
+TOOL_DIR = "/workspace/.opencode/tool"
+
+WAITER_TS = """import { tool } from "@opencode-ai/plugin"
+import { writeFileSync } from "node:fs"
+
+export default tool({
+  description: "Waits until the call is aborted, then leaves a marker file",
+  args: { marker: tool.schema.string() },
+  async execute(args, ctx) {
+    const fired = new Promise((resolve) => ctx.abort.addEventListener("abort", resolve))
+    ctx.metadata({ title: "waiting" })
+    await fired
+    writeFileSync(args.marker, `${ctx.abort.aborted} ${ctx.abort.reason}`)
+    return "noticed the abort"
+  },
+})
+"""
+SPIN_TS = """import { tool } from "@opencode-ai/plugin"
+
+export default tool({
+  description: "Never yields once it started",
+  args: {},
+  async execute(_args, ctx) {
+    ctx.metadata({ title: "spinning" })
+    await new Promise((resolve) => setTimeout(resolve, 20))  // lets the metadata line out first
+    while (true) {}
+  },
+})
+"""
+ECHO_TS = """import { tool } from "@opencode-ai/plugin"
+
+export default tool({
+  description: "Echoes its text",
+  args: { text: tool.schema.string() },
+  async execute(args) { return `echo: ${args.text}` },
+})
+"""
+PLUGIN_TS = """import { tool } from "@opencode-ai/plugin"
+
+export const Rewriter = async ({ directory, worktree }) => ({
+  tool: {
+    plug_echo: tool({
+      description: "Echoes from a project plugin",
+      args: { text: tool.schema.string() },
+      async execute(args, ctx) {
+        return `plugin says ${args.text} (dir=${directory} tree=${worktree} agent=${ctx.agent})`
+      },
+    }),
+  },
+  "tool.execute.before": async (input, output) => {
+    if (input.tool === "bash" && output.args.command === "echo original") output.args.command = "echo rewritten"
+  },
+  "tool.execute.after": async (input, output) => {
+    if (input.tool === "bash") output.title = `after(${input.tool}): ${output.title}`
+  },
+})
+"""
+BROKEN_PLUGIN_TS = """export const Exploder = async () => { throw new Error("plugin exploded at load") }
+"""
+
+# Real-world tool files: what OpenCode users write beyond the documented minimum.
+FORECAST_TS = """import { tool } from "@opencode-ai/plugin/tool"
+import { z } from "zod"
+
+export default tool({
+  description: "Forecast for a city",
+  args: z.object({ city: z.string().describe("City name"), days: z.number().default(3) }),
+  async execute(args) {
+    return { city: args.city, days: args.days }
+  },
+})
+"""
+LINES_TS = """export function countLines(text: string): number {
+  return text.split("\\n").length
+}
+"""
+HELPERS_TS = """export const SEPARATOR = "\\n"
+export function join(parts: string[]): string { return parts.join(SEPARATOR) }
+"""
+COUNT_TS = """import { tool } from "@opencode-ai/plugin"
+import { countLines } from "./lib/lines.js"
+import { join } from "./helpers"
+
+export default tool({
+  description: "Counts the lines of some parts joined",
+  args: { parts: tool.schema.array(tool.schema.string()) },
+  async execute(args, ctx) {
+    await ctx.metadata({ metadata: { cwd: process.cwd() } })
+    return countLines(join(args.parts))
+  },
+})
+"""
+DB_TS = """import { Database } from "bun:sqlite"
+import { tool } from "@opencode-ai/plugin"
+
+const db = new Database(":memory:")
+db.run("create table kv (k text primary key, v text)")
+
+const search = tool({
+  description: "Stores a value and reads it back from SQLite",
+  args: { key: tool.schema.string(), value: tool.schema.string() },
+  async execute(args) {
+    db.query("insert or replace into kv values (?, ?)").run(args.key, args.value)
+    return (db.query("select v from kv where k = ?").get(args.key) as { v: string }).v
+  },
+})
+
+export default search
+export { search }
+export const VERSION = "1.4.0"
+export const nothing = tool({
+  description: "Returns nothing at all",
+  args: {},
+  async execute() { return undefined },
+})
+"""
+
+WORKSPACE = {
+    ".opencode/tool/waiter.ts": WAITER_TS,
+    ".opencode/tool/spin.ts": SPIN_TS,
+    ".opencode/tool/echo.ts": ECHO_TS,
+    ".opencode/plugin/rewriter.ts": PLUGIN_TS,
+    ".opencode/plugin/exploder.ts": BROKEN_PLUGIN_TS,
+    ".opencode/tool/forecast.ts": FORECAST_TS,
+    ".opencode/tool/lib/lines.ts": LINES_TS,
+    ".opencode/tool/helpers.ts": HELPERS_TS,
+    ".opencode/tool/count.ts": COUNT_TS,
+    ".opencode/tool/db.ts": DB_TS,
+}
+
+
+@pytest.fixture(scope="module")
+async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
+    session = await docker_plane.client.create_session(workspace_archive=tar_of(WORKSPACE))
+    yield session.id
+    await docker_plane.client.delete_session(session.id)
+
+
+def custom_tools(listing: tool_pb2.ListToolsResponse) -> dict[str, tool_pb2.ToolDefinition]:
+    kinds = (tool_pb2.ToolDefinition.CUSTOM, tool_pb2.ToolDefinition.PLUGIN)
+    return {t.id: t for t in listing.tools if t.source in kinds}
+
+
+def read_output(path: str, text: str) -> str:
+    """What `read` answers for a one-line file without a final newline."""
+    return f"<path>{path}</path>\n<type>file</type>\n<content>1: {text}\n\n(End of file - total 1 lines)\n</content>"
+
+
+async def read_when_present(client: AsyncClient, session_id: str, path: str) -> str:
+    """`read`'s output once the file exists (a tool's side effect may land just after its call ended)."""
+    deadline = time.monotonic() + 5
+    while True:
+        out = await client.execute_tool(session_id, "read", {"filePath": path})
+        if out.error is None or time.monotonic() > deadline:
+            assert out.error is None, out.error
+            return out.output
+        await asyncio.sleep(0.05)
+
+
+async def start_call(client: AsyncClient, session_id: str, tool: str, args: dict[str, Any], call_id: str,
+                     ready_title: str) -> tuple[asyncio.Queue[tool_pb2.ExecuteToolRequest | None],
+                                                AsyncIterator[tool_pb2.ToolEvent]]:
+    """Starts a raw call and returns once its tool sent the metadata titled `ready_title`."""
+    stream, outbox = client.tool_call(session_id, tool, args, call_id=call_id)
+    events = stream.__aiter__()
+    async for event in events:
+        if event.WhichOneof("event") == "metadata" and event.metadata.title == ready_title:
+            return outbox, events
+        assert event.WhichOneof("event") == "state", event
+    raise AssertionError(f"{tool} ended before it was ready")
+
+
+async def final_event(events: AsyncIterator[tool_pb2.ToolEvent]) -> tool_pb2.ToolEvent:
+    async for event in events:
+        if event.WhichOneof("event") in ("result", "error"):
+            return event
+    raise AssertionError("the call ended without a result or an error")
+
+
+# -- abort ---------------------------------------------------------------------------------------
+
+
+async def test_abort_message_fires_ctx_abort(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+    marker = "/workspace/abort-message.txt"
+    outbox, events = await start_call(client, session_id, "waiter", {"marker": marker}, "c-abort-1", "waiting")
+    outbox.put_nowait(tool_pb2.ExecuteToolRequest(abort=tool_pb2.AbortCall(reason="user pressed stop")))
+    final = await asyncio.wait_for(final_event(events), 10)
+    outbox.put_nowait(None)
+    assert (final.call_id, final.WhichOneof("event"), final.error.message) == ("c-abort-1", "error", ABORTED)
+    assert await read_when_present(client, session_id, marker) == read_output(marker, "true aborted")
+
+
+async def test_cancel_from_a_second_connection_fires_ctx_abort(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+    marker = "/workspace/abort-cancel.txt"
+    outbox, events = await start_call(client, session_id, "waiter", {"marker": marker}, "c-abort-2", "waiting")
+    async with AsyncClient(docker_plane.plane.address, docker_plane.token) as other:
+        assert await other.cancel_tool_call(session_id, "c-abort-2") is True
+        final = await asyncio.wait_for(final_event(events), 10)
+        assert await other.cancel_tool_call(session_id, "c-abort-2") is False  # already over
+    outbox.put_nowait(None)
+    assert (final.WhichOneof("event"), final.error.message) == ("error", ABORTED)
+    assert await read_when_present(client, session_id, marker) == read_output(marker, "true aborted")
+
+
+async def test_busy_loop_is_killed_on_abort_and_the_next_call_works(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+    outbox, events = await start_call(client, session_id, "spin", {}, "c-spin", "spinning")
+    await asyncio.sleep(0.2)  # well inside the loop by now
+    aborted_at = time.monotonic()
+    outbox.put_nowait(tool_pb2.ExecuteToolRequest(abort=tool_pb2.AbortCall(reason="stop")))
+    final = await asyncio.wait_for(final_event(events), 10)
+    outbox.put_nowait(None)
+    assert (final.WhichOneof("event"), final.error.message) == ("error", ABORTED)
+    assert time.monotonic() - aborted_at < 3.0
+    # No busy process of the call is left: nothing in the sandbox burns a CPU any more.
+    ps = await client.run(session_id, ["ps", "-eo", "pcpu=,args="])
+    assert ps.exit_code == 0
+    assert not [line for line in ps.stdout.decode().splitlines() if float(line.split()[0]) > 50.0], ps.stdout
+    started = time.monotonic()
+    out = await client.execute_tool(session_id, "echo", {"text": "after the loop"})
+    assert (out.error, out.output) == (None, "echo: after the loop")
+    assert time.monotonic() - started < 5.0  # the host restarts and re-imports the files once
+    # A second busy loop is stopped by CancelToolCall from another connection just the same.
+    outbox, events = await start_call(client, session_id, "spin", {}, "c-spin-2", "spinning")
+    async with AsyncClient(docker_plane.plane.address, docker_plane.token) as other:
+        assert await other.cancel_tool_call(session_id, "c-spin-2") is True
+    final = await asyncio.wait_for(final_event(events), 10)
+    outbox.put_nowait(None)
+    assert final.error.message == ABORTED
+    out = await client.execute_tool(session_id, "plug_echo", {"text": "still"})
+    assert out.output == "plugin says still (dir=/workspace tree=/ agent=build)"
+
+
+# -- project plugins -----------------------------------------------------------------------------
+
+
+async def test_plugin_tool_is_listed_and_callable(docker_plane: Plane, session_id: str) -> None:
+    listing = await docker_plane.client.list_tools(session_id)
+    tools = custom_tools(listing)
+    plugin = tools["plug_echo"]
+    assert (plugin.source, plugin.origin, plugin.description) == (
+        tool_pb2.ToolDefinition.PLUGIN, "/workspace/.opencode/plugin/rewriter.ts", "Echoes from a project plugin",
+    )
+    assert json.loads(plugin.parameters_json_schema)["properties"] == {"text": {"type": "string"}}
+    assert list(tools)[-1] == "plug_echo"  # plugin tools come after every file tool
+    out = await docker_plane.client.execute_tool(session_id, "plug_echo", {"text": "hi"})
+    assert (out.error, out.output) == (None, "plugin says hi (dir=/workspace tree=/ agent=build)")
+
+
+async def test_plugin_hooks_rewrite_args_and_title(docker_plane: Plane, session_id: str) -> None:
+    out = await docker_plane.client.execute_tool(
+        session_id, "bash", {"command": "echo original", "description": "Prints a word"},
+    )
+    assert out.error is None
+    assert out.output == "rewritten\n"
+    assert out.result is not None
+    assert out.result.title == "after(bash): Prints a word"
+    # Other commands pass through the before-hook untouched.
+    out = await docker_plane.client.execute_tool(
+        session_id, "bash", {"command": "echo other", "description": "Prints another"},
+    )
+    assert (out.output, out.result.title if out.result else None) == ("other\n", "after(bash): Prints another")
+
+
+async def test_a_plugin_failing_at_load_is_reported_and_the_session_goes_on(
+    docker_plane: Plane, session_id: str,
+) -> None:
+    listing = await docker_plane.client.list_tools(session_id)
+    errors = [(e.origin, e.message) for e in listing.load_errors]
+    assert errors == [("/workspace/.opencode/plugin/exploder.ts", "plugin Exploder: plugin exploded at load")]
+    out = await docker_plane.client.execute_tool(session_id, "echo", {"text": "alive"})
+    assert out.output == "echo: alive"
+
+
+# -- re-scan on ListTools ------------------------------------------------------------------------
+
+
+def fresh_tool(description: str, answer: str) -> str:
+    return (
+        'import { tool } from "@opencode-ai/plugin"\n\n'
+        f"export default tool({{ description: {json.dumps(description)}, args: {{}}, "
+        f"async execute() {{ return {json.dumps(answer)} }} }})\n"
+    )
+
+
+async def test_tools_added_changed_and_removed_between_listings(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+    path = f"{TOOL_DIR}/fresh.ts"
+    assert "fresh" not in custom_tools(await client.list_tools(session_id))
+
+    written = await client.execute_tool(session_id, "write", {"filePath": path, "content": fresh_tool("v1", "one")})
+    assert written.error is None, written.error
+    fresh = custom_tools(await client.list_tools(session_id))["fresh"]
+    assert (fresh.description, fresh.origin) == ("v1", path)
+    assert (await client.execute_tool(session_id, "fresh", {})).output == "one"
+
+    content = fresh_tool("version two", "the second answer")
+    written = await client.execute_tool(session_id, "write", {"filePath": path, "content": content})
+    assert written.error is None, written.error
+    assert custom_tools(await client.list_tools(session_id))["fresh"].description == "version two"
+    assert (await client.execute_tool(session_id, "fresh", {})).output == "the second answer"
+
+    removed = await client.execute_tool(session_id, "bash", {"command": f"rm {path}", "description": "Removes it"})
+    assert removed.error is None, removed.error
+    listing = await client.list_tools(session_id)
+    assert "fresh" not in custom_tools(listing)
+    out = await client.execute_tool(session_id, "fresh", {})
+    # The model is told, through upstream's `invalid` tool, what it may call instead.
+    assert out.result is not None
+    assert out.result.title == "Invalid Tool"
+    prefix = "The arguments provided to the tool are invalid: Model tried to call unavailable tool 'fresh'. "
+    assert out.output.startswith(prefix + "Available tools: "), out.output
+    available = out.output.removeprefix(prefix + "Available tools: ").removesuffix(".").split(", ")
+    assert "fresh" not in available
+    assert {"bash", "echo", "plug_echo", "db_search"} <= set(available)
+    # The neighbours were not disturbed by the re-scans.
+    assert (await client.execute_tool(session_id, "echo", {"text": "x"})).output == "echo: x"
+
+
+# -- real-world tool files -----------------------------------------------------------------------
+
+
+async def test_real_world_tool_files_are_listed(docker_plane: Plane, session_id: str) -> None:
+    tools = custom_tools(await docker_plane.client.list_tools(session_id))
+    assert list(tools) == [
+        "count", "db", "db_nothing", "db_search", "echo", "forecast", "spin", "waiter", "plug_echo",
+    ]
+    assert json.loads(tools["forecast"].parameters_json_schema) == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "City name"}, "days": {"default": 3, "type": "number"},
+        },
+        "required": ["city", "days"], "additionalProperties": False,
+    }
+    assert json.loads(tools["count"].parameters_json_schema)["properties"] == {
+        "parts": {"type": "array", "items": {"type": "string"}},
+    }
+    assert tools["db"].description == tools["db_search"].description == "Stores a value and reads it back from SQLite"
+
+
+async def test_real_world_tool_files_are_callable(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+
+    async def call(tool: str, args: dict[str, Any]) -> ToolOutcome:
+        out = await client.execute_tool(session_id, tool, args)
+        assert out.error is None, f"{tool}: {out.error}"
+        return out
+
+    assert (await call("forecast", {"city": "Oslo"})).output == '{"city":"Oslo","days":3}'
+    counted = await call("count", {"parts": ["a", "b", "c"]})
+    assert counted.output == "3"
+    live = [json.loads(e.metadata.metadata_json) for e in counted.events if e.WhichOneof("event") == "metadata"]
+    assert live == [{"cwd": "/workspace"}]
+    assert (await call("db", {"key": "k", "value": "stored"})).output == "stored"
+    assert (await call("db_search", {"key": "k2", "value": "again"})).output == "again"
+    nothing = await call("db_nothing", {})
+    assert nothing.output == ""
+    assert nothing.result is not None
+    assert nothing.result.title == ""
+
+
+# -- the operator's global tools dir -------------------------------------------------------------
+
+GLOBAL_TOOL_TS = """import { tool } from "@opencode-ai/plugin"
+import { writeFileSync } from "node:fs"
+
+export default tool({
+  description: "From the operator",
+  args: {},
+  async execute(_args, ctx) { return `global tool in ${ctx.directory}` },
+})
+
+export const vandal = tool({
+  description: "Tries to write into its own directory",
+  args: {},
+  async execute() {
+    try {
+      writeFileSync("/opt/opencode/global/tool/planted.ts", "export default 1")
+      return "wrote it"
+    } catch (error) {
+      return `refused: ${(error as { code?: string }).code}`
+    }
+  },
+})
+"""
+SHARED_GLOBAL_TS = """import { tool } from "@opencode-ai/plugin"
+export default tool({ description: "shared (global)", args: {}, async execute() { return "global wins" } })
+"""
+SHARED_PROJECT_TS = """import { tool } from "@opencode-ai/plugin"
+export default tool({ description: "shared (project)", args: {}, async execute() { return "project wins" } })
+"""
+
+
+def make_global_dir() -> Path:
+    root = short_tmp()
+    (root / "tool").mkdir()
+    (root / "tool" / "operator.ts").write_text(GLOBAL_TOOL_TS)
+    (root / "tool" / "shared.ts").write_text(SHARED_GLOBAL_TS)
+    # The sandbox's tool user (uid 1000) reads it; mkdtemp made it private to us.
+    for path in [root, root / "tool", *(root / "tool").iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
+@asynccontextmanager
+async def plane_with_global_dir(global_dir: Path) -> AsyncIterator[Plane]:
+    data_dir = short_tmp()
+    instance = new_instance("g")
+    settings = load_settings(
+        None, data_dir=data_dir, instance=instance, server={"listen": "127.0.0.1:0"},
+        provider={"type": "docker", "global_dir": str(global_dir)}, pool={"size": 1, "refill_concurrency": 1},
+    )
+    plane = await app.start(settings)
+    client = AsyncClient(plane.address, settings.token_file.read_text().strip())
+    try:
+        yield Plane(plane, client, settings.token_file.read_text().strip())
+    finally:
+        for session in await client.list_sessions():
+            await client.delete_session(session.id)
+        await client.close()
+        await app.stop(plane)
+        remove_instance_leftovers(instance)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def wait_pool_full(plane: Plane) -> None:
+    provider = plane.plane.sessions._provider
+    deadline = time.monotonic() + 60
+    while provider.pool_stats().ready < 1:
+        assert time.monotonic() < deadline, "the warm pool did not fill"
+        await asyncio.sleep(0.05)
+
+
+async def test_global_dir_is_mounted_read_only_into_pooled_sandboxes() -> None:
+    global_dir = make_global_dir()
+    before = sorted(os.listdir(global_dir / "tool"))
+    try:
+        async with plane_with_global_dir(global_dir) as plane:
+            await wait_pool_full(plane)
+            hits = plane.plane.sessions._provider.pool_stats().hits
+            project = {".opencode/tool/shared.ts": SHARED_PROJECT_TS, ".opencode/tool/echo.ts": ECHO_TS}
+            session = await plane.client.create_session(workspace_archive=tar_of(project))
+            assert plane.plane.sessions._provider.pool_stats().hits == hits + 1  # a pooled sandbox has it too
+
+            listing = await plane.client.list_tools(session.id)
+            tools = custom_tools(listing)
+            # Global tools first (upstream's Config.directories()); the project's shared.ts wins the id.
+            # (Upstream keeps a replaced id in its first place, before echo; the agent's manager ranks the
+            # winner by its own file instead, so only the set of the project's ids is asserted here.)
+            origins = {t.id: t.origin for t in tools.values()}
+            assert list(origins)[:2] == ["operator", "operator_vandal"]
+            assert origins == {
+                "operator": f"{GLOBAL_DIR}/tool/operator.ts", "operator_vandal": f"{GLOBAL_DIR}/tool/operator.ts",
+                "shared": "/workspace/.opencode/tool/shared.ts", "echo": "/workspace/.opencode/tool/echo.ts",
+            }
+            assert tools["shared"].description == "shared (project)"
+            assert list(listing.load_errors) == []
+
+            call = plane.client.execute_tool
+            assert (await call(session.id, "operator", {})).output == "global tool in /workspace"
+            assert (await call(session.id, "shared", {})).output == "project wins"
+            assert (await call(session.id, "operator_vandal", {})).output == "refused: EROFS"
+            touched = await call(session.id, "bash", {
+                "command": f"touch {GLOBAL_DIR}/tool/x.ts; echo rc=$?", "description": "Tries to write",
+            })
+            assert touched.output == f"touch: cannot touch '{GLOBAL_DIR}/tool/x.ts': Read-only file system\nrc=1\n"
+            mounts = (await plane.client.run(session.id, ["grep", f" {GLOBAL_DIR} ", "/proc/self/mounts"])).stdout
+            assert mounts.decode().split()[3].split(",")[0] == "ro"
+        assert sorted(os.listdir(global_dir / "tool")) == before
+    finally:
+        shutil.rmtree(global_dir, ignore_errors=True)
+
+
+async def test_a_missing_global_dir_is_a_config_error_at_start() -> None:
+    data_dir = short_tmp()
+    missing = data_dir / "no-such-dir"
+    settings = load_settings(
+        None, data_dir=data_dir, instance=new_instance("g"), server={"listen": "127.0.0.1:0"},
+        provider={"type": "docker", "global_dir": str(missing)}, pool={"size": 0},
+    )
+    try:
+        with pytest.raises(ConfigError, match=f"^provider.global_dir {missing} is not a directory on this host$"):
+            await app.start(settings)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_a_writable_global_mount_fails_hardening() -> None:
+    resources = Resources(1.0, 256, 64)
+    attrs: dict[str, Any] = {
+        "HostConfig": {
+            "NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": ["SETUID"], "SecurityOpt": ["no-new-privileges"],
+            "ReadonlyRootfs": True, "PidsLimit": 64, "Memory": 256 * 1024 * 1024, "NanoCpus": 1_000_000_000,
+        },
+        "Mounts": [{"Type": "bind", "Source": "/srv/tools", "Destination": GLOBAL_DIR, "RW": False}],
+    }
+    verify_hardening(attrs, resources, None)
+    attrs["Mounts"][0]["RW"] = True
+    with pytest.raises(HardeningError, match="the global tools dir is mounted writable"):
+        verify_hardening(attrs, resources, None)
