@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ from controlplane.core.tool_events import (
     StateChanged,
 )
 from controlplane.core.validation import validate
+from controlplane.errors import SandboxLostError
 from controlplane.telemetry import spans
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class CallScope:
     sandbox_id: str = ""
     services: SessionServices = field(default_factory=SessionServices)
     """The session's todos, questions and registry view, for control-plane tools."""
+    on_sandbox_lost: Callable[[str], Awaitable[None]] | None = None
+    """Marks the session failed (given the reason) before the caller hears its sandbox is gone."""
 
 
 Emit = Callable[[CallEvent], None]
@@ -123,12 +126,21 @@ class ToolExecutor:
                 self.gate.cancel_call(scope.session_id, call.call_id, ABORTED)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(work), ABORT_GRACE_S)
-            if work.done() and not work.cancelled() and work.exception() is None:
-                result = work.result()
-            else:
+            if not work.done() or work.cancelled():
                 work.cancel()
-                error = work.exception() if work.done() and not work.cancelled() else None
-                raise error if isinstance(error, ToolError) else ToolError(ABORTED)
+                raise ToolError(ABORTED)
+            error = work.exception()
+            if error is not None:
+                raise error
+            result = work.result()
+        except SandboxLostError as exc:
+            # The session is failed first, so a caller reacting to the error already sees it FAILED.
+            if scope.on_sandbox_lost is not None:
+                await scope.on_sandbox_lost(str(exc))
+            emit(StateChanged(CallStatus.ERROR))
+            emit(Failed(str(exc)))
+            traced.failed("error", exc)
+            return "error", str(exc)
         except ToolError as exc:
             emit(StateChanged(CallStatus.ERROR))
             emit(Failed(str(exc)))

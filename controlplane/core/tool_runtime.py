@@ -8,6 +8,7 @@ registering (`list`, `multiedit`), so clients can drive every implemented tool d
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import posixpath
 import time
@@ -171,6 +172,7 @@ class ToolRuntime:
             sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
             policy=self._policy.rules(tenant, home=await self._home(session_id, sandbox)), sandbox_id=sandbox.id,
             services=self._services(tenant, session, await self._home(session_id, sandbox), registry),
+            on_sandbox_lost=functools.partial(self._sessions.report_lost, session_id),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
         self._calls[key] = running

@@ -86,11 +86,6 @@ async def test_killed_mid_exec_gives_unavailable_within_a_second(docker_plane: P
     await _assert_failed_and_replaceable(docker_plane, session, details)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a sandbox lost during ExecuteTool ends as the error event 'Tool execution aborted' and the session "
-    "stays READY; core/executor.py turns any non-ToolError from the tool into ABORTED and nothing calls "
-    "SessionManager.report_lost on that path (owned by other helpers this wave)"
-))
 @pytest.mark.parametrize("what", sorted(KILLS))
 async def test_killed_mid_tool_call_names_the_lost_sandbox_and_fails_the_session(
     docker_plane: Plane, what: str
