@@ -49,7 +49,7 @@ trace-demo: venv image  ## one traced session (slow custom tool) exported to a r
 	$(PY) -m scripts.trace_demo
 
 bench: venv image
-	$(PY) tests/bench/bench.py
+	$(PY) -m tests.bench.bench
 
 attack: venv image  ## the escape and resource-attack suite with more samples, then the attack bench (bounded: 15 min)
 	OCSB_ATTACK_SAMPLES=40 OCSB_ATTACK_ABORTS=5 OCSB_ATTACK_ROUNDS=3 timeout 900 $(PY) -m pytest -q --timeout 600 \

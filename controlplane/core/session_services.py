@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from controlplane.core.questions import QuestionBroker
     from controlplane.core.tool import ToolResult
+    from controlplane.core.tool_events import CallEvent
 
 Todo = dict[str, Any]
 AskQuestions = Callable[[list[dict[str, Any]]], Awaitable[list[list[str]]]]
@@ -93,3 +94,5 @@ class SessionServices:
     """Bound per call by the executor."""
     subcalls: SubCalls | None = None
     """Bound per call by the executor."""
+    announce: Callable[[CallEvent], None] | None = None
+    """Bound per call by the executor: puts an event on the call's own stream (a batch entry's too)."""

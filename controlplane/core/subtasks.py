@@ -135,7 +135,7 @@ class Subtasks:
         return await self._sessions.create_child(scope.session.id, agent, title), False
 
     async def run(self, tenant: str, call_session_id: str, call_id: str, request: SubtaskRequested,
-                  abort: asyncio.Event) -> str:
+                  abort: asyncio.Event, announce: Callable[[CallEvent], None] | None = None) -> str:
         """Hands the subtask to the client and returns the subagent's final text.
 
         Raises ToolError with the client's message when it reports a failure, and ABORTED when
@@ -150,7 +150,10 @@ class Subtasks:
                 "subtask.started", tenant, child, sessionID=child, parentID=request.parent_session_id,
                 callID=call_id, agent=request.agent, description=request.description, resumed=request.resumed,
             )
-            self._calls.announce(call_session_id, call_id, request)
+            if announce is not None:
+                announce(request)
+            else:
+                self._calls.announce(call_session_id, call_id, request)
             either: list[asyncio.Future[Any]] = [answer, stopper]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():

@@ -90,7 +90,9 @@ def bind(scope: CallerScope) -> ToolInfo:
             session_id=child.id, parent_session_id=scope.session.id, agent=agent.name, prompt=args["prompt"],
             description=title, model=model, command=args.get("command") or "", resumed=resumed,
         )
-        text = await scope.subtasks.run(scope.tenant, ctx.session_id, ctx.call_id, request, ctx.abort)
+        text = await scope.subtasks.run(
+            scope.tenant, ctx.session_id, ctx.call_id, request, ctx.abort, ctx.services.announce,
+        )
         return ToolResult(title=title, output=output(child.id, text), metadata=metadata)
 
     async def init(_: InitContext) -> ToolDefinition:

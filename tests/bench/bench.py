@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -711,7 +712,29 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
              "tool_read", "docker_cat", "local_read", "tool_bash", "tool_bash_rules", "docker_echo",
              "permission_eval", "permission_gate", "abort_gone", "abort_result"]
     print_report({k: rows[k] for k in order if k in rows}, notes)
+    await print_sections(args.quick)
     print(f"\ntotal wall time {time.perf_counter() - wall:.1f} s", flush=True)
+
+
+SECTIONS = (
+    ("custom tools", "tests.bench.custom_tools_bench"),
+    ("tracing overhead", "tests.bench.tracing_bench"),
+    ("under attack", "tests.bench.attack_bench"),
+)
+"""Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""
+
+
+async def print_sections(quick: bool) -> None:
+    for title, module in SECTIONS:
+        progress(f"section: {title}")
+        print(f"\n== {title} ==", flush=True)
+        try:
+            section = importlib.import_module(module).section
+            for line in await section(quick):
+                print(line, flush=True)
+        except Exception as exc:  # one broken section must not hide the others' figures
+            logging.getLogger(__name__).exception("section %s failed", title)
+            print(f"section failed: {exc!r}", flush=True)
 
 
 def main() -> int:

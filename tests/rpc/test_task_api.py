@@ -378,3 +378,22 @@ async def test_children_follow_their_parent_across_a_restart() -> None:
             await app.stop(second)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_a_task_inside_a_batch_reaches_the_client_and_the_batch_completes(plane: Plane) -> None:
+    config = json.dumps({"experimental": {"batch_tool": True}, "permission": {"task": "allow"}})
+    parent = await plane.client.create_session(config_json=config)
+    seen: list[Subtask] = []
+    calls = [
+        {"tool": "task", "parameters": task_args("Batched subtask")},
+        {"tool": "glob", "parameters": {"pattern": "*.nothing"}},
+    ]
+    out = await asyncio.wait_for(plane.client.execute_tool(
+        parent.id, "batch", {"tool_calls": calls}, on_subtask=answering("from the batch", seen),
+    ), 20)
+    assert out.error is None, out.error
+    assert out.output == ("All 2 tools executed successfully.\n\n"
+                          "Keep using the batch tool for optimal performance in your next response!")
+    assert [s.description for s in seen] == ["Batched subtask"]
+    results = [e.result.output for e in out.events if e.call_id != out.call_id and e.WhichOneof("event") == "result"]
+    assert expected_output(seen[0].session_id, "from the batch") in results
