@@ -225,7 +225,7 @@ class ToolExecutor:
 
         return replace(
             scope.services, raw_args=raw_args, ask_questions=ask_questions if broker is not None else None,
-            subcalls=ExecutorSubCalls(run_call, emit, scope.services.registered),
+            subcalls=ExecutorSubCalls(run_call, emit, scope.services.registered), announce=emit,
         )
 
     async def _after_hooks(self, scope: CallScope, hook_in: dict[str, Any], result: ToolResult) -> ToolResult:
