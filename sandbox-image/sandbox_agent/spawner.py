@@ -47,6 +47,8 @@ FRAME = 64 * 1024
 _MORE, _LAST = b"\x01", b"\x00"
 _MAX_FDS = 4
 START_TIMEOUT_S = 10.0
+TOOL_NICENESS = 10
+TOOL_OOM_SCORE_ADJ = 1000
 STOP_TIMEOUT_S = 1.0
 REPLY_TIMEOUT_S = 10.0
 """A helper silent this long on a request is stuck (a tool process may SIGSTOP it): it is replaced."""
@@ -109,6 +111,7 @@ def _close_all(fds: list[int]) -> None:
 
 
 def _harden(parent: int) -> None:
+    _yield_to_the_agent()  # first: a non-dumpable process's /proc/self files belong to root
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
@@ -116,6 +119,18 @@ def _harden(parent: int) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         raise SystemExit(0)
+
+
+def _yield_to_the_agent() -> None:
+    """Tool processes (inheriting from the helper) lose to the agent for CPU and for the OOM killer.
+
+    Within the container's cgroup a fork bomb otherwise shares the CPU with the agent as equals,
+    and health and abort wait behind hundreds of runnable tasks. Both changes need no privilege.
+    """
+    with contextlib.suppress(OSError):
+        os.nice(TOOL_NICENESS)
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(TOOL_OOM_SCORE_ADJ))
 
 
 def _spawn(request: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:

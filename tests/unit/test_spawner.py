@@ -127,6 +127,12 @@ async def test_child_is_in_a_new_session_of_its_own() -> None:
     assert out.split() == [str(execution.pid).encode(), str(execution.pid).encode()]
 
 
+async def test_child_yields_cpu_and_memory_to_the_agent() -> None:
+    out, _, _ = await run("nice and OOM score", argv=["/bin/sh", "-c", "cat /proc/self/oom_score_adj; nice"])
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert out.split() == [b"1000", str(min(base + spawner.TOOL_NICENESS, 19)).encode()]
+
+
 async def test_old_path_still_switches_uid() -> None:
     out, _, exit_ = await run("id -u; id -G", identity=OLD_PATH)
     assert (out, exit_.exit_code) == (b"65534\n65534\n", 0)
