@@ -87,11 +87,6 @@ async def test_writes_through_symlinks_are_stopped_by_the_container(
     assert await _outside_state(client, session_id) == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding: the external_directory check is lexical (as in upstream OpenCode), so write/apply_patch/read/list/"
-    "grep/glob through a workspace symlink reach outside the workspace without an ask; only the container (read-only "
-    "root, tool uid) contains it: `write link_tmp/x` lands in the sandbox's /tmp"
-))
 async def test_a_write_through_a_workspace_symlink_asks_external_directory(
     docker_plane: Plane, session_id: str
 ) -> None:

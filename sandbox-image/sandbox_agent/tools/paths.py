@@ -24,11 +24,33 @@ def contains_path(ctx: ToolContext, target: str) -> bool:
     return ctx.worktree != "/" and _within(ctx.worktree, target)
 
 
+def _real_escape(ctx: ToolContext, target: str) -> str | None:
+    """Where a lexically inside `target` really leads when a symlink on its way points out, else None.
+
+    Upstream's check is on the path text only; a workspace symlink (`link -> /tmp`) would then
+    take writes and reads outside the project without an ask.
+    """
+    real = os.path.realpath(target)
+    inside = _within(os.path.realpath(ctx.directory), real) or (
+        ctx.worktree != "/" and _within(os.path.realpath(ctx.worktree), real)
+    )
+    return None if inside else real
+
+
 async def assert_external_directory(ctx: ToolContext, target: str | None, *, kind: str = "file",
                                     bypass: bool = False) -> None:
-    """Asks `external_directory` for a target outside the project; `kind` is "file" or "directory"."""
-    if not target or bypass or contains_path(ctx, target):
+    """Asks `external_directory` for a target outside the project; `kind` is "file" or "directory".
+
+    A target whose path text is inside but which a symlink leads out of is asked for where it
+    really goes (an intentional divergence from v1.2.27's text-only check).
+    """
+    if not target or bypass:
         return
+    if contains_path(ctx, target):
+        escaped = _real_escape(ctx, target)  # a few lstat calls: cheaper inline than a thread hop
+        if escaped is None:
+            return
+        target = escaped
     parent = target if kind == "directory" else os.path.dirname(target)
     glob = os.path.join(parent, "*").replace("\\", "/")
     await ctx.ask("external_directory", [glob], [glob], {"filepath": target, "parentDir": parent})

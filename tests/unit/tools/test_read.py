@@ -501,3 +501,23 @@ async def test_total_is_counted_past_the_page(make_ctx: MakeCtx, project: Path, 
     assert result.output == envelope(path, body)
     result = await read.run({"filePath": str(path), "offset": 10, "limit": 1}, make_ctx())
     assert result.output == envelope(path, "10: g\n\n(End of file - total 10 lines)")
+
+
+async def test_a_workspace_symlink_leading_out_asks_for_where_it_really_goes(
+    make_ctx: MakeCtx, project: Path, tmp_path: Path, recorder: Recorder,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("s\n")
+    (project / "link").symlink_to(outside)
+    (project / "inner").mkdir()
+    (project / "inner_link").symlink_to(project / "inner")
+    (project / "inner" / "ok.txt").write_text("ok\n")
+    await read.run({"filePath": str(project / "inner_link" / "ok.txt")}, make_ctx())
+    assert [a.permission for a in recorder.asks] == ["read"]  # a link that stays inside asks nothing more
+    recorder.asks.clear()
+    await read.run({"filePath": str(project / "link" / "secret.txt")}, make_ctx())
+    glob = f"{outside}/*"
+    assert recorder.asks[0] == Asked(
+        "external_directory", [glob], [glob], {"filepath": str(outside / "secret.txt"), "parentDir": str(outside)},
+    )
