@@ -33,7 +33,7 @@ from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.server import build_server, mark_serving
 from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.sandbox.tool_bridge import AgentToolCalls
-from controlplane.store.sqlite import AuditWriter, SqliteStore, hash_token
+from controlplane.store.base import AuditWriter, Store, describe, hash_token, open_store
 from controlplane.telemetry import setup as telemetry
 from controlplane.tools import catalog
 from controlplane.tools.websearch import SearchConfig
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 ENDPOINT_FILE = "endpoint"
 
 
-def build_provider(settings: Settings, store: SqliteStore) -> SandboxProvider:
+def build_provider(settings: Settings, store: Store) -> SandboxProvider:
     if isinstance(settings.provider, DockerProviderConfig):
         from controlplane.sandbox.docker import DockerSandboxProvider
 
@@ -69,6 +69,7 @@ def session_policy(settings: Settings) -> SessionPolicy:
         max_lifetime_s=lt.max_lifetime_s,
         reap_interval_s=lt.reap_interval_s,
         max_archive_bytes=settings.server.max_message_mb * 1024 * 1024,
+        max_archive_entries=settings.limits.max_archive_entries,
     )
 
 
@@ -114,7 +115,7 @@ def build_tools(
     )
 
 
-async def bootstrap_tenants(settings: Settings, store: SqliteStore) -> None:
+async def bootstrap_tenants(settings: Settings, store: Store) -> None:
     """Configured tenants are upserted; with none, a `default` tenant gets a token file (0600)."""
     for tenant in settings.tenants:
         if bool(tenant.token) == bool(tenant.token_sha256):
@@ -138,7 +139,7 @@ async def bootstrap_tenants(settings: Settings, store: SqliteStore) -> None:
 @dataclass
 class ControlPlane:
     settings: Settings
-    store: SqliteStore
+    store: Store
     sessions: SessionManager
     tools: ToolRuntime
     server: grpc.aio.Server
@@ -158,7 +159,9 @@ async def start(settings: Settings) -> ControlPlane:
     exporting = telemetry.configure()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.data_dir, 0o700)
-    store = SqliteStore(settings.data_dir / "controlplane.db")
+    store = await open_store(settings.store.url, settings.data_dir, settings.store.pool_size)
+    if settings.store.url:
+        log.info("store: %s", describe(settings.store.url))
     await bootstrap_tenants(settings, store)
     auth = Authenticator(await store.tenant_tokens())
     policy = operator_policy(settings)
@@ -187,7 +190,7 @@ async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     await plane.server.stop(grace_s)
     await plane.sessions.close()
     await plane.audit.close()
-    plane.store.close()
+    await plane.store.aclose()
     if plane.telemetry is not None:
         await asyncio.to_thread(plane.telemetry.shutdown)
     with contextlib.suppress(FileNotFoundError):

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -180,6 +180,35 @@ class SearchConfig(_Closed):
     """None keeps each tool's own (websearch 25 s, codesearch 30 s)."""
 
 
+class StoreConfig(_Closed):
+    """Where durable state lives. Control planes that share a PostgreSQL database serve the same tenants and
+    sessions (see docs/state.md); each needs its own `instance` name."""
+
+    url: str = ""
+    """`postgresql://user:password@host:port/db` (or `?host=/socket/dir`), or `sqlite:///path/file.db`;
+    empty: the SQLite file `controlplane.db` in the data dir."""
+    pool_size: int = Field(default=10, ge=1)
+    """Most PostgreSQL connections this control plane opens."""
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        from controlplane.store.base import check_url
+
+        try:
+            return check_url(url)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+
+
+class LimitsConfig(_Closed):
+    """Bounds on what a request may make the control plane and a sandbox do."""
+
+    max_archive_entries: int = Field(default=50_000, ge=1)
+    """Most entries (files, directories, links) a CreateSession workspace archive may hold; more is
+    RESOURCE_EXHAUSTED before any sandbox is touched."""
+
+
 class TenantConfig(_Closed):
     name: str
     token: str | None = None
@@ -206,6 +235,8 @@ class Settings(BaseSettings):
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
 
     @property
     def token_file(self) -> Path:

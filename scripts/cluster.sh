@@ -43,7 +43,7 @@ unsupported() {
     command -v "$tool" >/dev/null 2>&1 || { echo "missing $tool"; return; }
   done
   if ! ip netns list >/dev/null 2>&1; then echo "ip netns is not usable here"; return; fi
-  if ! ip netns list | grep -qw "$NETNS"; then
+  if ! ip netns list | grep -w "$NETNS" >/dev/null; then
     if ! ip netns add ocsb-probe 2>/dev/null; then echo "cannot create a network namespace"; return; fi
     ip netns del ocsb-probe
   fi
@@ -61,14 +61,14 @@ worker_alive() {
 }
 
 up_network() {
-  ip netns list | grep -qw "$NETNS" || ip netns add "$NETNS"
+  ip netns list | grep -w "$NETNS" >/dev/null || ip netns add "$NETNS"
   if ! ip link show "$VETH_HOST" >/dev/null 2>&1; then
     ip link add "$VETH_HOST" type veth peer name "$VETH_NS"
     ip link set "$VETH_NS" netns "$NETNS"
   fi
-  ip addr show dev "$VETH_HOST" | grep -q "inet $HOST_ADDR/" || ip addr add "$HOST_ADDR/$PREFIX" dev "$VETH_HOST"
+  ip addr show dev "$VETH_HOST" | grep "inet $HOST_ADDR/" >/dev/null || ip addr add "$HOST_ADDR/$PREFIX" dev "$VETH_HOST"
   ip link set "$VETH_HOST" up
-  ip -n "$NETNS" addr show dev "$VETH_NS" | grep -q "inet $WORKER_ADDR/" \
+  ip -n "$NETNS" addr show dev "$VETH_NS" | grep "inet $WORKER_ADDR/" >/dev/null \
     || ip -n "$NETNS" addr add "$WORKER_ADDR/$PREFIX" dev "$VETH_NS"
   ip -n "$NETNS" link set "$VETH_NS" up
   ip -n "$NETNS" link set lo up
@@ -191,7 +191,7 @@ stop_worker() {
   fi
   # Whatever still runs in our namespace is ours (a killed daemon leaves containerd and shims).
   # Never the default engine or anything in the host's network namespace, whatever `ip` reports.
-  if ip netns list | grep -qw "$NETNS"; then
+  if ip netns list | grep -w "$NETNS" >/dev/null; then
     local host_net main
     host_net=$(readlink /proc/self/ns/net)
     main=$(cat /var/run/docker.pid 2>/dev/null || true)
@@ -239,7 +239,7 @@ cmd_down() {
   unmount_under "$RUN"
   unmount_under "$DIR"
   ip link del "$VETH_HOST" 2>/dev/null || true
-  ip netns list | grep -qw "$NETNS" && ip netns del "$NETNS"
+  ip netns list | grep -w "$NETNS" >/dev/null && ip netns del "$NETNS"
   if [ "$(state_get NODE_ROOT_OURS)" = 1 ]; then rm -rf "$NODE_ROOT"; rmdir "$(dirname "$NODE_ROOT")" 2>/dev/null || true; fi
   rm -rf "$RUN" "$DIR"
   log "down"

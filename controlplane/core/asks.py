@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,6 +31,8 @@ from controlplane.core.tool_events import PermissionRequested
 from controlplane.core.wildcard import match
 from controlplane.errors import NotFoundError
 from controlplane.telemetry import attributes, spans
+
+log = logging.getLogger(__name__)
 
 
 class Reply(enum.Enum):
@@ -122,6 +125,13 @@ class PermissionGate:
         approved = await self._approvals.load_approvals(session_id)
         return self._sessions.setdefault(session_id, _SessionAsks(tenant, approved))
 
+    async def _refresh(self, state: _SessionAsks, session_id: str) -> bool:
+        """Takes in approvals another control plane stored since they were loaded; whether there were any.
+        Only done before asking someone, so allowed calls never wait on the store."""
+        added = [r for r in await self._approvals.load_approvals(session_id) if r not in state.approved]
+        state.approved.extend(added)
+        return bool(added)
+
     async def approved(self, tenant: str, session_id: str) -> list[Rule]:
         return list((await self._session(tenant, session_id)).approved)
 
@@ -147,6 +157,9 @@ class PermissionGate:
             rules = "; ".join(dict.fromkeys(deciding))
             spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_AUTO_ALLOW, rules)
             await self._record(scope, ask, "allow", rules)
+            return
+        if await self._refresh(state, scope.session_id):
+            await self.ask(ask, scope, announce)
             return
         with spans.permission_wait(ask.permission, ask.patterns, scope.session_id, scope.call_id):
             await self._wait(ask, scope, state, announce)
@@ -291,3 +304,75 @@ def _settle(pending: _Pending, error: BaseException | None, decision: str = "", 
         pending.waiter.set_result(None)
     else:
         pending.waiter.set_exception(error)
+
+
+# -- asks settled in the sandbox ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class LocalRules:
+    """The rules a call's asks are evaluated against, in evaluation order, each with its source (agent,
+    approved, operator). The sandbox agent may settle an ask they allow without a round trip here."""
+
+    rules: tuple[tuple[Rule, str], ...]
+
+
+_SNAPSHOTS: dict[tuple[int, ...], tuple[Ruleset, Ruleset, Ruleset, LocalRules]] = {}
+_MAX_SNAPSHOTS = 256
+
+
+def _snapshot(ruleset: Ruleset, approved: Ruleset, policy: Ruleset) -> LocalRules:
+    """The same object while the three lists are unchanged, so its encoded form can be reused."""
+    key = (id(ruleset), len(ruleset), id(approved), len(approved), id(policy), len(policy))
+    cached = _SNAPSHOTS.get(key)
+    if cached is not None and cached[0] is ruleset and cached[1] is approved and cached[2] is policy:
+        return cached[3]
+    rules = LocalRules((
+        *((rule, "agent") for rule in ruleset), *((rule, "approved") for rule in approved),
+        *((rule, "operator") for rule in policy),
+    ))
+    if len(_SNAPSHOTS) >= _MAX_SNAPSHOTS:
+        _SNAPSHOTS.clear()
+    _SNAPSHOTS[key] = (ruleset, approved, policy, rules)
+    return rules
+
+
+class CallAsks:
+    """One call's permission asks: `await asks(request)` settles one through the gate.
+
+    Without a `permission.ask` hook, `local_rules()` gives the rules a sandbox agent may settle allowed
+    asks with by itself; it reports them afterwards to `allowed_elsewhere`, which audits and traces them
+    exactly as the gate does a rule-allowed ask.
+    """
+
+    def __init__(self, gate: PermissionGate, scope: AskScope, announce: Callable[[PermissionRequested], None]) -> None:
+        self._gate = gate
+        self._scope = scope
+        self._announce = announce
+
+    async def __call__(self, ask: PermissionAsk) -> None:
+        await self._gate.ask(ask, self._scope, self._announce)
+
+    async def local_rules(self) -> LocalRules | None:
+        gate, scope = self._gate, self._scope
+        if gate._hooks.has("permission.ask"):
+            return None  # a plugin may want to see every ask
+        state = await gate._session(scope.tenant, scope.session_id)
+        return _snapshot(scope.ruleset, state.approved, scope.policy)
+
+    async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules) -> None:
+        deciding: list[str] = []
+        for pattern in patterns:
+            found = next(
+                (entry for entry in reversed(rules.rules)
+                 if match(permission, entry[0].permission) and match(pattern, entry[0].pattern)),
+                None,
+            )
+            if found is not None and found[0].action == "allow":
+                deciding.append(describe_rule(*found))
+            else:  # the agent's matcher disagrees with ours (a parity test guards against it)
+                log.warning("sandbox agent allowed %s %r, which its rules do not allow", permission, pattern)
+                deciding.append(f"sandbox agent: {permission} {pattern} allow")
+        text = "; ".join(dict.fromkeys(deciding))
+        spans.permission_ruled(permission, patterns, attributes.DECISION_AUTO_ALLOW, text)
+        await self._gate._record(self._scope, PermissionAsk(permission, patterns, [], {}), "allow", text)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controlplane.core import permission, truncation
-from controlplane.core.asks import AskScope, PermissionGate
+from controlplane.core.asks import AskScope, CallAsks, PermissionGate
 from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.doom_loop import DoomLoopDetector
 from controlplane.core.hooks import HookBus
@@ -167,9 +167,7 @@ class ToolExecutor:
             tool=tool.id, ruleset=scope.ruleset, policy=scope.policy,
         )
 
-        async def ask(request: PermissionAsk) -> None:
-            await self.gate.ask(request, ask_scope, emit)
-
+        ask = CallAsks(self.gate, ask_scope, emit)
         if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args):
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):

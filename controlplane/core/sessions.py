@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from controlplane.core import workspace_archive
 from controlplane.core.events import EventBus
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.errors import (
@@ -28,6 +30,8 @@ from controlplane.telemetry import attributes, spans
 log = logging.getLogger(__name__)
 TOUCH_WRITE_INTERVAL_S = 1.0
 """Activity is kept in memory and written to the store at most this often per session."""
+INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
+"""Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
 
 
 class SessionStore(Protocol):
@@ -48,6 +52,9 @@ class SessionPolicy:
     max_lifetime_s: float
     reap_interval_s: float
     max_archive_bytes: int
+    max_archive_entries: int = 50_000
+    max_archive_expanded_bytes: int = 1 << 30
+    """What a workspace archive may expand to; the sandbox agent's own extraction limit is the same."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +109,19 @@ class SessionManager:
                 live[session.sandbox_id] = session.id
                 self._live[session.id] = session
         report = await self._provider.start(live)
+        foreign: set[str] = set()
+        for sandbox_id, session_id in live.items():
+            if sandbox_id not in report.adopted and sandbox_id not in report.lost:
+                self._live.pop(session_id)  # another control plane on the same store owns it
+                foreign.add(session_id)
         for sandbox_id in report.lost:
             session_id = live[sandbox_id]
             await self._finish(self._live.pop(session_id), SessionState.FAILED, "its sandbox was lost")
         for child in children:  # in creation order, so a parent comes before its children
             if child.parent_id in self._live:
                 self._live[child.id] = child
+            elif child.parent_id in foreign:
+                foreign.add(child.id)  # its parent's plane holds it too
             else:
                 await self._finish(child, SessionState.FAILED, f"its parent session {child.parent_id} ended")
         self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
@@ -131,12 +145,10 @@ class SessionManager:
             return session
 
     async def _create(self, tenant: str, spec: CreateSpec) -> Session:
+        # Everything the request alone can be refused for is checked before anything exists: a refused
+        # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = self._resources(spec.resources)
-        if len(spec.workspace_archive) > self._policy.max_archive_bytes:
-            raise ResourceExhaustedError(
-                f"workspace archive is {len(spec.workspace_archive)} bytes; the limit is "
-                f"{self._policy.max_archive_bytes}"
-            )
+        await self._check_archive(spec.workspace_archive)
         if spec.config_json:
             _check_config_json(spec.config_json)
         now = self._clock()
@@ -145,35 +157,54 @@ class SessionManager:
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
             labels=dict(spec.labels or {}), config_json=spec.config_json,
         )
-        await self._store.put_session(session)
         try:
             with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
                 sandbox = await self._provider.acquire(session.id, tenant, resources)
                 spans.acquired(acquiring, sandbox.id, sandbox.from_pool)
         except ControlPlaneError as exc:
+            # Not the request's fault (no engine, hardening refused): kept as a FAILED session to look at.
             await self._finish(session, SessionState.FAILED, str(exc))
             raise
         session.sandbox_id = sandbox.id
-        await self._store.put_session(session)
         try:
             if spec.workspace_archive:
                 summary = await sandbox.agent.upload(spec.workspace_archive)
                 if summary.skipped:
-                    log.info("session %s: upload skipped %s", session.id, summary.skipped)
+                    log.warning("session %s: upload skipped %s", session.id, summary.skipped)
+        except (InvalidArgumentError, ResourceExhaustedError) as exc:
+            await self._provider.destroy(sandbox.id)  # refused by the agent's own checks: leave nothing
+            log.info("session %s not created: %s", session.id, exc)
+            raise
         except ControlPlaneError as exc:
             await self._provider.destroy(sandbox.id)
             await self._finish(session, SessionState.FAILED, f"workspace upload failed: {exc}")
             raise
         except BaseException:
             await asyncio.shield(self._provider.destroy(sandbox.id))
-            await asyncio.shield(self._finish(session, SessionState.FAILED, "creation was cancelled"))
             raise
+        # Stored only now: a restart in between finds a claimed sandbox of no known session and removes it.
         session.state = SessionState.READY
         await self._store.put_session(session)
         self._live[session.id] = session
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
                          sandboxID=session.sandbox_id)
         return replace(session)
+
+    async def _check_archive(self, archive: bytes) -> None:
+        if not archive:
+            return
+        if len(archive) > self._policy.max_archive_bytes:
+            raise ResourceExhaustedError(
+                f"workspace archive is {len(archive)} bytes; the limit is {self._policy.max_archive_bytes}"
+            )
+        policy = self._policy
+        check = functools.partial(
+            workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes
+        )
+        if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
+            await asyncio.to_thread(check)  # headers only, but a big (or compressed) archive takes a while
+        else:
+            check()
 
     async def create_child(self, parent_id: str, agent: str, title: str) -> Session:
         """A READY session on the parent's sandbox (no new container), ended with its parent."""
@@ -229,6 +260,8 @@ class SessionManager:
         session = self._live.get(session_id)
         if session is None or session.tenant != tenant:
             session = await self.get(tenant, session_id)  # raises NotFound for strangers
+            if session.state == SessionState.READY and session.sandbox_id:
+                return await self._attached_sandbox(session)
             raise FailedPreconditionError(
                 f"session {session_id} is {session.state.value}"
                 + (f" ({session.status_message})" if session.status_message else "")
@@ -287,11 +320,13 @@ class SessionManager:
         return session
 
     async def _end(self, session: Session, state: SessionState, message: str) -> Session:
-        self._live.pop(session.id, None)
+        # A READY session this plane does not hold is another plane's: its owner removes the sandbox
+        # when it sees the new state (`_sync_with_store`).
+        foreign = self._live.pop(session.id, None) is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
-        if session.sandbox_id and not session.parent_id:  # a child only borrows its parent's sandbox
+        if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
             await self._provider.destroy(session.sandbox_id)
         return await self._finish(session, state, message)
 
@@ -306,7 +341,45 @@ class SessionManager:
         self.bus.publish(kind, session.tenant, session.id, id=session.id, message=message)
         return replace(session)
 
+    async def _attached_sandbox(self, session: Session) -> Sandbox:
+        """The sandbox of a READY session another control plane owns (they share the store)."""
+        try:
+            sandbox = await self._provider.attach(session.sandbox_id)
+        except SandboxError as exc:
+            raise FailedPreconditionError(
+                f"session {session.id} is held by another control plane and cannot be reached from this one: {exc}"
+            ) from exc
+        self._touch(session.id)
+        return sandbox
+
+    async def _sync_with_store(self) -> None:
+        """Other control planes sharing the store may have used this plane's sessions (their activity
+        postpones the idle timeout) or ended them (their sandboxes are removed here, by their owner)."""
+        stored = {s.id: s for s in await self._store.list_sessions(live_only=True)}
+        for session in list(self._live.values()):
+            current = stored.get(session.id)
+            if current is None:
+                ended = await self._store.get_session(session.id)
+                live = (SessionState.CREATING, SessionState.READY)
+                if ended is not None and ended.state not in live and self._live.get(session.id) is session:
+                    await self._ended_elsewhere(session, ended)
+            elif current is not None and current.last_active_at > session.last_active_at:
+                session.last_active_at = current.last_active_at
+
+    async def _ended_elsewhere(self, session: Session, ended: Session) -> None:
+        self._live.pop(session.id, None)
+        self._touched.pop(session.id, None)
+        for child in [s for s in self._live.values() if s.parent_id == session.id]:
+            await self._end(child, ended.state, f"its parent session {session.id} ended ({ended.status_message})")
+        if session.sandbox_id and not session.parent_id:
+            await self._provider.destroy(session.sandbox_id)
+        for listener in self._end_listeners:
+            listener(session.id)
+        kind = "session.deleted" if ended.state == SessionState.DELETED else "session.failed"
+        self.bus.publish(kind, session.tenant, session.id, id=session.id, message=ended.status_message)
+
     async def reap_expired(self) -> list[str]:
+        await self._sync_with_store()
         now = self._clock()
         ended = []
         for session in list(self._live.values()):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from controlplane.core.asks import LocalRules
 from controlplane.core.execution import (
     BuiltinCall,
     CommandSpec,
@@ -115,29 +117,48 @@ class GrpcExecStream(_AgentCall, ExecStream):
         await self._outbox.put(agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
 
 
-class GrpcBuiltinRun(_AgentCall, BuiltinRun):
+class ReportsAllowed:
+    """A tool call whose agent may settle rule-allowed asks itself and report them with its events."""
+
+    _allowed: list[tuple[str, list[str]]] | None = None
+
+    def take_allowed(self) -> list[tuple[str, list[str]]]:
+        """(permission, patterns) of the asks the agent allowed by the call's rules since the last look."""
+        allowed, self._allowed = self._allowed or [], None
+        return allowed
+
+    def _domain_event(self, event: agent_pb2.RunToolEvent, traced: AgentCallSpan) -> RunEvent | None:
+        """The domain form of one agent event (None for a kind this side does not know)."""
+        if event.allowed:
+            self._allowed = (self._allowed or []) + [(a.permission, list(a.patterns)) for a in event.allowed]
+        kind = event.WhichOneof("event")
+        if kind == "ask":
+            a = event.ask
+            return RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json))
+        if kind == "metadata":
+            m = event.metadata
+            return RunMetadata(m.title if m.has_title else None, _json(m.metadata_json) if m.metadata_json else None)
+        if kind == "result":
+            r = event.result
+            traced.finish(event.spans)
+            attachments = [(x.mime, x.url, x.filename) for x in r.attachments]
+            return RunResult(r.title, r.output, _json(r.metadata_json), attachments)
+        if kind == "failed":
+            traced.finish(event.spans)
+            return RunFailed(event.failed.message)
+        return None
+
+
+class GrpcBuiltinRun(_AgentCall, ReportsAllowed, BuiltinRun):
 
     async def events(self) -> AsyncIterator[RunEvent]:
         try:
             async for event in self._call:
-                kind = event.WhichOneof("event")
-                if kind == "ask":
-                    a = event.ask
-                    yield RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json))
-                elif kind == "metadata":
-                    m = event.metadata
-                    meta = _json(m.metadata_json) if m.metadata_json else None
-                    yield RunMetadata(m.title if m.has_title else None, meta)
-                elif kind == "result":
-                    r = event.result
-                    attachments = [(x.mime, x.url, x.filename) for x in r.attachments]
-                    self._traced.finish(event.spans)
-                    yield RunResult(r.title, r.output, _json(r.metadata_json), attachments)
-                    return
-                elif kind == "failed":
-                    self._traced.finish(event.spans)
-                    yield RunFailed(event.failed.message)
-                    return
+                domain = self._domain_event(event, self._traced)
+                if domain is not None:
+                    yield domain
+                    if isinstance(domain, RunResult | RunFailed):
+                        return
         except grpc.aio.AioRpcError as exc:
             self._traced.finish(error=exc)
             raise map_agent_error(exc, self._sandbox_id) from exc
@@ -152,6 +173,100 @@ class GrpcBuiltinRun(_AgentCall, BuiltinRun):
 
     async def abort(self, reason: str) -> None:
         await self._outbox.put(agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
+
+
+class _ToolStream:
+    """One RunTools call to the agent: tool calls multiplexed on it, each with its own event queue."""
+
+    def __init__(self, stub: agent_pb2_grpc.SandboxAgentAsyncStub, sandbox_id: str) -> None:
+        self._sandbox_id = sandbox_id
+        self._outbox: asyncio.Queue[object] = asyncio.Queue()
+        self._runs: dict[int, StreamedBuiltinRun] = {}
+        self._numbers = itertools.count(1)
+        self._call = stub.RunTools(_drain(self._outbox, agent_pb2.RunToolsRequest))
+        self._reader = asyncio.ensure_future(self._read())
+        self.open = True
+
+    def start(self, start: agent_pb2.ToolStart, traced: AgentCallSpan) -> StreamedBuiltinRun:
+        number = next(self._numbers)
+        run = self._runs[number] = StreamedBuiltinRun(self, number, self._sandbox_id, traced)
+        request = agent_pb2.RunToolRequest(start=start)
+        self._outbox.put_nowait(agent_pb2.RunToolsRequest(call=number, request=request, trace=dict(traced.metadata)))
+        return run
+
+    def send(self, number: int, request: agent_pb2.RunToolRequest) -> None:
+        if number in self._runs:
+            self._outbox.put_nowait(agent_pb2.RunToolsRequest(call=number, request=request))
+
+    def forget(self, number: int, *, cancel: bool) -> None:
+        if self._runs.pop(number, None) is not None and cancel and self.open:
+            self._outbox.put_nowait(agent_pb2.RunToolsRequest(call=number, cancel=True))
+
+    async def _read(self) -> None:
+        ended: grpc.aio.AioRpcError | None = None
+        try:
+            async for event in self._call:
+                run = self._runs.get(event.call)
+                if run is not None:
+                    run.inbox.put_nowait(event)
+        except grpc.aio.AioRpcError as exc:
+            ended = exc
+        finally:
+            self.close()
+            runs, self._runs = self._runs, {}
+            for run in runs.values():
+                run.inbox.put_nowait(ended)
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self._outbox.put_nowait(_END)
+            self._call.cancel()
+
+
+class StreamedBuiltinRun(ReportsAllowed, BuiltinRun):
+    """A tool call on the agent's RunTools stream: the same events and errors as over its own RunTool."""
+
+    def __init__(self, stream: _ToolStream, number: int, sandbox_id: str, traced: AgentCallSpan) -> None:
+        self._stream = stream
+        self._number = number
+        self._sandbox_id = sandbox_id
+        self._traced = traced
+        self.inbox: asyncio.Queue[agent_pb2.RunToolsEvent | grpc.aio.AioRpcError | None] = asyncio.Queue()
+
+    async def events(self) -> AsyncIterator[RunEvent]:
+        finished = False
+        try:
+            while True:
+                item = await self.inbox.get()
+                if isinstance(item, grpc.aio.AioRpcError):
+                    self._traced.finish(error=item)
+                    raise map_agent_error(item, self._sandbox_id) from item
+                if item is None or item.done:
+                    finished = True  # the agent's side of the call is over: nothing to cancel
+                    if item is not None and item.error:
+                        raise InvalidArgumentError(item.error)
+                    break
+                domain = self._domain_event(item.event, self._traced)
+                if domain is not None:
+                    yield domain
+                    if isinstance(domain, RunResult | RunFailed):
+                        finished = True
+                        return
+        finally:
+            self._traced.finish()
+            self._stream.forget(self._number, cancel=not finished)
+        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the tool call without a result")
+
+    async def answer(self, ask_id: int, allowed: bool, message: str = "") -> None:
+        reply = agent_pb2.AskReply(ask_id=ask_id, allowed=allowed, message=message)
+        self._stream.send(self._number, agent_pb2.RunToolRequest(ask_reply=reply))
+
+    async def abort(self, reason: str) -> None:
+        self._stream.send(self._number, agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
+
+    def cancel(self) -> None:
+        self._stream.forget(self._number, cancel=True)
 
 
 def _json(text: str) -> dict[str, object]:
@@ -173,12 +288,17 @@ class GrpcSandboxAgent(SandboxAgent):
         self.sandbox_id = sandbox_id
         self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = agent_pb2_grpc.SandboxAgentStub(self._channel)
+        self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
+        self._features: frozenset[str] = frozenset()
+        """What the agent's Health said it offers beyond the base protocol (an older image offers nothing)."""
+        self._tool_stream: _ToolStream | None = None
 
     async def health(self, timeout_s: float = 5.0) -> AgentHealth:
         try:
             r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
+        self._features = frozenset(r.features)
         return AgentHealth(
             r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running, r.tool_home
         )
@@ -198,17 +318,39 @@ class GrpcSandboxAgent(SandboxAgent):
         call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest), metadata=traced.metadata)
         return GrpcExecStream(call, outbox, self.sandbox_id, traced)
 
-    async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
+    async def run_builtin(self, call: BuiltinCall, rules: LocalRules | None = None) -> BuiltinRun:
+        """`rules`: the agent settles the asks they allow itself (see `GrpcBuiltinRun.take_allowed`)."""
         outbox: asyncio.Queue[object] = asyncio.Queue()
         start = agent_pb2.ToolStart(
             tool=call.tool, args_json=json.dumps(call.args), session_id=call.session_id,
             message_id=call.message_id, call_id=call.call_id, agent=call.agent,
             extra_json=json.dumps(call.extra), env=call.env, custom=call.custom,
         )
+        if rules is not None:
+            start.rules.CopyFrom(self._encoded(rules))
+        if "run_tools" in self._features:
+            # One long-lived stream for every call: a new RPC per call costs more than the call's messages.
+            if self._tool_stream is None or not self._tool_stream.open:
+                self._tool_stream = _ToolStream(self._stub, self.sandbox_id)
+            return self._tool_stream.start(start, AgentCallSpan("RunTool", self.sandbox_id))
         outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
         traced = AgentCallSpan("RunTool", self.sandbox_id)
         stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest), metadata=traced.metadata)
         return GrpcBuiltinRun(stream, outbox, self.sandbox_id, traced)
+
+    def _encoded(self, rules: LocalRules) -> agent_pb2.PermissionRules:
+        """Encoded once per rule snapshot (a session's rules rarely change between calls)."""
+        cached = self._rules.get(id(rules))
+        if cached is not None and cached[0] is rules:
+            return cached[1]
+        encoded = agent_pb2.PermissionRules(rules=[
+            agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
+            for rule, _source in rules.rules
+        ])
+        if len(self._rules) >= 16:
+            self._rules.clear()
+        self._rules[id(rules)] = (rules, encoded)
+        return encoded
 
     async def save_output(self, name: str, content: bytes) -> str:
         try:
@@ -272,5 +414,7 @@ class GrpcSandboxAgent(SandboxAgent):
             raise map_agent_error(exc, self.sandbox_id) from exc
 
     async def close(self) -> None:
+        if self._tool_stream is not None:
+            self._tool_stream.close()
         with contextlib.suppress(Exception):
             await self._channel.close()

@@ -73,6 +73,8 @@ class DockerSandboxProvider(SandboxProvider):
         self._dirs = SandboxDirs(data_dir)
         self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
         self._live: dict[str, Sandbox] = {}
+        self._attached: dict[str, Sandbox] = {}
+        """Other control planes' sandboxes this one has reached (see `attach`)."""
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
 
     # -- naming ---------------------------------------------------------------------------------
@@ -114,9 +116,10 @@ class DockerSandboxProvider(SandboxProvider):
 
     async def close(self) -> None:
         await self._pool.close()
-        for sandbox in list(self._live.values()):
+        for sandbox in [*self._live.values(), *self._attached.values()]:
             await sandbox.agent.close()
         self._live.clear()
+        self._attached.clear()
         await asyncio.to_thread(self._client.close)
 
     def pool_stats(self) -> PoolStats:
@@ -137,6 +140,27 @@ class DockerSandboxProvider(SandboxProvider):
         sandbox = self._live.get(sandbox_id)
         if sandbox is None:
             raise SandboxLostError(f"sandbox {sandbox_id} does not exist (any more)")
+        return sandbox
+
+    async def attach(self, sandbox_id: str) -> Sandbox:
+        """Another control plane's container on this engine: its agent socket is found through the
+        container's own bind mount, so the two planes need not share a data dir."""
+        known = self._live.get(sandbox_id) or self._attached.get(sandbox_id)
+        if known is not None:
+            return known
+        containers = await asyncio.to_thread(
+            self._client.containers.list, filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_SANDBOX}={sandbox_id}"]}
+        )
+        if not containers:
+            raise SandboxLostError(f"sandbox {sandbox_id} has no running container on this engine")
+        container = containers[0]
+        mounts = container.attrs.get("Mounts") or []
+        sources = [m.get("Source", "") for m in mounts if m.get("Destination") == AGENT_DIR]
+        if not sources:
+            raise SandboxLostError(f"sandbox {sandbox_id}: its container has no agent directory")
+        agent = GrpcSandboxAgent(f"unix:{Path(sources[0]) / 'agent.sock'}", sandbox_id)
+        sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
+        self._attached[sandbox_id] = sandbox
         return sandbox
 
     async def destroy(self, sandbox_id: str) -> None:

@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 
 from controlplane.core.execution import BuiltinCall, CommandSpec, CustomListing, ExecEvent, RunEvent, UploadSummary
 from controlplane.core.models import Resources
+from controlplane.errors import SandboxLostError
 
 SandboxState = Literal["creating", "pool", "claimed"]
 
@@ -170,6 +171,11 @@ class SandboxProvider(abc.ABC):
     @abc.abstractmethod
     async def get(self, sandbox_id: str) -> Sandbox:
         """The sandbox, or SandboxLostError when it is gone."""
+
+    async def attach(self, sandbox_id: str) -> Sandbox:
+        """A channel to a sandbox another control plane owns (they share the store); its owner keeps
+        creating, reconciling and destroying it. SandboxLostError when it cannot be reached from here."""
+        raise SandboxLostError(f"sandbox {sandbox_id} belongs to another control plane; this provider cannot reach it")
 
     @abc.abstractmethod
     async def destroy(self, sandbox_id: str) -> None:

@@ -17,16 +17,16 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import docker
 import docker.errors
 from docker.types import ConfigReference, Mount, SecretReference
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
-from controlplane.core.models import Resources
+from controlplane.core.models import Resources, Session, SessionState
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox import swarm_relay
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
@@ -70,6 +70,8 @@ agent has no CAP_CHOWN; as the owner it may still open the workspace to the tool
 would not do: Swarm leaves a task's volumes behind on its node."""
 AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"]
 RELAY_DIR = "/run/ocsb"
+RELAY_SPEC = 2
+"""Part of the relay service's hash: bump it when the service spec changes, so running relays are replaced."""
 _FAILED_TASK_STATES = {"failed", "rejected", "shutdown", "complete", "orphaned", "remove"}
 _NETWORK_REMOVE_S = 30.0
 
@@ -80,6 +82,19 @@ class _Remote:
     forward: LocalForward
     node: str
     service_id: str
+
+    async def close(self) -> None:
+        await self.sandbox.agent.close()
+        await self.forward.close()
+
+
+@runtime_checkable
+class _SessionRows(Protocol):
+    """The store's session rows: the ledger the app passes is the store, which has them."""
+
+    async def get_session(self, session_id: str) -> Session | None: ...
+
+    async def put_session(self, s: Session) -> None: ...
 
 
 @dataclass
@@ -119,6 +134,9 @@ class SwarmSandboxProvider(SandboxProvider):
         self._pki: RelayPki | None = None
         self._relays: dict[str, _NodeRelay] = {}
         self._live: dict[str, _Remote] = {}
+        self._attached: dict[str, _Remote] = {}
+        """Other control planes' sandboxes this one has reached (see `attach`); their owners manage them."""
+        self._attaching = asyncio.Lock()
         self._lost: dict[str, str] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
@@ -174,10 +192,10 @@ class SwarmSandboxProvider(SandboxProvider):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._pool.close()
-        for remote in list(self._live.values()):
-            await remote.sandbox.agent.close()
-            await remote.forward.close()
+        for remote in [*self._live.values(), *self._attached.values()]:
+            await remote.close()
         self._live.clear()
+        self._attached.clear()
         await asyncio.to_thread(self._client.close)
 
     async def remove_relay(self) -> None:
@@ -209,12 +227,54 @@ class SwarmSandboxProvider(SandboxProvider):
             raise SandboxLostError(f"sandbox {sandbox_id} is lost: {reason}")
         return remote.sandbox
 
+    async def attach(self, sandbox_id: str) -> Sandbox:
+        """Another control plane's sandbox (they share the store): reached through this plane's own relay on
+        the sandbox's node, which serves every instance's socket dirs under the node root, so both planes
+        must use the same `node_root`."""
+        async with self._attaching:
+            known = self._live.get(sandbox_id) or self._attached.get(sandbox_id)
+            if known is not None:
+                return known.sandbox
+            service = await asyncio.to_thread(self._find_service, sandbox_id)
+            if service is None:
+                raise SandboxLostError(f"sandbox {sandbox_id} has no service in this swarm")
+            owner = service["Spec"]["Labels"].get(LABEL_INSTANCE, "")
+            mounts = service["Spec"]["TaskTemplate"]["ContainerSpec"].get("Mounts") or []
+            source = next((m.get("Source", "") for m in mounts if m.get("Target") == AGENT_DIR), "")
+            if source != self._agent_dir_source(owner, sandbox_id):
+                raise SandboxLostError(
+                    f"sandbox {sandbox_id}'s agent dir {source or '(none)'} is not under this control plane's "
+                    f"node_root {self._config.node_root}"
+                )
+            node = await asyncio.to_thread(self._running_node, str(service["ID"]))
+            if node is None:
+                raise SandboxLostError(f"sandbox {sandbox_id}'s task is not running")
+            remote = await self._connect(sandbox_id, node, str(service["ID"]), owner=owner)
+            try:
+                await remote.sandbox.agent.health(timeout_s=5.0)
+            except SandboxError as exc:
+                self._attached.pop(sandbox_id, None)
+                await remote.close()
+                raise SandboxLostError(f"sandbox {sandbox_id} does not answer through the relay: {exc}") from exc
+            return remote.sandbox
+
+    def _find_service(self, sandbox_id: str) -> dict[str, Any] | None:
+        filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_SANDBOX}={sandbox_id}", f"{LABEL_ROLE}=sandbox"]}
+        services = self._api.services(filters=filters)
+        return services[0] if services else None
+
+    def _running_node(self, service_id: str) -> str | None:
+        tasks = self._api.tasks(filters={"service": service_id})
+        return next((t["NodeID"] for t in tasks if (t.get("Status") or {}).get("State") == "running"), None)
+
+    def _agent_dir_source(self, instance: str, sandbox_id: str) -> str:
+        return f"{self._config.node_root}/{{{{.Node.ID}}}}/{instance}/{sandbox_id}"
+
     async def destroy(self, sandbox_id: str) -> None:
         remote = self._live.pop(sandbox_id, None)
         self._lost.pop(sandbox_id, None)
         if remote is not None:
-            await remote.sandbox.agent.close()
-            await remote.forward.close()
+            await remote.close()
         await asyncio.to_thread(self._remove_service_and_network, sandbox_id)
         relays = [self._relays[remote.node]] if remote and remote.node in self._relays else list(self._relays.values())
         await asyncio.gather(
@@ -253,7 +313,7 @@ class SwarmSandboxProvider(SandboxProvider):
         digest = hashlib.sha256(script)
         for name, data in sorted(secret_files.items()):
             digest.update(name.encode() + data)
-        digest.update(f"{self._config.relay_port}|{self._config.image}|{self._config.node_root}".encode())
+        digest.update(f"{RELAY_SPEC}|{self._config.relay_port}|{self._config.image}|{self._config.node_root}".encode())
         return script, secret_files, digest.hexdigest()[:12]
 
     def _ensure_relay_service(self) -> None:
@@ -282,6 +342,9 @@ class SwarmSandboxProvider(SandboxProvider):
             configs=[ConfigReference(config["ID"], f"{name}-{relay_hash}", filename="/ocsb/relay.py",
                                      uid="0", gid="0", mode=0o444)],
             secrets=secrets_refs, read_only=True, cap_drop=["ALL"],
+            # Not PID 1, so SIGTERM ends it at once: a node's daemon shutting down loses its relay (and
+            # its sessions are reported lost) in a second or two instead of at the 10 s kill.
+            init=True,
         )
         template = docker.types.TaskTemplate(
             spec, resources=docker.types.Resources(mem_limit=128 * 1024 * 1024),
@@ -418,8 +481,7 @@ class SwarmSandboxProvider(SandboxProvider):
             mounts=[
                 Mount("/tmp", None, type="tmpfs", tmpfs_size=self._tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
                 Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=self._config.workspace_mb * 1024 * 1024),
-                Mount(AGENT_DIR, f"{self._config.node_root}/{{{{.Node.ID}}}}/{self._instance}/{sandbox_id}",
-                      type="bind"),
+                Mount(AGENT_DIR, self._agent_dir_source(self._instance, sandbox_id), type="bind"),
             ],
             read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
         )
@@ -466,19 +528,22 @@ class SwarmSandboxProvider(SandboxProvider):
                 )
             await asyncio.sleep(0.05)
 
-    async def _connect(self, sandbox_id: str, node: str, service_id: str) -> _Remote:
+    async def _connect(self, sandbox_id: str, node: str, service_id: str, owner: str = "") -> _Remote:
+        """A forwarder to the sandbox's agent; `owner` names another instance whose sandbox this attaches to."""
         relay = self._relays.get(node)
         if relay is None:
             await self._refresh_nodes()
             relay = self._relays.get(node)
             if relay is None:
                 raise SandboxStartError(f"sandbox {sandbox_id} runs on node {node}, which has no relay")
-        forward = LocalForward(self._state_dir / "fwd" / f"{sandbox_id}.sock", relay.client, self._instance, sandbox_id)
+        forward = LocalForward(
+            self._state_dir / "fwd" / f"{sandbox_id}.sock", relay.client, owner or self._instance, sandbox_id
+        )
         await forward.start()
         agent = GrpcSandboxAgent(f"unix:{forward.path}", sandbox_id)
         sandbox = Sandbox(sandbox_id, agent, details={"service_id": service_id, "node_id": node})
         remote = _Remote(sandbox, forward, node, service_id)
-        self._live[sandbox_id] = remote
+        (self._attached if owner else self._live)[sandbox_id] = remote
         return remote
 
     async def _healthy(self, sandbox: Sandbox) -> bool:
@@ -503,23 +568,42 @@ class SwarmSandboxProvider(SandboxProvider):
     async def _check_once(self) -> None:
         await self._refresh_nodes()
         await asyncio.gather(*(self._ping(n, r) for n, r in self._relays.items()))
-        if not self._live:
+        if not self._live and not self._attached:
             return
         tasks = await asyncio.to_thread(self._api.tasks, filters={"desired-state": "running"})
         running = {t.get("ServiceID") for t in tasks if (t.get("Status") or {}).get("State") == "running"}
-        for sandbox_id, remote in list(self._live.items()):
-            relay = self._relays.get(remote.node)
-            reason = ""
-            if relay is None or relay.failures >= self._config.relay_failures:
-                reason = f"its node {remote.node} stopped answering"
-            elif remote.service_id not in running:
-                reason = "its task is no longer running"
-            if reason:
-                log.warning("sandbox %s lost: %s", sandbox_id, reason)
-                self._live.pop(sandbox_id, None)
-                self._lost[sandbox_id] = reason
-                await remote.sandbox.agent.close()
-                await remote.forward.close()
+        for registry in (self._live, self._attached):
+            for sandbox_id, remote in list(registry.items()):
+                relay = self._relays.get(remote.node)
+                reason = ""
+                if relay is None or relay.failures >= self._config.relay_failures:
+                    reason = f"its node {remote.node} stopped answering"
+                elif remote.service_id not in running:
+                    reason = "its task is no longer running"
+                if not reason:
+                    continue
+                registry.pop(sandbox_id, None)
+                await remote.close()
+                if registry is self._live:  # an attached one is its owner's to report
+                    log.warning("sandbox %s lost: %s", sandbox_id, reason)
+                    self._lost[sandbox_id] = reason
+                    await self._report_lost(sandbox_id, f"sandbox {sandbox_id} is lost: {reason}")
+
+    async def _report_lost(self, sandbox_id: str, reason: str) -> None:
+        """Marks the sandbox's READY session FAILED in the store right away: the session manager's reaper
+        (like every control plane sharing the store) then ends it as if another plane had, instead of waiting
+        for the session's next use to find out."""
+        if not isinstance(self._ledger, _SessionRows):
+            return
+        try:
+            records = await self._ledger.list_sandboxes(self._instance)
+            session_id = next((r.session_id for r in records if r.id == sandbox_id and r.state == "claimed"), "")
+            session = await self._ledger.get_session(session_id) if session_id else None
+            if session is None or session.state != SessionState.READY or session.sandbox_id != sandbox_id:
+                return
+            await self._ledger.put_session(replace(session, state=SessionState.FAILED, status_message=reason))
+        except Exception:  # the next use still finds the sandbox lost
+            log.exception("could not report sandbox %s lost to the store", sandbox_id)
 
     # -- reconciliation -------------------------------------------------------------------------
 
@@ -558,8 +642,7 @@ class SwarmSandboxProvider(SandboxProvider):
             return False
         if record.state == "pool" and service["Spec"]["Labels"].get(LABEL_IMAGE) != self._config.image:
             return False
-        tasks = await asyncio.to_thread(self._api.tasks, filters={"service": service["ID"]})
-        node = next((t["NodeID"] for t in tasks if (t.get("Status") or {}).get("State") == "running"), None)
+        node = await asyncio.to_thread(self._running_node, str(service["ID"]))
         if node is None:
             return False
         try:
@@ -568,8 +651,7 @@ class SwarmSandboxProvider(SandboxProvider):
         except SandboxError:
             remote_ = self._live.pop(record.id, None)
             if remote_ is not None:
-                await remote_.sandbox.agent.close()
-                await remote_.forward.close()
+                await remote_.close()
             return False
         if record.state == "pool":
             self._pool.adopt(remote.sandbox)

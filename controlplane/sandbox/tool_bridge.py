@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 from typing import Any
 
+from controlplane.core.asks import CallAsks
 from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
 from controlplane.core.hooks import DEFAULT_TIMEOUT_S
 from controlplane.core.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
-from controlplane.sandbox.provider import SandboxAgent
+from controlplane.sandbox.agent_client import GrpcSandboxAgent, ReportsAllowed
+from controlplane.sandbox.provider import BuiltinRun, SandboxAgent
 
 
 class AgentToolCalls(SandboxCalls):
@@ -29,10 +31,17 @@ class AgentToolCalls(SandboxCalls):
         return await self._agent.run_plugin_hook(name, input_, output, DEFAULT_TIMEOUT_S)
 
     async def _run(self, tool: str, args: dict[str, Any], ctx: ToolContext, *, custom: bool) -> ToolResult:
-        run = await self._agent.run_builtin(BuiltinCall(
+        call = BuiltinCall(
             tool=tool, args=args, session_id=ctx.session_id, message_id=ctx.message_id, call_id=ctx.call_id,
             agent=ctx.agent, extra={**self._extra, **ctx.extra}, env={**self._env, **ctx.env}, custom=custom,
-        ))
+        )
+        asks = ctx.ask if isinstance(ctx.ask, CallAsks) else None
+        rules = await asks.local_rules() if asks is not None and isinstance(self._agent, GrpcSandboxAgent) else None
+        if rules is not None:
+            assert isinstance(self._agent, GrpcSandboxAgent)
+            run: BuiltinRun = await self._agent.run_builtin(call, rules)
+        else:
+            run = await self._agent.run_builtin(call)
 
         async def forward_abort() -> None:
             await ctx.abort.wait()
@@ -43,6 +52,10 @@ class AgentToolCalls(SandboxCalls):
         refused: ToolError | None = None
         try:
             async for event in run.events():
+                if rules is not None and asks is not None and isinstance(run, ReportsAllowed):
+                    # Asks the agent allowed itself are audited before whatever came after them.
+                    for permission, patterns in run.take_allowed():
+                        await asks.allowed_elsewhere(permission, patterns, rules)
                 if isinstance(event, RunAsk):
                     try:
                         await ctx.ask(PermissionAsk(event.permission, event.patterns, event.always, event.metadata))

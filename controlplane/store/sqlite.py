@@ -8,7 +8,6 @@ in small batches (see AuditWriter) so auditing stays off a tool call's critical 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import sqlite3
 import threading
@@ -21,73 +20,12 @@ from controlplane.core.audit import AuditEntry
 from controlplane.core.models import Resources, Session, SessionState, Tenant
 from controlplane.core.permission import Rule
 from controlplane.sandbox.provider import SandboxRecord
+from controlplane.store.base import AuditWriter, hash_token
+from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
 T = TypeVar("T")
 
-SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS tenants (
-        name TEXT PRIMARY KEY,
-        token_sha256 TEXT NOT NULL UNIQUE,
-        created_at REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS sessions (
-        id TEXT PRIMARY KEY,
-        tenant TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        state TEXT NOT NULL,
-        sandbox_id TEXT NOT NULL DEFAULT '',
-        labels TEXT NOT NULL DEFAULT '{}',
-        resources TEXT NOT NULL,
-        config_json TEXT NOT NULL DEFAULT '',
-        status_message TEXT NOT NULL DEFAULT '',
-        created_at REAL NOT NULL,
-        last_active_at REAL NOT NULL,
-        deleted_at REAL)""",
-    "CREATE INDEX IF NOT EXISTS sessions_tenant ON sessions (tenant, state)",
-    """CREATE TABLE IF NOT EXISTS sandboxes (
-        id TEXT PRIMARY KEY,
-        instance TEXT NOT NULL,
-        state TEXT NOT NULL,
-        session_id TEXT NOT NULL DEFAULT '',
-        created_at REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS approvals (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id TEXT NOT NULL,
-        permission TEXT NOT NULL,
-        pattern TEXT NOT NULL,
-        created_at REAL NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS approvals_session ON approvals (session_id, seq)",
-    """CREATE TABLE IF NOT EXISTS todos (
-        session_id TEXT PRIMARY KEY,
-        todos_json TEXT NOT NULL,
-        updated_at REAL NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS audit (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        time REAL NOT NULL,
-        tenant TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        call_id TEXT NOT NULL,
-        outcome TEXT NOT NULL,
-        permission TEXT NOT NULL,
-        patterns TEXT NOT NULL,
-        rule TEXT NOT NULL,
-        detail TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS audit_session ON audit (tenant, session_id, seq)",
-]
-COLUMNS_ADDED = {
-    "sessions": [
-        ("parent_id", "TEXT NOT NULL DEFAULT ''"),
-        ("title", "TEXT NOT NULL DEFAULT ''"),
-    ],
-}
-"""Columns newer than a table's first version: added in place, so older data dirs keep working."""
-AUDIT_FLUSH_S = 0.05
-AUDIT_BATCH = 512
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+__all__ = ["AuditWriter", "SqliteStore", "hash_token"]
 
 
 class SqliteStore:
@@ -102,20 +40,42 @@ class SqliteStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        for statement in SCHEMA:
-            self._db.execute(statement)
-        self._add_missing_columns()
+        self._migrate()
 
-    def _add_missing_columns(self) -> None:
-        for table, columns in COLUMNS_ADDED.items():
+    def _migrate(self) -> None:
+        self._db.execute(VERSION_TABLE.format(real="REAL"))
+        applied = {row[0] for row in self._db.execute("SELECT version FROM schema_migrations")}
+        if LATEST in applied and len(applied) == len(MIGRATIONS):
+            return
+        self._db.execute("BEGIN IMMEDIATE")  # another process may be migrating the same file: read again under the lock
+        try:
+            applied = {row[0] for row in self._db.execute("SELECT version FROM schema_migrations")}
+            for migration in MIGRATIONS:
+                if migration.version not in applied:
+                    self._apply(migration)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _apply(self, migration: Migration) -> None:
+        for statement in migration.sql("sqlite"):
+            self._db.execute(statement)
+        for table, name, declaration in migration.added_columns:
             present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
-            for name, declaration in columns:
-                if name not in present:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+            if name not in present:  # added in place by a build older than the version table
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+        self._db.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+            (migration.version, migration.name, time.time()),
+        )
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    async def aclose(self) -> None:
+        self.close()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
@@ -273,31 +233,3 @@ def _session(row: sqlite3.Row) -> Session:
         parent_id=row["parent_id"],
         title=row["title"],
     )
-
-
-class AuditWriter:
-    """The audit log: entries are queued and written in batches every AUDIT_FLUSH_S."""
-
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
-        self._queue: list[AuditEntry] = []
-        self._flusher: asyncio.Task[None] | None = None
-
-    async def record(self, entry: AuditEntry) -> None:
-        self._queue.append(entry)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush_soon())
-
-    async def _flush_soon(self) -> None:
-        await asyncio.sleep(AUDIT_FLUSH_S)
-        await self.flush()
-
-    async def flush(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue[:AUDIT_BATCH], self._queue[AUDIT_BATCH:]
-            await self._store.add_audit(batch)
-
-    async def close(self) -> None:
-        if self._flusher is not None:
-            await self._flusher
-        await self.flush()

@@ -88,6 +88,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             running=len(self._running) + self._tools.running,
             tool_home=self._config.tool_home,
+            features=["run_tools"],
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:
@@ -152,6 +153,12 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                 yield event
         except AgentError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    async def RunTools(
+        self, request_iterator: AsyncIterator[agent_pb2.RunToolsRequest], context: Any
+    ) -> AsyncIterator[agent_pb2.RunToolsEvent]:
+        async for event in self._tools.run_many(request_iterator):
+            yield event
 
     async def ListCustomTools(
         self, request: agent_pb2.ListCustomToolsRequest, context: Any

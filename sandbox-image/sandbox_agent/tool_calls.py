@@ -9,13 +9,14 @@ import json
 import os
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox.v1 import agent_pb2
 from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.errors import AgentError
+from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
 
@@ -53,9 +54,13 @@ def find_worktree(directory: str) -> str:
 class _Outbox:
     queue: asyncio.Queue[agent_pb2.RunToolEvent | None]
     seq: int = 0
+    allowed: list[agent_pb2.AllowedAsk] = field(default_factory=list)
+    """Asks the call's rules allowed here, not yet reported: they ride on the next event."""
 
     def put(self, **event: Any) -> None:
         self.seq += 1
+        if self.allowed:
+            event["allowed"], self.allowed = self.allowed, []
         self.queue.put_nowait(agent_pb2.RunToolEvent(seq=self.seq, **event))
 
 
@@ -69,6 +74,8 @@ class ToolCalls:
         self._sessions: dict[str, SessionState] = {}
         self.custom = CustomTools(runner, workspace, tool_home)
         self.running = 0
+        self._detached: set[asyncio.Task[None]] = set()
+        """Calls of a RunTools stream that went away, finishing their abort."""
 
     def _state(self, session_id: str) -> SessionState:
         return self._sessions.setdefault(session_id, SessionState())
@@ -84,8 +91,12 @@ class ToolCalls:
         pending: dict[int, asyncio.Future[None]] = {}
         abort = asyncio.Event()
         ask_ids = itertools.count(1)
+        rules = LocalRules(start.rules.rules) if start.HasField("rules") else None
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
+            if rules is not None and rules.allows(permission, patterns):
+                outbox.allowed.append(agent_pb2.AllowedAsk(permission=permission, patterns=patterns))
+                return
             ask_id = next(ask_ids)
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending[ask_id] = waiter
@@ -166,6 +177,58 @@ class ToolCalls:
                 await asyncio.wait([worker], timeout=3.0)
                 worker.cancel()
 
+    async def run_many(
+        self, requests: AsyncIterator[agent_pb2.RunToolsRequest],
+    ) -> AsyncIterator[agent_pb2.RunToolsEvent]:
+        """RunTools: each call runs exactly as `run` runs one RunTool; their events share one stream."""
+        events: asyncio.Queue[agent_pb2.RunToolsEvent | None] = asyncio.Queue()
+        inboxes: dict[int, asyncio.Queue[agent_pb2.RunToolRequest | None]] = {}
+
+        async def one(number: int, inbox: asyncio.Queue[agent_pb2.RunToolRequest | None],
+                      trace: tracing.Recorder | None) -> None:
+            async def requests_of_call() -> AsyncIterator[agent_pb2.RunToolRequest]:
+                while (request := await inbox.get()) is not None:
+                    yield request
+
+            try:
+                async for event in self.run(requests_of_call(), trace):
+                    events.put_nowait(agent_pb2.RunToolsEvent(call=number, event=event))
+                events.put_nowait(agent_pb2.RunToolsEvent(call=number, done=True))
+            except AgentError as exc:
+                events.put_nowait(agent_pb2.RunToolsEvent(call=number, done=True, error=str(exc)))
+            finally:
+                del inboxes[number]
+                events.put_nowait(None)  # wakes the stream up, in case this was the last call
+
+        async def dispatch() -> None:
+            try:
+                async for request in requests:
+                    inbox = inboxes.get(request.call)
+                    if inbox is not None:
+                        inbox.put_nowait(None if request.cancel else request.request)
+                    elif not request.cancel and request.request.WhichOneof("msg") == "start":
+                        inbox = inboxes[request.call] = asyncio.Queue()
+                        inbox.put_nowait(request.request)
+                        task = asyncio.ensure_future(
+                            one(request.call, inbox, tracing.recorder_from_metadata(request.trace.items()))
+                        )
+                        self._detached.add(task)
+                        task.add_done_callback(self._detached.discard)
+                    # Anything else is for a call that already ended, as a late message on a finished RunTool.
+            finally:
+                _hang_up(inboxes)
+                events.put_nowait(None)
+
+        reader = asyncio.ensure_future(dispatch())
+        try:
+            while not (reader.done() and not inboxes and events.empty()):
+                event = await events.get()
+                if event is not None:
+                    yield event
+        finally:
+            reader.cancel()
+            _hang_up(inboxes)
+
     def _custom_run(self, tool_id: str, abort: asyncio.Event) -> ToolRun:
         async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             context = {
@@ -215,6 +278,12 @@ class ToolCalls:
         path = os.path.join(directory, name)
         await self._runner.io(_write_new, directory, path, content)
         return path
+
+
+def _hang_up(inboxes: dict[int, asyncio.Queue[agent_pb2.RunToolRequest | None]]) -> None:
+    """The control plane is gone for these calls: what the end of their RunTool means (an abort)."""
+    for inbox in inboxes.values():
+        inbox.put_nowait(None)
 
 
 def _write_new(directory: str, path: str, content: bytes) -> None:

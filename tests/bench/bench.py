@@ -720,6 +720,8 @@ SECTIONS = (
     ("custom tools", "tests.bench.custom_tools_bench"),
     ("tracing overhead", "tests.bench.tracing_bench"),
     ("under attack", "tests.bench.attack_bench"),
+    ("tool-call path", "tests.bench.toolpath_bench"),
+    ("cluster on a two-node swarm (when `make cluster-up` ran)", "tests.bench.cluster_bench"),
 )
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""
 

@@ -2,107 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
 
-import docker
 import pytest
 
-from controlplane import app
-from controlplane.client import AsyncClient
-from controlplane.config import load_settings
-from tests.planes import REPO, new_instance, short_tmp
-
-CLUSTER = REPO / "scripts" / "cluster.sh"
-TOKENS = {"alpha": "tok-alpha-" + "a" * 20, "beta": "tok-beta-" + "b" * 20, "gamma": "tok-gamma-" + "c" * 20}
-
-
-@dataclass
-class Cluster:
-    state: dict[str, str]
-
-    @property
-    def manager(self) -> str:
-        return self.state["MANAGER_NODE"]
-
-    @property
-    def worker(self) -> str:
-        return self.state["WORKER_NODE"]
-
-    def worker_client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.state["WORKER_SOCK"])
-
-
-def cluster_state() -> dict[str, str]:
-    out = subprocess.run(["bash", str(CLUSTER), "status"], capture_output=True, text=True, check=False).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+from tests.cluster.support import Cluster, SwarmPlane, running_cluster, swarm_plane
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
-    check = subprocess.run(["bash", str(CLUSTER), "check"], capture_output=True, text=True, check=False)
-    if check.returncode != 0:
-        pytest.skip(check.stdout.strip() or check.stderr.strip())
-    state = cluster_state()
-    if state.get("UP") != "1":
-        pytest.skip("no cluster: run `make cluster-up` first (or `make test-cluster`)")
-    try:
-        Cluster(state).worker_client().ping()
-    except docker.errors.DockerException as exc:
-        pytest.skip(f"the cluster's worker daemon does not answer ({exc}); run `make cluster-up`")
-    return Cluster(state)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class SwarmPlane:
-    plane: app.ControlPlane
-    clients: dict[str, AsyncClient]
-
-    @property
-    def instance(self) -> str:
-        return self.plane.settings.instance
-
-
-@asynccontextmanager
-async def swarm_plane(pool_size: int = 0, **provider: Any) -> AsyncIterator[SwarmPlane]:
-    """Tenant alpha is placed on the manager, beta on the worker, gamma anywhere (node labels of cluster.sh)."""
-    data_dir = short_tmp()
-    settings = load_settings(
-        None, data_dir=data_dir, instance=new_instance("c"), server={"listen": "127.0.0.1:0"},
-        pool={"size": pool_size}, tenants=[{"name": n, "token": t} for n, t in TOKENS.items()],
-        provider={
-            "type": "swarm", "relay_port": free_port(), "watch_interval_s": 0.5,
-            "tenant_constraints": {"alpha": ["node.labels.ocsb.node==manager"],
-                                   "beta": ["node.labels.ocsb.node==worker"]},
-            **provider,
-        },
-    )
-    plane = await app.start(settings)
-    clients = {name: AsyncClient(plane.address, token) for name, token in TOKENS.items()}
-    try:
-        yield SwarmPlane(plane, clients)
-    finally:
-        for client in clients.values():
-            for session in await client.list_sessions():
-                await client.delete_session(session.id)
-            await client.close()
-        provider_ = plane.sessions._provider  # the test owns this plane
-        await app.stop(plane)
-        remove_relay = getattr(provider_, "remove_relay", None)
-        if remove_relay is not None:
-            await remove_relay()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    found, why = running_cluster()
+    if found is None:
+        pytest.skip(why)
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from controlplane.v1 import session_pb2
-from tests.cluster.conftest import Cluster, SwarmPlane
+from tests.cluster.support import Cluster, SwarmPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -31,6 +31,8 @@ from tests.archives import tar_of
 from tests.planes import short_tmp
 
 MESSAGE_CAP_MB = 4
+ARCHIVE_ENTRIES_CAP = 2000
+"""limits.max_archive_entries of the fuzzed plane, so an archive past it stays small."""
 CALL_TIMEOUT_S = 20.0
 CLEAR = {
     grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
@@ -132,6 +134,7 @@ async def fuzz_plane() -> AsyncIterator[FuzzPlane]:
     settings = load_settings(
         None, data_dir=data_dir, instance="fz-" + os.urandom(4).hex(), provider={"type": "local"},
         server={"listen": "127.0.0.1:0", "max_message_mb": MESSAGE_CAP_MB}, tenants=TENANTS,
+        limits={"max_archive_entries": ARCHIVE_ENTRIES_CAP},
     )
     plane = await app.start(settings)
     client = AsyncClient(plane.address, "token-fuzz")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import strategies as st
 
 from controlplane.v1 import session_pb2
-from tests.fuzz.harness import SECRET, FuzzPlane, run_given, snapshot, tree
+from tests.fuzz.harness import ARCHIVE_ENTRIES_CAP, SECRET, FuzzPlane, run_given, snapshot, tree
 from tests.fuzz.strategies import hostile_text, json_values, malformed_json
 
 Member = tuple[tarfile.TarInfo, bytes | None]
@@ -89,26 +89,52 @@ async def test_hostile_archive_writes_nothing_outside(fplane: FuzzPlane, case: s
     assert (fplane.outside / "secret.txt").stat().st_nlink == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gap: such entries are skipped (only logged by SessionManager.create) and the session is READY; the issue "
-    "asks for a clear INVALID_ARGUMENT (core/sessions.py, owned by other helpers this wave); no file-count limit "
-    "either, so many_files is accepted"
-))
+def refusals(outside: Path) -> dict[str, tuple[grpc.StatusCode, str]]:
+    climb = "../" * 12 + str(outside)[1:]
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    return {
+        "dotdot": (invalid, f'entry "{climb}/dotdot.txt" escapes the workspace'),
+        "absolute": (invalid, f'entry "{outside}/absolute.txt" has an absolute path'),
+        "device": (invalid, 'entry "null" is a character device; only files, directories and links are allowed'),
+        "hardlink_out": (invalid, f'entry "hl" is a hard link to "{climb}/secret.txt", outside the workspace'),
+        "symlink_dir_then_write": (
+            invalid, f'entry "out" is a symlink to "{outside}", an absolute path outside the workspace'
+        ),
+        "many_files": (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                       f"the archive has more than {ARCHIVE_ENTRIES_CAP} entries (limits.max_archive_entries)"),
+    }
+
+
 @pytest.mark.parametrize("case", CASES)
-async def test_hostile_archive_is_refused_with_invalid_argument(fplane: FuzzPlane, case: str) -> None:
+async def test_hostile_archive_is_refused_naming_the_entry_and_leaves_nothing(fplane: FuzzPlane, case: str) -> None:
+    before = await snapshot(fplane)
     code, details = await _create(fplane, hostile(fplane.outside)[case])
-    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    expected_code, reason = refusals(fplane.outside)[case]
+    assert (code, details) == (expected_code, "workspace upload refused: " + reason)
+    assert await snapshot(fplane) == before  # no session, no sandbox dir, nothing written anywhere
+
+
+async def test_an_archive_at_the_entry_cap_is_accepted(fplane: FuzzPlane) -> None:
+    files = [member(f"d/{i}", data=b"") for i in range(ARCHIVE_ENTRIES_CAP - 1)]
+    before = await snapshot(fplane)
+    code, details = await _create(fplane, tar([member("d", tarfile.DIRTYPE), *files]))
+    assert code == grpc.StatusCode.OK, details
+    after = await snapshot(fplane)
+    assert (after.sandboxes, after.outside) == (before.sandboxes, before.outside)
+
+
+def declared_big() -> tarfile.TarInfo:
+    big = tarfile.TarInfo("big")
+    big.size = 1 << 34  # 16 GiB declared, 4 KiB sent
+    return big
 
 
 async def test_size_bomb_is_resource_exhausted(fplane: FuzzPlane) -> None:
-    big = tarfile.TarInfo("big")
-    big.size = 1 << 34  # 16 GiB declared, 4 KiB sent
     before = await snapshot(fplane)
-    code, details = await _create(fplane, big.tobuf(tarfile.GNU_FORMAT) + b"\0" * 4096)
+    code, details = await _create(fplane, declared_big().tobuf(tarfile.GNU_FORMAT) + b"\0" * 4096)
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert details == "workspace upload refused: archive expands past the 1073741824-byte limit"
-    after = await snapshot(fplane)
-    assert after.sandboxes == before.sandboxes
+    assert await snapshot(fplane) == before
 
 
 async def test_not_a_tar_is_invalid_argument(fplane: FuzzPlane) -> None:
@@ -118,16 +144,19 @@ async def test_not_a_tar_is_invalid_argument(fplane: FuzzPlane) -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a CreateSession refused for its request (bad archive, bad opencode.json after acquire) still leaves a "
-    "FAILED session in ListSessions that the caller never got an id for (SessionManager.create stores the session "
-    "before the sandbox work; core/sessions.py, owned by other helpers this wave)"
-))
 async def test_refused_create_leaves_no_session_behind(fplane: FuzzPlane) -> None:
     before = await snapshot(fplane)
-    code, _ = await _create(fplane, b"hello world")
-    assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert (await snapshot(fplane)).sessions == before.sessions
+    refusals = [
+        (b"hello world", ""),
+        (tar([member("ok.txt")]), "[1, 2]"),
+        (tar([member("ok.txt")]), "{not json"),
+        (tar([member("ok.txt"), member("../escape.txt")]), ""),
+        (declared_big().tobuf(tarfile.GNU_FORMAT) + b"\0" * 4096, ""),
+    ]
+    for archive, config_json in refusals:
+        code, details = await _create(fplane, archive, config_json=config_json)
+        assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED), details
+        assert await snapshot(fplane) == before
 
 
 @st.composite

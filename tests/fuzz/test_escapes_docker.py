@@ -4,7 +4,6 @@ workspace changes except where the finding below says, and what the container pr
 from __future__ import annotations
 
 import json
-import tarfile
 from collections.abc import AsyncIterator
 
 import pytest
@@ -27,9 +26,11 @@ async def _reject(_: PermissionRequest) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    archive = tar([member(name, tarfile.SYMTYPE, link=target) for name, target in LINKS.items()]
-                  + [member("a.txt", data=b"one\n")])
-    session = await docker_plane.client.create_session(workspace_archive=archive)
+    # Links leading out are refused in an archive, so they are made the way a model's command would make them.
+    session = await docker_plane.client.create_session(workspace_archive=tar([member("a.txt", data=b"one\n")]))
+    links = " && ".join(f"ln -s {target} {name}" for name, target in LINKS.items())
+    made = await docker_plane.client.run(session.id, command=links)
+    assert (made.exit_code, made.stderr) == (0, b"")
     yield session.id
     await docker_plane.client.delete_session(session.id)
 
@@ -81,7 +82,11 @@ async def test_writes_through_symlinks_are_stopped_by_the_container(
 ) -> None:
     client = docker_plane.client
     before = await _outside_state(client, session_id)
-    out = await client.execute_tool(session_id, "write", {"filePath": path, "content": "x"}, on_permission=_reject)
+    refused = await client.execute_tool(session_id, "write", {"filePath": path, "content": "x"}, on_permission=_reject)
+    assert [r.permission for r in refused.permission_requests] == ["external_directory"]
+    assert refused.error is not None
+    # Allowed anyway, the container still stops the write.
+    out = await client.execute_tool(session_id, "write", {"filePath": path, "content": "x"})
     assert out.error is not None
     assert error in out.error, out.error
     assert await _outside_state(client, session_id) == before

@@ -135,7 +135,9 @@ async def test_create_delete_cycles_leak_nothing_and_do_not_slow_down(plane: Pla
     tenth = max(1, CYCLES // 10)
     deciles = [statistics.median(timings[i : i + tenth]) for i in range(0, tenth * 10, tenth)]
     print(f"\n{CYCLES} create/delete cycles, median ms per decile: " + " ".join(f"{d:.0f}" for d in deciles))
-    first, last = deciles[0], deciles[-1]
-    # Noisy shared machine: a growing cost would show as a multiple, not as tens of milliseconds.
-    assert last <= 1.5 * first + 100, f"cycles slowed down: first decile {first:.0f} ms, last {last:.0f} ms"
+    # Thirds, not deciles, are compared: a decile of a short run is a few cycles, and the engine's own
+    # periodic work makes single cycles of a few hundred ms. A growing cost shows as a multiple.
+    third = max(1, CYCLES // 3)
+    first, last = statistics.median(timings[:third]), statistics.median(timings[-third:])
+    assert last <= 1.5 * first + 100, f"cycles slowed down: first third {first:.0f} ms, last third {last:.0f} ms"
     await _assert_no_leak(plane, before)

@@ -66,6 +66,7 @@ class HealthResponse(_message.Message):
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
     TOOL_HOME_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     agent_pid: _builtins.int
     agent_uid: _builtins.int
@@ -77,6 +78,10 @@ class HealthResponse(_message.Message):
     """Commands and tool calls currently running."""
     tool_home: _builtins.str
     """HOME of the tool user; saved tool outputs live under it."""
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Optional protocol features this agent offers ("run_tools")."""
+
     def __init__(
         self,
         *,
@@ -88,10 +93,11 @@ class HealthResponse(_message.Message):
         uptime_ms: _builtins.int = ...,
         running: _builtins.int = ...,
         tool_home: _builtins.str = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "features", b"features", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -486,6 +492,7 @@ class ToolStart(_message.Message):
     EXTRA_JSON_FIELD_NUMBER: _builtins.int
     ENV_FIELD_NUMBER: _builtins.int
     CUSTOM_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
     tool: _builtins.str
     args_json: _builtins.str
     """The validated arguments, a JSON object."""
@@ -501,6 +508,12 @@ class ToolStart(_message.Message):
     def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Extra environment for commands the tool starts (the shell.env hook's output)."""
 
+    @_builtins.property
+    def rules(self) -> Global___PermissionRules:
+        """When set, the agent settles an ask these rules allow by itself (no round trip) and reports it in
+        `RunToolEvent.allowed`; an ask they do not allow goes up as before. Absent: every ask goes up.
+        """
+
     def __init__(
         self,
         *,
@@ -513,14 +526,177 @@ class ToolStart(_message.Message):
         extra_json: _builtins.str = ...,
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         custom: _builtins.bool = ...,
+        rules: Global___PermissionRules | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "custom", b"custom", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "custom", b"custom", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "rules", b"rules", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolStart: _TypeAlias = ToolStart  # noqa: Y015
+
+@_typing.final
+class PermissionRules(_message.Message):
+    """The rules a call's asks are evaluated against, in evaluation order (the last match wins; no match
+    means `ask`): the agent's and project's rules, the session's approvals, then operator policy.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RULES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___PermissionRule]: ...
+    def __init__(
+        self,
+        *,
+        rules: _abc.Iterable[Global___PermissionRule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PermissionRules: _TypeAlias = PermissionRules  # noqa: Y015
+
+@_typing.final
+class PermissionRule(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    PATTERN_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    permission: _builtins.str
+    pattern: _builtins.str
+    action: _builtins.str
+    """allow, deny or ask."""
+    def __init__(
+        self,
+        *,
+        permission: _builtins.str = ...,
+        pattern: _builtins.str = ...,
+        action: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "pattern", b"pattern", "permission", b"permission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PermissionRule: _TypeAlias = PermissionRule  # noqa: Y015
+
+@_typing.final
+class RunToolsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TraceEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CALL_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
+    call: _builtins.int
+    """The control plane's number for the call, unique on the stream."""
+    cancel: _builtins.bool
+    """The control plane is gone for this call (as if its RunTool were cancelled)."""
+    @_builtins.property
+    def request(self) -> Global___RunToolRequest:
+        """What RunTool would receive: `start` first, then ask replies and aborts."""
+
+    @_builtins.property
+    def trace(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Trace context of the call (with its `start`), as RunTool carries it in gRPC metadata."""
+
+    def __init__(
+        self,
+        *,
+        call: _builtins.int = ...,
+        request: Global___RunToolRequest | None = ...,
+        cancel: _builtins.bool = ...,
+        trace: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "cancel", b"cancel", "request", b"request", "trace", b"trace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunToolsRequest: _TypeAlias = RunToolsRequest  # noqa: Y015
+
+@_typing.final
+class RunToolsEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    call: _builtins.int
+    done: _builtins.bool
+    """Set on the call's last message: its events have ended (after `result` or `failed`, or `error`)."""
+    error: _builtins.str
+    """The call was refused as RunTool refuses with INVALID_ARGUMENT."""
+    @_builtins.property
+    def event(self) -> Global___RunToolEvent: ...
+    def __init__(
+        self,
+        *,
+        call: _builtins.int = ...,
+        event: Global___RunToolEvent | None = ...,
+        done: _builtins.bool = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "done", b"done", "error", b"error", "event", b"event"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunToolsEvent: _TypeAlias = RunToolsEvent  # noqa: Y015
+
+@_typing.final
+class AllowedAsk(_message.Message):
+    """An ask the agent allowed by `ToolStart.rules`, for the control plane's audit and trace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    PATTERNS_FIELD_NUMBER: _builtins.int
+    permission: _builtins.str
+    @_builtins.property
+    def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        permission: _builtins.str = ...,
+        patterns: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["patterns", b"patterns", "permission", b"permission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllowedAsk: _TypeAlias = AllowedAsk  # noqa: Y015
 
 @_typing.final
 class AskReply(_message.Message):
@@ -720,6 +896,7 @@ class RunToolEvent(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     SPANS_FIELD_NUMBER: _builtins.int
+    ALLOWED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     @_builtins.property
     def ask(self) -> Global___ToolAsk: ...
@@ -735,6 +912,10 @@ class RunToolEvent(_message.Message):
         the call carried a sampled traceparent).
         """
 
+    @_builtins.property
+    def allowed(self) -> _containers.RepeatedCompositeFieldContainer[Global___AllowedAsk]:
+        """Asks allowed by `ToolStart.rules` since the previous event, in the order they were made."""
+
     def __init__(
         self,
         *,
@@ -744,10 +925,11 @@ class RunToolEvent(_message.Message):
         result: Global___ToolResult | None = ...,
         failed: Global___ToolFailed | None = ...,
         spans: _abc.Iterable[Global___SpanRecord] | None = ...,
+        allowed: _abc.Iterable[Global___AllowedAsk] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result", "seq", b"seq", "spans", b"spans"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result", "seq", b"seq", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["ask", "metadata", "result", "failed"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015

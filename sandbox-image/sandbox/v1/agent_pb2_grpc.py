@@ -59,6 +59,11 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolEvent.FromString,
                 _registered_method=True)
+        self.RunTools = channel.stream_stream(
+                '/sandbox.v1.SandboxAgent/RunTools',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolsEvent.FromString,
+                _registered_method=True)
         self.SaveToolOutput = channel.unary_unary(
                 '/sandbox.v1.SandboxAgent/SaveToolOutput',
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.SaveToolOutputRequest.SerializeToString,
@@ -118,6 +123,16 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunTools(self, request_iterator, context):
+        """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
+        messages). Each request and event names its call; a call behaves exactly as over RunTool, and
+        `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
+        HealthResponse.features lists "run_tools".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SaveToolOutput(self, request, context):
         """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it.
         """
@@ -167,6 +182,11 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.RunTool,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolEvent.SerializeToString,
+            ),
+            'RunTools': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunTools,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolsEvent.SerializeToString,
             ),
             'SaveToolOutput': grpc.unary_unary_rpc_method_handler(
                     servicer.SaveToolOutput,
@@ -319,6 +339,33 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/RunTool',
             sandbox_dot_v1_dot_agent__pb2.RunToolRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.RunToolEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunTools(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sandbox.v1.SandboxAgent/RunTools',
+            sandbox_dot_v1_dot_agent__pb2.RunToolsRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.RunToolsEvent.FromString,
             options,
             channel_credentials,
             insecure,

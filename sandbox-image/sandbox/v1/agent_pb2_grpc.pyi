@@ -50,6 +50,12 @@ class SandboxAgentStub:
     metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
     Cancelling the RPC is an abort.
     """
+    RunTools: _grpc.StreamStreamMultiCallable[_agent_pb2.RunToolsRequest, _agent_pb2.RunToolsEvent]
+    """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
+    messages). Each request and event names its call; a call behaves exactly as over RunTool, and
+    `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
+    HealthResponse.features lists "run_tools".
+    """
     SaveToolOutput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
     ListCustomTools: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListCustomToolsRequest, _agent_pb2.ListCustomToolsResponse]
@@ -77,6 +83,12 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
     metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
     Cancelling the RPC is an abort.
+    """
+    RunTools: _aio.StreamStreamMultiCallable[_agent_pb2.RunToolsRequest, _agent_pb2.RunToolsEvent]  # type: ignore[assignment]
+    """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
+    messages). Each request and event names its call; a call behaves exactly as over RunTool, and
+    `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
+    HealthResponse.features lists "run_tools".
     """
     SaveToolOutput: _aio.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]  # type: ignore[assignment]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
@@ -132,6 +144,18 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
         metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
         Cancelling the RPC is an abort.
+        """
+
+    @_abc_1.abstractmethod
+    def RunTools(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_pb2.RunToolsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.RunToolsEvent], _abc.AsyncIterator[_agent_pb2.RunToolsEvent]]:
+        """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
+        messages). Each request and event names its call; a call behaves exactly as over RunTool, and
+        `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
+        HealthResponse.features lists "run_tools".
         """
 
     @_abc_1.abstractmethod

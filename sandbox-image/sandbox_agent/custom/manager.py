@@ -2,8 +2,8 @@
 
 Listing re-scans cheaply (a fingerprint of paths, sizes and mtimes): when nothing changed, the
 hosts are not asked to load again; a changed file is re-imported by its host, the others are not.
-Ids follow upstream: tool files by config dir and name, then plugin tools, the later definition of
-an id winning.
+Ids follow upstream: tool files by config dir and name, then plugin tools; the later definition of
+an id wins in the place where the id first appeared (JS object key order).
 """
 
 from __future__ import annotations
@@ -119,19 +119,13 @@ class CustomTools:
         if py or self._python is not None:
             python = self._python_host()
             loaded.append((python, await self._load_into(python, py, problems)))
-        ranked: list[tuple[tuple[int, int, int], HostTool, ToolHost]] = []
         hooks: list[str] = []
-        for host, result in loaded:
+        for _, result in loaded:
             problems += result.load_errors
             hooks += [h for h in result.hooks if h not in hooks]
-            for position, tool in enumerate(result.tools):
-                plugin = 1 if tool.source == "PLUGIN" else 0
-                ranked.append(((plugin, order.get(tool.origin, len(order)), position), tool, host))
-        winners: dict[str, tuple[HostTool, ToolHost]] = {}
-        for _, tool, host in sorted(ranked, key=lambda item: item[0]):
-            winners[tool.id] = (tool, host)  # the later definition wins, in the first one's place (a JS object)
-        self._owners = {tool_id: host for tool_id, (_, host) in winners.items()}
-        return CustomListing([tool for tool, _ in winners.values()], problems, hooks)
+        winners = merge_definitions([(host, result.tools, result.notes) for host, result in loaded], order)
+        self._owners = {tool.id: host for tool, host in winners}
+        return CustomListing([tool for tool, _ in winners], problems, hooks)
 
     async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError]) -> Loaded:
         try:
@@ -163,3 +157,39 @@ class CustomTools:
         hosts = [h for h in (self._bun, self._python) if h is not None]
         self._bun = self._python = None
         await asyncio.gather(*(h.close() for h in hosts), return_exceptions=True)
+
+
+REPLACES = " replaces the one from "
+"""How both hosts note an id defined again by a later file: `tool ID replaces the one from ORIGIN`."""
+
+
+def merge_definitions(
+    hosts: Sequence[tuple[ToolHost, Sequence[HostTool], Sequence[LoadError]]], order: Mapping[str, int],
+) -> list[tuple[HostTool, ToolHost]]:
+    """One definition per id, listed like the keys of a JS object filled in file order (`order` ranks the
+    files): the last definition of an id wins but stays where the id first appeared.
+
+    Each host already lists its own tools that way and returns only its winners, so where an id first
+    appeared is read from the host's replacement notes; an id that both hosts define is merged here."""
+    unknown = len(order)
+    # id -> (where it first appeared, where its winning definition is, that definition, its host)
+    merged: dict[str, tuple[tuple[int, int, int], tuple[int, int], HostTool, ToolHost]] = {}
+    for host_rank, (host, tools, notes) in enumerate(hosts):
+        first_file = {t.id: order.get(t.origin, unknown) for t in tools}
+        for note in notes:
+            if not note.message.startswith("tool "):
+                continue
+            tool_id, found, earlier = note.message[len("tool "):].partition(REPLACES)
+            if found and tool_id in first_file:
+                first_file[tool_id] = min(first_file[tool_id], order.get(earlier, unknown))
+        for position, tool in enumerate(tools):
+            first = (first_file[tool.id], host_rank, position)
+            defined = (order.get(tool.origin, unknown), host_rank)
+            winner, owner = tool, host
+            known = merged.get(tool.id)
+            if known is not None:
+                first = min(first, known[0])
+                if known[1] > defined:
+                    defined, winner, owner = known[1], known[2], known[3]
+            merged[tool.id] = (first, defined, winner, owner)
+    return [(tool, host) for _, _, tool, host in sorted(merged.values(), key=lambda item: item[0])]

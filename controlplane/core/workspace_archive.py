@@ -1,0 +1,208 @@
+"""Checks a CreateSession workspace archive from its tar headers alone, before any sandbox exists.
+
+The sandbox agent's extractor refuses the same things entry by entry (defence in depth); checking here
+first turns a hostile archive into one clear error instead of a session with entries silently skipped.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections import deque
+from dataclasses import dataclass
+
+from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
+
+PREFIX = "workspace upload refused: "
+MAX_SYMLINK_HOPS = 40
+"""Linux's own limit: a longer chain fails with ELOOP there, so it can lead nowhere."""
+MAX_NAME_BYTES = 4096
+"""PATH_MAX: a longer name could not be created anyway."""
+WALK_STEPS = 100_000
+WALK_STEPS_PER_ENTRY = 64
+"""The budget of path components walked (links followed) is WALK_STEPS plus this per entry, unused steps
+carrying over: real trees use a handful per entry, and deep link chains cannot make the check slow."""
+SHOWN_CHARS = 120
+
+_SPECIAL_KINDS = {
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
+
+
+@dataclass(frozen=True)
+class ArchiveStats:
+    entries: int
+    bytes: int
+    """Declared size of its regular files."""
+
+
+class _Node:
+    """One path of the workspace as the archive would leave it (links are kept as their target text)."""
+
+    __slots__ = ("children", "file", "link", "parent")
+
+    def __init__(self, parent: _Node | None) -> None:
+        self.parent = parent
+        self.children: dict[str, _Node] = {}
+        self.link: str | None = None
+        self.file = False
+
+    def child(self, name: str) -> _Node:
+        node = self.children.get(name)
+        if node is None:
+            node = self.children[name] = _Node(self)
+        return node
+
+
+class _EscapedError(Exception):
+    pass
+
+
+class _TooComplexError(Exception):
+    pass
+
+
+class _Tree:
+    def __init__(self) -> None:
+        self.root = _Node(None)
+        self.links: list[tuple[str, _Node]] = []
+        self._steps = 0
+
+    def grant(self, steps: int) -> None:
+        self._steps += steps
+
+    def resolve(self, start: _Node, path: str) -> _Node:
+        """Where `path` (relative to `start`) leads, following links; _EscapedError when it climbs above the root."""
+        node = start
+        pending = deque(path.split("/"))
+        hops = 0
+        while pending:
+            self._steps -= 1
+            if self._steps < 0:
+                raise _TooComplexError
+            part = pending.popleft()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if node.parent is None:
+                    raise _EscapedError
+                node = node.parent
+                continue
+            child = node.child(part)
+            if child.link is None:
+                node = child
+                continue
+            hops += 1
+            if hops > MAX_SYMLINK_HOPS:
+                return node  # the kernel gives up on such a chain (ELOOP): it reaches nothing
+            if child.link.startswith("/"):
+                raise _EscapedError
+            pending.extendleft(reversed(child.link.split("/")))
+        return node
+
+
+def check(archive: bytes, max_entries: int, max_bytes: int) -> ArchiveStats:
+    """Raises InvalidArgumentError naming the first entry that would escape or is not allowed, and
+    ResourceExhaustedError past `max_entries` entries or `max_bytes` of declared file data."""
+    entries = total = 0
+    tree = _Tree()
+    tree.grant(WALK_STEPS)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r|*") as tar:
+            # Iterating reads the next header only after this body ran, so sizes are checked before a
+            # declared (maybe huge, maybe absent) payload is skipped or decompressed.
+            for member in tar:
+                entries += 1
+                if entries > max_entries:
+                    raise ResourceExhaustedError(
+                        f"{PREFIX}the archive has more than {max_entries} entries (limits.max_archive_entries)"
+                    )
+                if member.isreg():
+                    if total + member.size > max_bytes:
+                        raise ResourceExhaustedError(f"{PREFIX}archive expands past the {max_bytes}-byte limit")
+                    total += member.size
+                tree.grant(WALK_STEPS_PER_ENTRY)
+                _check_member(tree, member)
+    except tarfile.TarError as exc:
+        raise InvalidArgumentError(f"{PREFIX}not a valid tar archive: {exc}") from exc
+    # A later entry can change where an earlier link leads (a link to "a/.." before "a" became a link to ".").
+    for name, node in tree.links:
+        if node.link is not None:  # not replaced by a later entry
+            tree.grant(WALK_STEPS_PER_ENTRY)
+            _check_link_target(tree, name, node.parent or tree.root, node.link)
+    return ArchiveStats(entries, total)
+
+
+def _refuse(name: str, why: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f'{PREFIX}entry "{_shown(name)}" {why}')
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
+def _check_member(tree: _Tree, member: tarfile.TarInfo) -> None:
+    name = member.name
+    if len(name.encode(errors="surrogateescape")) > MAX_NAME_BYTES:
+        raise _refuse(name, f"has a name longer than {MAX_NAME_BYTES} bytes")
+    if name.startswith("/"):
+        raise _refuse(name, "has an absolute path")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        depth = 0
+        for part in parts:
+            depth += -1 if part == ".." else 1
+            if depth < 0:
+                raise _refuse(name, "escapes the workspace")
+        raise _refuse(name, 'has a ".." component')
+    if member.type in _SPECIAL_KINDS:
+        raise _refuse(name, f"is {_SPECIAL_KINDS[member.type]}; only files, directories and links are allowed")
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        raise _refuse(name, f"has the unsupported type {member.type!r}")
+    if not parts:
+        return  # the workspace itself ("./")
+    try:
+        parent = tree.resolve(tree.root, "/".join(parts[:-1]))
+    except _EscapedError:
+        raise _refuse(name, "lies behind a symlink that leads outside the workspace") from None
+    except _TooComplexError:
+        raise _refuse(name, "lies behind symlinks too deep to check") from None
+    node = parent.child(parts[-1])
+    if member.issym():
+        if not member.linkname:
+            raise _refuse(name, "is a symlink without a target")
+        node.link, node.file = member.linkname, False
+        tree.links.append((name, node))
+        _check_link_target(tree, name, parent, member.linkname)
+    elif member.islnk():
+        _check_hard_link(tree, name, member.linkname)
+        node.link, node.file = None, True
+    else:
+        node.link, node.file = None, member.isreg()
+
+
+def _check_link_target(tree: _Tree, name: str, directory: _Node, target: str) -> None:
+    if target.startswith("/"):
+        raise _refuse(name, f'is a symlink to "{_shown(target)}", an absolute path outside the workspace')
+    try:
+        tree.resolve(directory, target)
+    except _EscapedError:
+        raise _refuse(name, f'is a symlink to "{_shown(target)}", outside the workspace') from None
+    except _TooComplexError:
+        raise _refuse(name, f'is a symlink to "{_shown(target)}", through links too deep to check') from None
+
+
+def _check_hard_link(tree: _Tree, name: str, target: str) -> None:
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    if target.startswith("/") or ".." in parts or not parts:
+        raise _refuse(name, f'is a hard link to "{_shown(target)}", outside the workspace')
+    try:
+        source = tree.resolve(tree.root, "/".join(parts))
+    except _EscapedError:
+        raise _refuse(name, f'is a hard link to "{_shown(target)}", outside the workspace') from None
+    except _TooComplexError:
+        raise _refuse(name, f'is a hard link to "{_shown(target)}", through links too deep to check') from None
+    if not source.file:
+        raise _refuse(name, f'is a hard link to "{_shown(target)}", which is not a file earlier in the archive')

@@ -1,0 +1,132 @@
+"""What the control plane needs from its durable store, whichever database holds it, and how one is opened.
+
+The core's own protocols (SessionStore, ApprovalStore, TodoStore, SandboxLedger) are each a slice of
+`Store`; SQLite (the embedded default) and PostgreSQL (shared by several control planes) implement it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any, Protocol
+
+from controlplane.core.audit import AuditEntry
+from controlplane.core.models import Session, Tenant
+from controlplane.core.permission import Rule
+from controlplane.errors import ConfigError
+from controlplane.sandbox.provider import SandboxRecord
+
+SQLITE_FILE = "controlplane.db"
+SQLITE_SCHEME = "sqlite://"
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+AUDIT_FLUSH_S = 0.05
+AUDIT_BATCH = 512
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class AuditSink(Protocol):
+    async def add_audit(self, entries: list[AuditEntry]) -> None: ...
+
+
+class Store(AuditSink, Protocol):
+    """Tenants, sessions, sandbox records, "always" approvals, todos and the audit record."""
+
+    async def aclose(self) -> None: ...
+
+    async def put_tenant(self, name: str, token_sha256: str) -> None: ...
+
+    async def tenant_tokens(self) -> dict[str, Tenant]:
+        """sha256(token) -> tenant."""
+        ...
+
+    async def put_session(self, s: Session) -> None: ...
+
+    async def touch_session(self, session_id: str, at: float) -> None: ...
+
+    async def get_session(self, session_id: str) -> Session | None: ...
+
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
+
+    async def load_approvals(self, session_id: str) -> list[Rule]: ...
+
+    async def add_approvals(self, session_id: str, rules: list[Rule]) -> None: ...
+
+    async def get_todos(self, session_id: str) -> list[dict[str, Any]]: ...
+
+    async def put_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None: ...
+
+    async def audit_entries(self, tenant: str, session_id: str = "") -> list[AuditEntry]: ...
+
+    async def put_sandbox(self, record: SandboxRecord) -> None: ...
+
+    async def claim_sandbox(self, sandbox_id: str, session_id: str) -> None: ...
+
+    async def forget_sandbox(self, sandbox_id: str) -> None: ...
+
+    async def list_sandboxes(self, instance: str) -> list[SandboxRecord]: ...
+
+
+def check_url(url: str) -> str:
+    """`url` if it names a store this build can open (the empty string: SQLite in the data dir)."""
+    if url == "" or url.startswith(POSTGRES_SCHEMES):
+        return url
+    if url.startswith(SQLITE_SCHEME):
+        if not url[len(SQLITE_SCHEME):].startswith("/"):
+            raise ConfigError(f"store.url {url!r}: write an absolute SQLite path as sqlite:///path/to/file.db")
+        return url
+    raise ConfigError(f"store.url must start with sqlite:// or postgresql://, got {url.split('://')[0]!r}")
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+
+
+async def open_store(url: str, data_dir: Path, pool_size: int = 10) -> Store:
+    """The store `url` names, migrated to the latest schema; "" is the SQLite file in `data_dir`."""
+    check_url(url)
+    if url.startswith(POSTGRES_SCHEMES):
+        # Imported here so that a SQLite-only installation does not need psycopg.
+        from controlplane.store.postgres import PostgresStore
+
+        return await PostgresStore.open(url, pool_size)
+    from controlplane.store.sqlite import SqliteStore
+
+    path = Path(url[len(SQLITE_SCHEME):]) if url else data_dir / SQLITE_FILE
+    return await asyncio.to_thread(SqliteStore, path)
+
+
+class AuditWriter:
+    """The audit log: entries are queued and written in batches every AUDIT_FLUSH_S."""
+
+    def __init__(self, store: AuditSink) -> None:
+        self._store = store
+        self._queue: list[AuditEntry] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def record(self, entry: AuditEntry) -> None:
+        self._queue.append(entry)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(AUDIT_FLUSH_S)
+        await self.flush()
+
+    async def flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:AUDIT_BATCH], self._queue[AUDIT_BATCH:]
+            await self._store.add_audit(batch)
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await self._flusher
+        await self.flush()

@@ -1,0 +1,95 @@
+"""The store's schema as numbered migrations, written once for SQLite and PostgreSQL.
+
+Both dialects accept the same DDL except for two column types, written as `{real}` and `{serial}`.
+A store records what it applied in `schema_migrations`; statements are idempotent, so a data dir
+made before that table existed is brought up to date in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Dialect = Literal["sqlite", "postgres"]
+
+TYPES: dict[Dialect, dict[str, str]] = {
+    "sqlite": {"real": "REAL", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT"},
+    "postgres": {"real": "DOUBLE PRECISION", "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
+}
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...] = ()
+    added_columns: tuple[tuple[str, str, str], ...] = field(default=())
+    """(table, column, declaration): columns added to an existing table, skipped where present."""
+
+    def sql(self, dialect: Dialect) -> list[str]:
+        return [statement.format_map(TYPES[dialect]) for statement in self.statements]
+
+
+VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at {real} NOT NULL)"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "tenants, sessions, sandboxes, approvals, todos, audit", (
+        """CREATE TABLE IF NOT EXISTS tenants (
+            name TEXT PRIMARY KEY,
+            token_sha256 TEXT NOT NULL UNIQUE,
+            created_at {real} NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS sessions (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            state TEXT NOT NULL,
+            sandbox_id TEXT NOT NULL DEFAULT '',
+            labels TEXT NOT NULL DEFAULT '{{}}',
+            resources TEXT NOT NULL,
+            config_json TEXT NOT NULL DEFAULT '',
+            status_message TEXT NOT NULL DEFAULT '',
+            created_at {real} NOT NULL,
+            last_active_at {real} NOT NULL,
+            deleted_at {real})""",
+        "CREATE INDEX IF NOT EXISTS sessions_tenant ON sessions (tenant, state)",
+        """CREATE TABLE IF NOT EXISTS sandboxes (
+            id TEXT PRIMARY KEY,
+            instance TEXT NOT NULL,
+            state TEXT NOT NULL,
+            session_id TEXT NOT NULL DEFAULT '',
+            created_at {real} NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS approvals (
+            seq {serial},
+            session_id TEXT NOT NULL,
+            permission TEXT NOT NULL,
+            pattern TEXT NOT NULL,
+            created_at {real} NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS approvals_session ON approvals (session_id, seq)",
+        """CREATE TABLE IF NOT EXISTS todos (
+            session_id TEXT PRIMARY KEY,
+            todos_json TEXT NOT NULL,
+            updated_at {real} NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS audit (
+            seq {serial},
+            time {real} NOT NULL,
+            tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            permission TEXT NOT NULL,
+            patterns TEXT NOT NULL,
+            rule TEXT NOT NULL,
+            detail TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS audit_session ON audit (tenant, session_id, seq)",
+    )),
+    Migration(2, "child sessions", added_columns=(
+        ("sessions", "parent_id", "TEXT NOT NULL DEFAULT ''"),
+        ("sessions", "title", "TEXT NOT NULL DEFAULT ''"),
+    )),
+)
+LATEST = MIGRATIONS[-1].version

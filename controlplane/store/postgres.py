@@ -1,0 +1,264 @@
+"""The store on PostgreSQL (psycopg 3, async, pooled): the SQLite store's schema and behaviour, for several
+control planes sharing one database.
+
+Columns and their JSON text are the same as SQLite's (store/migrations.py), so rows read back identically.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from controlplane.core.audit import AuditEntry
+from controlplane.core.models import Resources, Session, SessionState, Tenant
+from controlplane.core.permission import Rule
+from controlplane.errors import ControlPlaneError, ErrorCode
+from controlplane.sandbox.provider import SandboxRecord
+from controlplane.store.base import describe
+from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
+
+Connection = psycopg.AsyncConnection[DictRow]
+MIGRATION_LOCK = 0x6F63_7362_5F64_6201
+"""pg_advisory lock key held while migrating, so control planes starting together apply each step once."""
+CONNECT_TIMEOUT_S = 10.0
+
+SESSION_COLUMNS = (
+    "id", "tenant", "agent", "state", "sandbox_id", "labels", "resources", "config_json", "status_message",
+    "created_at", "last_active_at", "deleted_at", "parent_id", "title",
+)
+AUDIT_COLUMNS = (
+    "time", "tenant", "session_id", "kind", "tool", "call_id", "outcome", "permission", "patterns", "rule", "detail",
+)
+
+
+class StoreUnavailableError(ControlPlaneError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class PostgresStore:
+    """Every call takes a pooled connection in autocommit mode: each statement is its own transaction,
+    as in the SQLite store, and another control plane sees it as soon as it returns."""
+
+    def __init__(self, pool: AsyncConnectionPool[Connection], url: str) -> None:
+        self._pool = pool
+        self.url = url
+
+    @classmethod
+    async def open(cls, url: str, pool_size: int = 10, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> PostgresStore:
+        # Connections are checked when handed out, so a restarted server or a dropped connection costs
+        # one reconnect instead of a failed call.
+        pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+            url, min_size=1, max_size=max(1, pool_size), open=False, name="ocsb-store",
+            kwargs={"autocommit": True, "row_factory": dict_row}, timeout=connect_timeout_s,
+            check=AsyncConnectionPool.check_connection,
+        )
+        try:
+            await pool.open(wait=True, timeout=connect_timeout_s)
+        except PoolTimeout as exc:
+            await pool.close()
+            raise StoreUnavailableError(
+                f"PostgreSQL at {describe(url)} did not accept a connection within {connect_timeout_s:g} s"
+            ) from exc
+        store = cls(pool, url)
+        try:
+            await store._migrate()
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def aclose(self) -> None:
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"the PostgreSQL store is unavailable: {exc}") from exc
+
+    async def _execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        async with self._connection() as conn:
+            await conn.execute(sql, params)
+
+    async def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            await cur.executemany(sql, rows)
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[DictRow]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchall()
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    async def _migrate(self) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            await conn.execute(VERSION_TABLE.format(real="DOUBLE PRECISION"))
+            cursor = await conn.execute("SELECT version FROM schema_migrations")
+            applied = {row["version"] for row in await cursor.fetchall()}
+            for migration in MIGRATIONS:
+                if migration.version not in applied:
+                    await _apply(conn, migration)
+
+    async def schema_version(self) -> int:
+        rows = await self._fetch("SELECT coalesce(max(version), 0) AS v FROM schema_migrations")
+        return int(rows[0]["v"])
+
+    # -- tenants --------------------------------------------------------------------------------
+
+    async def put_tenant(self, name: str, token_sha256: str) -> None:
+        await self._execute(
+            "INSERT INTO tenants (name, token_sha256, created_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET token_sha256 = excluded.token_sha256",
+            (name, token_sha256, time.time()),
+        )
+
+    async def tenant_tokens(self) -> dict[str, Tenant]:
+        rows = await self._fetch("SELECT name, token_sha256 FROM tenants")
+        return {row["token_sha256"]: Tenant(row["name"]) for row in rows}
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    async def put_session(self, s: Session) -> None:
+        updates = ", ".join(f"{c} = excluded.{c}" for c in SESSION_COLUMNS[1:])
+        await self._execute(
+            f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join(['%s'] * len(SESSION_COLUMNS))})"
+            f" ON CONFLICT (id) DO UPDATE SET {updates}",
+            (
+                s.id, s.tenant, s.agent, s.state.value, s.sandbox_id, json.dumps(s.labels),
+                json.dumps(s.resources.__dict__), s.config_json, s.status_message, s.created_at,
+                s.last_active_at, s.deleted_at, s.parent_id, s.title,
+            ),
+        )
+
+    async def touch_session(self, session_id: str, at: float) -> None:
+        await self._execute("UPDATE sessions SET last_active_at = %s WHERE id = %s", (at, session_id))
+
+    async def get_session(self, session_id: str) -> Session | None:
+        rows = await self._fetch("SELECT * FROM sessions WHERE id = %s", (session_id,))
+        return _session(rows[0]) if rows else None
+
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]:
+        sql, params = "SELECT * FROM sessions WHERE true", []
+        if tenant is not None:
+            sql += " AND tenant = %s"
+            params.append(tenant)
+        if live_only:
+            sql += " AND state IN ('CREATING', 'READY')"
+        rows = await self._fetch(sql + " ORDER BY created_at, id", params)
+        return [_session(row) for row in rows]
+
+    # -- approvals, todos ----------------------------------------------------------------------
+
+    async def load_approvals(self, session_id: str) -> list[Rule]:
+        rows = await self._fetch(
+            "SELECT permission, pattern FROM approvals WHERE session_id = %s ORDER BY seq", (session_id,)
+        )
+        return [Rule(r["permission"], r["pattern"], "allow") for r in rows]
+
+    async def add_approvals(self, session_id: str, rules: list[Rule]) -> None:
+        now = time.time()
+        await self._execute_many(
+            "INSERT INTO approvals (session_id, permission, pattern, created_at) VALUES (%s, %s, %s, %s)",
+            [(session_id, r.permission, r.pattern, now) for r in rules],
+        )
+
+    async def get_todos(self, session_id: str) -> list[dict[str, Any]]:
+        rows = await self._fetch("SELECT todos_json FROM todos WHERE session_id = %s", (session_id,))
+        todos: list[dict[str, Any]] = json.loads(rows[0]["todos_json"]) if rows else []
+        return todos
+
+    async def put_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None:
+        await self._execute(
+            "INSERT INTO todos (session_id, todos_json, updated_at) VALUES (%s, %s, %s) ON CONFLICT (session_id)"
+            " DO UPDATE SET todos_json = excluded.todos_json, updated_at = excluded.updated_at",
+            (session_id, json.dumps(todos, ensure_ascii=False), time.time()),
+        )
+
+    # -- audit ----------------------------------------------------------------------------------
+
+    async def add_audit(self, entries: list[AuditEntry]) -> None:
+        await self._execute_many(
+            f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(AUDIT_COLUMNS))})",
+            [(e.time, e.tenant, e.session_id, e.kind, e.tool, e.call_id, e.outcome, e.permission,
+              json.dumps(list(e.patterns), ensure_ascii=False), e.rule, e.detail) for e in entries],
+        )
+
+    async def audit_entries(self, tenant: str, session_id: str = "") -> list[AuditEntry]:
+        sql, params = "SELECT * FROM audit WHERE tenant = %s", [tenant]
+        if session_id:
+            sql += " AND session_id = %s"
+            params.append(session_id)
+        rows = await self._fetch(sql + " ORDER BY seq", params)
+        return [
+            AuditEntry(
+                tenant=r["tenant"], session_id=r["session_id"], kind=r["kind"], tool=r["tool"], call_id=r["call_id"],
+                outcome=r["outcome"], permission=r["permission"], patterns=tuple(json.loads(r["patterns"])),
+                rule=r["rule"], detail=r["detail"], time=r["time"],
+            )
+            for r in rows
+        ]
+
+    # -- sandboxes (SandboxLedger) --------------------------------------------------------------
+
+    async def put_sandbox(self, record: SandboxRecord) -> None:
+        await self._execute(
+            "INSERT INTO sandboxes (id, instance, state, session_id, created_at) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, state = excluded.state,"
+            " session_id = excluded.session_id, created_at = excluded.created_at",
+            (record.id, record.instance, record.state, record.session_id, record.created_at),
+        )
+
+    async def claim_sandbox(self, sandbox_id: str, session_id: str) -> None:
+        await self._execute(
+            "UPDATE sandboxes SET state = 'claimed', session_id = %s WHERE id = %s", (session_id, sandbox_id)
+        )
+
+    async def forget_sandbox(self, sandbox_id: str) -> None:
+        await self._execute("DELETE FROM sandboxes WHERE id = %s", (sandbox_id,))
+
+    async def list_sandboxes(self, instance: str) -> list[SandboxRecord]:
+        rows = await self._fetch("SELECT * FROM sandboxes WHERE instance = %s ORDER BY created_at, id", (instance,))
+        return [SandboxRecord(r["id"], r["instance"], r["state"], r["session_id"], r["created_at"]) for r in rows]
+
+
+async def _apply(conn: Connection, migration: Migration) -> None:
+    for statement in migration.sql("postgres"):
+        await conn.execute(statement)
+    for table, name, declaration in migration.added_columns:
+        await conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {declaration}")
+    await conn.execute(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+        (migration.version, migration.name, time.time()),
+    )
+
+
+def _session(row: DictRow) -> Session:
+    return Session(
+        id=row["id"],
+        tenant=row["tenant"],
+        agent=row["agent"],
+        state=SessionState(row["state"]),
+        resources=Resources(**json.loads(row["resources"])),
+        created_at=row["created_at"],
+        last_active_at=row["last_active_at"],
+        sandbox_id=row["sandbox_id"],
+        labels=json.loads(row["labels"]),
+        config_json=row["config_json"],
+        status_message=row["status_message"],
+        deleted_at=row["deleted_at"],
+        parent_id=row["parent_id"],
+        title=row["title"],
+    )

@@ -1,0 +1,147 @@
+"""Tool calls multiplexed on the agent's RunTools stream behave as one RunTool each (real in-process agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.core.asks import _snapshot
+from controlplane.core.execution import BuiltinCall, RunAsk, RunEvent, RunFailed, RunMetadata, RunResult
+from controlplane.core.permission import Rule
+from controlplane.errors import SandboxLostError
+from controlplane.sandbox.agent_client import GrpcBuiltinRun, GrpcSandboxAgent, StreamedBuiltinRun
+from controlplane.sandbox.provider import BuiltinRun
+from sandbox_agent.config import AgentConfig
+from sandbox_agent.server import serve
+from tests.planes import short_tmp
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[tuple[GrpcSandboxAgent, asyncio.Event, Path]]:
+    root = short_tmp()
+    (root / "ws").mkdir()
+    config = AgentConfig(socket_path=str(root / "a.sock"), workspace=str(root / "ws"), tool_uid=-1,
+                         tool_home=str(root / "home"))
+    ready, stop = asyncio.Event(), asyncio.Event()
+    server = asyncio.ensure_future(serve(config, ready, stop))
+    await ready.wait()
+    client = GrpcSandboxAgent(f"unix:{config.socket_path}", "sbx")
+    try:
+        yield client, stop, root / "ws"
+    finally:
+        await client.close()
+        stop.set()
+        await server
+
+
+def bash(command: str, call_id: str = "c") -> BuiltinCall:
+    return BuiltinCall(tool="bash", args={"command": command, "description": "d"}, session_id="s", message_id="m",
+                       call_id=call_id, agent="build")
+
+
+async def collect(run: BuiltinRun, allow: bool = True) -> list[RunEvent]:
+    events: list[RunEvent] = []
+    async for event in run.events():
+        events.append(event)
+        if isinstance(event, RunAsk):
+            await run.answer(event.ask_id, allow, "" if allow else "no")
+    return events
+
+
+Agent = tuple[GrpcSandboxAgent, asyncio.Event, Path]
+
+
+async def test_calls_share_one_stream_once_health_offers_it(agent: Agent) -> None:
+    client, _, _ = agent
+    before = await client.run_builtin(bash("echo old"))
+    assert isinstance(before, GrpcBuiltinRun)  # nothing known of the agent yet: one RunTool per call
+    assert isinstance((await collect(before))[-1], RunResult)
+    await client.health()
+    runs = [await client.run_builtin(bash(f"echo {i}; sleep 0.0{i}; echo done{i}", f"c{i}")) for i in range(8)]
+    assert all(isinstance(run, StreamedBuiltinRun) for run in runs)
+    results = await asyncio.gather(*(collect(run) for run in runs))
+    for i, events in enumerate(results):
+        assert [type(e) for e in events[:1]] == [RunAsk]
+        assert isinstance(events[-1], RunResult)
+        assert events[-1].output == f"{i}\ndone{i}\n"
+        assert all(isinstance(e, RunMetadata) for e in events[1:-1])
+
+
+async def test_refusals_and_rule_allowed_asks_on_the_stream(agent: Agent) -> None:
+    client, _, _ = agent
+    await client.health()
+    refused = await collect(await client.run_builtin(bash("echo no")), allow=False)
+    assert isinstance(refused[-1], RunFailed)
+    assert refused[-1].message == "no"
+    rules = _snapshot([Rule("*", "*", "allow"), Rule("bash", "rm *", "deny")], [], [])
+    run = await client.run_builtin(bash("echo yes"), rules)
+    events = await collect(run)
+    assert not any(isinstance(e, RunAsk) for e in events)
+    assert isinstance(events[-1], RunResult)
+    assert events[-1].output == "yes\n"
+    assert isinstance(run, StreamedBuiltinRun)
+    assert run.take_allowed() == [("bash", ["echo yes"])]
+    assert run.take_allowed() == []
+    denied = await collect(await client.run_builtin(bash("rm -f nothing"), rules), allow=False)
+    assert isinstance(denied[0], RunAsk)
+    assert denied[0].patterns == ["rm -f nothing"]
+
+
+async def test_cancelling_one_call_stops_it_and_spares_the_others(agent: Agent) -> None:
+    client, _, workspace = agent
+    await client.health()
+    marker = workspace / "slept"
+    doomed = await client.run_builtin(bash(f"echo started; sleep 30; touch {marker}"))
+    kept = await client.run_builtin(bash("sleep 0.3; echo kept", "k"))
+    seen = doomed.events()
+    assert isinstance(seen, AsyncGenerator)
+    async for event in seen:
+        if isinstance(event, RunAsk):
+            await doomed.answer(event.ask_id, True)
+        elif isinstance(event, RunMetadata) and event.metadata and "started" in str(event.metadata.get("output")):
+            break
+    doomed.cancel()
+    await seen.aclose()
+    kept_events = await collect(kept)
+    assert isinstance(kept_events[-1], RunResult)
+    assert kept_events[-1].output == "kept\n"
+    for _ in range(200):
+        if not _sleeping("sleep 30"):
+            break
+        await asyncio.sleep(0.02)
+    assert not _sleeping("sleep 30")
+    assert not marker.exists()
+    after = await collect(await client.run_builtin(bash("echo after")))  # the stream still serves new calls
+    assert isinstance(after[-1], RunResult)
+    assert after[-1].output == "after\n"
+
+
+async def test_a_lost_agent_fails_every_call_on_the_stream(agent: Agent) -> None:
+    client, stop, _ = agent
+    await client.health()
+    runs = [await client.run_builtin(bash("sleep 5", f"c{i}")) for i in range(3)]
+    streams = [run.events() for run in runs]
+    for run, events in zip(runs, streams, strict=True):
+        first = await anext(events)
+        assert isinstance(first, RunAsk)
+        await run.answer(first.ask_id, True)
+    stop.set()  # the agent shuts down: its server goes away under the calls
+    for events in streams:
+        with pytest.raises(SandboxLostError):
+            async for _ in events:
+                pass
+
+
+def _sleeping(args: str) -> bool:
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().replace(b"\0", b" ").strip() == args.encode():
+                    return True
+        except OSError:
+            continue
+    return False

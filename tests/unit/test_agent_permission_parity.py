@@ -1,0 +1,85 @@
+"""The sandbox agent's copy of the permission matcher decides exactly as the control plane's."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from controlplane.core import wildcard
+from controlplane.core.asks import LocalRules as CpLocalRules
+from controlplane.core.asks import _snapshot
+from controlplane.core.permission import Rule, evaluate, from_config
+from sandbox.v1 import agent_pb2
+from sandbox_agent import permission_rules
+from sandbox_agent.permission_rules import LocalRules
+
+PATTERNS = [
+    "*", "?", "", "ls", "ls *", "ls*", "git *", "git push *", "*.env", "*.env.*", "*.env.example", "a?c", "a*c",
+    "/tmp/*", "/tmp/home/.local/share/opencode/tool-output/*", "C:\\Users\\*", "a.b", "a+b", "(x)", "[ab]", "{a,b}",
+    "^x$", "a|b", "x\\y", "$HOME", "~/x", "😀", "?😀", "😀?", "é*", "rm -rf *", "echo *", " *", "* ", "a\nb", "*\n",
+]
+TEXTS = [
+    "", "ls", "ls ", "ls -la", "lstmeval", "git", "git push origin", "git  push", ".env", "a.env", "a.env.local",
+    "a.env.example", "abc", "ac", "abbc", "a\nc", "/tmp/x", "/tmp/", "/tmp", "C:/Users/me", "C:\\Users\\me", "a.b",
+    "axb", "a+b", "aab", "(x)", "x", "[ab]", "a", "{a,b}", "^x$", "a|b", "x/y", "x\\y", "$HOME", "~/x", "😀", "a😀",
+    "😀a", "é", "éa", "rm -rf /", "echo hi", "echo", " ", "a\nb", "x\n", "\n",
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_matchers_agree_on_every_text(pattern: str) -> None:
+    for text in TEXTS + PATTERNS:
+        assert permission_rules.match(text, pattern) == wildcard.match(text, pattern), (text, pattern)
+
+
+def test_the_matchers_agree_on_random_strings() -> None:
+    rng = random.Random(20261122)
+    alphabet = "ab*? .\\/😀é\n$()[]{}+|^-"
+    for _ in range(5000):
+        pattern = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+        assert permission_rules.match(text, pattern) == wildcard.match(text, pattern), (text, pattern)
+
+
+def _encoded(rules: CpLocalRules) -> list[agent_pb2.PermissionRule]:
+    return [agent_pb2.PermissionRule(permission=r.permission, pattern=r.pattern, action=r.action)
+            for r, _ in rules.rules]
+
+
+def test_the_agent_allows_exactly_what_the_last_matching_rule_allows() -> None:
+    agent_rules = from_config({
+        "*": "allow", "doom_loop": "ask",
+        "bash": {"*": "ask", "echo *": "allow", "git *": "ask", "git status": "allow"},
+        "read": {"*": "allow", "*.env": "ask", "*.env.example": "allow"}, "external_directory": {"*": "ask"},
+    }, home="/home/tool")
+    approved = [Rule("bash", "git log *", "allow")]
+    policy = from_config({"bash": {"echo danger*": "deny"}, "webfetch": "deny"}, home="/home/tool")
+    local = LocalRules(_encoded(_snapshot(agent_rules, approved, policy)))
+    asks = [
+        ("bash", ["echo hi"]), ("bash", ["echo hi", "git status"]), ("bash", ["echo hi", "git push"]),
+        ("bash", ["git log --oneline"]), ("bash", ["echo dangerous"]), ("bash", []), ("read", ["/w/a.env"]),
+        ("read", ["/w/a.env.example"]), ("read", ["/w/x.py"]), ("webfetch", ["https://x"]), ("edit", ["a.py"]),
+        ("external_directory", ["/etc/*"]), ("doom_loop", ["bash"]), ("glob", ["**/*.py"]),
+    ]
+    for name, patterns in asks:
+        expected = all(evaluate(name, p, agent_rules, approved, policy).action == "allow" for p in patterns)
+        assert local.allows(name, patterns) == expected, (name, patterns)
+    assert local.allows("bash", ["echo hi"])
+    assert not local.allows("bash", ["echo dangerous"])
+    assert local.allows("bash", [])  # nothing to ask about: allowed, as the gate does
+    assert local.action("nothing-matches", "x") == "allow"  # the "*": "allow" default
+    assert LocalRules([]).action("bash", "ls") == "ask"  # no rule at all: ask
+
+
+def test_a_snapshot_is_reused_until_its_rules_change() -> None:
+    agent_rules, approved = [Rule("*", "*", "allow")], [Rule("bash", "ls *", "allow")]
+    policy: list[Rule] = []
+    first = _snapshot(agent_rules, approved, policy)
+    assert _snapshot(agent_rules, approved, policy) is first
+    assert [source for _, source in first.rules] == ["agent", "approved"]
+    approved.append(Rule("bash", "git *", "allow"))
+    second = _snapshot(agent_rules, approved, policy)
+    assert second is not first
+    assert [r.pattern for r, _ in second.rules] == ["*", "ls *", "git *"]
+    assert _snapshot(list(agent_rules), approved, policy) is not second  # another list, even when equal
