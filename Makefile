@@ -11,8 +11,9 @@ PYTEST_ARGS ?=
 run: venv image  ## start the platform on embedded defaults
 	$(PY) -m controlplane serve
 
-test: venv image postgres proto-check lint type  ## every test, Docker ones included
+test: venv image postgres proto-check lint type  ## every test, Docker ones included (and the cluster's where possible)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-cluster
 
 venv: $(VENV_STAMP)
 $(VENV_STAMP): pyproject.toml

@@ -1,5 +1,12 @@
 from __future__ import annotations
 
+import os
+
+# gRPC's fork handlers run in every child forked from this (gRPC-heavy) process and can crash it
+# before its exec (the spawner helper starts with Popen(user=...), a real fork). Every child here
+# execs at once, so they are not needed; the sandbox image sets the same.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 from collections.abc import AsyncIterator
 
 import pytest

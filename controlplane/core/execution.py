@@ -87,6 +87,8 @@ class CustomListing:
     """(origin, message) each."""
     hooks: list[str]
     """Hook names the project's plugins define."""
+    skills: list[tuple[str, str]] = field(default_factory=list)
+    """(name, description) of the session's skills, in upstream's order, before any permission filter."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ class CallerScope:
     """Every agent the session's config defines, by name."""
     caller: Agent
     subtasks: Subtasks
+    skills: tuple[tuple[str, str], ...] = ()
+    """(name, description) of the session's skills as its sandbox last listed them."""
 
 
 @dataclass(frozen=True)

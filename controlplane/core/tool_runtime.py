@@ -215,7 +215,9 @@ class ToolRuntime:
         return aborted
 
     def _caller_scope(self, tenant: str, session: Session, agent: permission.Agent) -> CallerScope:
-        return CallerScope(tenant, session, self._agents[session.id][1], agent, self.subtasks)
+        listing = self._custom.get(session.id)
+        skills = tuple(listing.skills) if listing is not None else ()
+        return CallerScope(tenant, session, self._agents[session.id][1], agent, self.subtasks, skills)
 
     def _session_rules(self, session: Session, agent: permission.Agent) -> tuple[permission.Ruleset, set[str]]:
         """The rules calls of `agent` in the session obey, and tools switched off for it.

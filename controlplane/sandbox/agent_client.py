@@ -375,6 +375,7 @@ class GrpcSandboxAgent(SandboxAgent):
             ],
             load_errors=[(e.origin, e.message) for e in r.load_errors],
             hooks=list(r.hooks),
+            skills=[(s.name, s.description) for s in r.skills],
         )
 
     async def run_plugin_hook(

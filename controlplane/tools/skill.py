@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
+from controlplane.core import permission
+from controlplane.core.subtasks import CallerScope, SessionBoundTool
+from controlplane.core.tool import Execute, InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
 from controlplane.tools.describe import description
-from controlplane.tools.sandboxed import sandboxed_tool
 
 NO_SKILLS = "No skills are currently available."
 NAME_DESCRIPTION = "The name of the skill from available_skills"
@@ -37,5 +42,40 @@ def skill_parameters(names: Sequence[str]) -> type[BaseModel]:
     )
 
 
-TOOL = sandboxed_tool("skill", SkillParams, skills=NO_SKILLS)
-"""Lists no skills: the session's skills are known only once its sandbox has been scanned (`describe_skills`)."""
+def _execute_in_sandbox(config: dict[str, Any]) -> Execute:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        # The agent discovers the skills again for the call, with the session's `skills.paths`.
+        return await ctx.sandbox.run_builtin("skill", args, replace(ctx, extra={**ctx.extra, "config": config}))
+
+    return execute
+
+
+def _bind(scope: CallerScope) -> ToolInfo:
+    """The skill tool of one session and calling agent: its skills, less those the agent is denied."""
+    allowed = [
+        (name, text) for name, text in scope.skills
+        if permission.evaluate("skill", name, scope.caller.permission).action != "deny"
+    ]
+    execute = _execute_in_sandbox(_config(scope.session.config_json))
+    parameters = skill_parameters([name for name, _ in allowed])
+
+    async def init(_: InitContext) -> ToolDefinition:
+        return ToolDefinition(describe_skills(allowed), parameters, execute)
+
+    return ToolInfo(id="skill", init=init)
+
+
+def _config(config_json: str) -> dict[str, Any]:
+    try:
+        value = json.loads(config_json) if config_json else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+async def _unbound_init(_: InitContext) -> ToolDefinition:
+    return ToolDefinition(describe_skills([]), SkillParams, _execute_in_sandbox({}))
+
+
+TOOL = SessionBoundTool(id="skill", init=_unbound_init, bind=_bind)
+"""Bound per session by the runtime: the description lists the skills its sandbox's last listing found."""

@@ -1093,6 +1093,7 @@ class ListCustomToolsResponse(_message.Message):
     LOAD_ERRORS_FIELD_NUMBER: _builtins.int
     HOOKS_FIELD_NUMBER: _builtins.int
     SPANS_FIELD_NUMBER: _builtins.int
+    SKILLS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
         """In registry order: tool files by config dir then file name, then plugin tools; one entry per id
@@ -1109,6 +1110,10 @@ class ListCustomToolsResponse(_message.Message):
     def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanRecord]:
         """Spans recorded while listing (tool imports and schema conversions in the hosts)."""
 
+    @_builtins.property
+    def skills(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkillInfo]:
+        """The session's skills (SKILL.md files), in upstream's order, before any permission filter."""
+
     def __init__(
         self,
         *,
@@ -1116,14 +1121,41 @@ class ListCustomToolsResponse(_message.Message):
         load_errors: _abc.Iterable[Global___CustomLoadError] | None = ...,
         hooks: _abc.Iterable[_builtins.str] | None = ...,
         spans: _abc.Iterable[Global___SpanRecord] | None = ...,
+        skills: _abc.Iterable[Global___SkillInfo] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListCustomToolsResponse: _TypeAlias = ListCustomToolsResponse  # noqa: Y015
+
+@_typing.final
+class SkillInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    LOCATION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    description: _builtins.str
+    location: _builtins.str
+    """The SKILL.md file."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        location: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "location", b"location", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkillInfo: _TypeAlias = SkillInfo  # noqa: Y015
 
 @_typing.final
 class RunPluginHookRequest(_message.Message):
