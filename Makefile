@@ -60,8 +60,9 @@ trace-demo: venv image  ## one traced session (slow custom tool) exported to a r
 	$(PY) -c 'import rotel' 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check 'rotel==0.0.1a15'
 	$(PY) -m scripts.trace_demo
 
-bench: venv image
-	$(PY) -m tests.bench.bench
+bench: venv image  ## single-host figures with their baselines, then the cluster's (bench-cluster, where possible)
+	$(PY) -m tests.bench.bench $(BENCH_ARGS)
+	$(MAKE) --no-print-directory bench-cluster
 
 attack: venv image  ## the escape and resource-attack suite with more samples, then the attack bench (bounded: 15 min)
 	OCSB_ATTACK_SAMPLES=40 OCSB_ATTACK_ABORTS=5 OCSB_ATTACK_ROUNDS=3 timeout 900 $(PY) -m pytest -q --timeout 600 \
