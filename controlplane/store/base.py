@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Protocol
 
 from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Session, Tenant
+from controlplane.core.models import Resources, Session, SessionState, Tenant
 from controlplane.core.permission import Rule
 from controlplane.errors import ConfigError
 from controlplane.sandbox.provider import SandboxRecord
@@ -22,6 +23,36 @@ SQLITE_SCHEME = "sqlite://"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 AUDIT_FLUSH_S = 0.05
 AUDIT_BATCH = 512
+
+
+class Row(Protocol):
+    """A result row read by column name (sqlite3.Row, psycopg's dict rows)."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+
+def session_of(row: Row) -> Session:
+    """A `sessions` row as the domain's Session (both stores share the schema)."""
+    return Session(
+        id=row["id"],
+        tenant=row["tenant"],
+        agent=row["agent"],
+        state=SessionState(row["state"]),
+        resources=Resources(**json.loads(row["resources"])),
+        created_at=row["created_at"],
+        last_active_at=row["last_active_at"],
+        sandbox_id=row["sandbox_id"],
+        labels=json.loads(row["labels"]),
+        config_json=row["config_json"],
+        status_message=row["status_message"],
+        deleted_at=row["deleted_at"],
+        parent_id=row["parent_id"],
+        title=row["title"],
+    )
+
+
+def sandbox_of(row: Row) -> SandboxRecord:
+    return SandboxRecord(row["id"], row["instance"], row["state"], row["session_id"], row["created_at"])
 
 
 def hash_token(token: str) -> str:

@@ -17,11 +17,11 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Resources, Session, SessionState, Tenant
+from controlplane.core.models import Session, Tenant
 from controlplane.core.permission import Rule
 from controlplane.errors import ControlPlaneError, ErrorCode
 from controlplane.sandbox.provider import SandboxRecord
-from controlplane.store.base import describe
+from controlplane.store.base import describe, sandbox_of, session_of
 from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
 
 Connection = psycopg.AsyncConnection[DictRow]
@@ -148,7 +148,7 @@ class PostgresStore:
 
     async def get_session(self, session_id: str) -> Session | None:
         rows = await self._fetch("SELECT * FROM sessions WHERE id = %s", (session_id,))
-        return _session(rows[0]) if rows else None
+        return session_of(rows[0]) if rows else None
 
     async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]:
         sql, params = "SELECT * FROM sessions WHERE true", []
@@ -158,7 +158,7 @@ class PostgresStore:
         if live_only:
             sql += " AND state IN ('CREATING', 'READY')"
         rows = await self._fetch(sql + " ORDER BY created_at, id", params)
-        return [_session(row) for row in rows]
+        return [session_of(row) for row in rows]
 
     # -- approvals, todos ----------------------------------------------------------------------
 
@@ -231,7 +231,7 @@ class PostgresStore:
 
     async def list_sandboxes(self, instance: str) -> list[SandboxRecord]:
         rows = await self._fetch("SELECT * FROM sandboxes WHERE instance = %s ORDER BY created_at, id", (instance,))
-        return [SandboxRecord(r["id"], r["instance"], r["state"], r["session_id"], r["created_at"]) for r in rows]
+        return [sandbox_of(r) for r in rows]
 
 
 async def _apply(conn: Connection, migration: Migration) -> None:
@@ -244,21 +244,3 @@ async def _apply(conn: Connection, migration: Migration) -> None:
         (migration.version, migration.name, time.time()),
     )
 
-
-def _session(row: DictRow) -> Session:
-    return Session(
-        id=row["id"],
-        tenant=row["tenant"],
-        agent=row["agent"],
-        state=SessionState(row["state"]),
-        resources=Resources(**json.loads(row["resources"])),
-        created_at=row["created_at"],
-        last_active_at=row["last_active_at"],
-        sandbox_id=row["sandbox_id"],
-        labels=json.loads(row["labels"]),
-        config_json=row["config_json"],
-        status_message=row["status_message"],
-        deleted_at=row["deleted_at"],
-        parent_id=row["parent_id"],
-        title=row["title"],
-    )

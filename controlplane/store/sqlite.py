@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Resources, Session, SessionState, Tenant
+from controlplane.core.models import Session, Tenant
 from controlplane.core.permission import Rule
 from controlplane.sandbox.provider import SandboxRecord
-from controlplane.store.base import AuditWriter, hash_token
+from controlplane.store.base import AuditWriter, hash_token, sandbox_of, session_of
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
 T = TypeVar("T")
@@ -128,7 +128,7 @@ class SqliteStore:
 
     async def get_session(self, session_id: str) -> Session | None:
         row = await self._run(lambda db: db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone())
-        return _session(row) if row else None
+        return session_of(row) if row else None
 
     async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]:
         sql, params = "SELECT * FROM sessions WHERE 1=1", []
@@ -138,7 +138,7 @@ class SqliteStore:
         if live_only:
             sql += " AND state IN ('CREATING', 'READY')"
         rows = await self._run(lambda db: db.execute(sql + " ORDER BY created_at", params).fetchall())
-        return [_session(row) for row in rows]
+        return [session_of(row) for row in rows]
 
     # -- approvals, todos ----------------------------------------------------------------------
 
@@ -213,23 +213,5 @@ class SqliteStore:
         rows = await self._run(
             lambda db: db.execute("SELECT * FROM sandboxes WHERE instance = ?", (instance,)).fetchall()
         )
-        return [SandboxRecord(r["id"], r["instance"], r["state"], r["session_id"], r["created_at"]) for r in rows]
+        return [sandbox_of(r) for r in rows]
 
-
-def _session(row: sqlite3.Row) -> Session:
-    return Session(
-        id=row["id"],
-        tenant=row["tenant"],
-        agent=row["agent"],
-        state=SessionState(row["state"]),
-        resources=Resources(**json.loads(row["resources"])),
-        created_at=row["created_at"],
-        last_active_at=row["last_active_at"],
-        sandbox_id=row["sandbox_id"],
-        labels=json.loads(row["labels"]),
-        config_json=row["config_json"],
-        status_message=row["status_message"],
-        deleted_at=row["deleted_at"],
-        parent_id=row["parent_id"],
-        title=row["title"],
-    )
