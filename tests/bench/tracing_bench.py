@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -178,8 +179,9 @@ async def section(quick: bool) -> list[str]:
         await asyncio.to_thread(receiver.stop)
     if off["tracing"] != [0.0] or on["tracing"] != [1.0]:
         raise RuntimeError("a bench child did not run in the mode it was given")
-    lines = [f"tracing overhead per call (OTLP/gRPC to a real collector on loopback; "
-             f"{len(receiver.spans())} spans received)"]
+    received = len(receiver.spans())
+    shutil.rmtree(receiver.log_path.parent, ignore_errors=True)
+    lines = [f"tracing overhead per call (OTLP/gRPC to a real collector on loopback; {received} spans received)"]
     cpu, cpu_ok = _line("executor, thread CPU (paired)", on["cpu_off"], on["cpu_on"], True)
     wall, _ = _line("executor, wall (paired)", on["wall_off"], on["wall_on"], False)
     rpc, _ = _line("ExecuteTool over gRPC, wall", off["grpc"], on["grpc"], False)
