@@ -72,6 +72,7 @@ async def test_a_slow_custom_tool_is_traced_end_to_end(rotel: Rotel) -> None:
         if plane.proc is not None and plane.proc.poll() is None:
             plane.kill()
         remove_instance_leftovers(instance)
+        shutil.rmtree(plane.data_dir, ignore_errors=True)
 
     spans = await asyncio.to_thread(rotel.wait_for, "execute_tool slow", 10)
     assert {s.service for s in spans} == {"ocsb-docker-trace"}

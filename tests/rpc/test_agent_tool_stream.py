@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
@@ -36,6 +37,7 @@ async def agent() -> AsyncIterator[tuple[GrpcSandboxAgent, asyncio.Event, Path]]
         await client.close()
         stop.set()
         await server
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def bash(command: str, call_id: str = "c") -> BuiltinCall:

@@ -70,6 +70,7 @@ async def test_a_served_control_plane_exports_its_spans_over_otlp(rotel: Rotel, 
         spans = await asyncio.to_thread(rotel.wait_for, "execute_tool bash")
     finally:
         await stop(plane)
+        shutil.rmtree(plane.data_dir, ignore_errors=True)
 
     assert {s.service for s in spans} == {service}
     call = one(spans, "execute_tool bash")
