@@ -70,6 +70,8 @@ async def under_attack(plane: Plane, victim: Session, neighbour: Session, attack
         event = await call.abort()
         measured.abort_ms.append((time.monotonic() - started) * 1000)
         assert event.WhichOneof("event") == "result", event
+    # What an aborted attack left behind (a disk fill stopped between its write and its rm).
+    await plane.client.run(victim.id, command="rm -f /workspace/f /tmp/f")
     return measured
 
 
