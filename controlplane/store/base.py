@@ -51,6 +51,14 @@ def session_of(row: Row) -> Session:
     )
 
 
+def audit_entry_of(row: Row) -> AuditEntry:
+    return AuditEntry(
+        tenant=row["tenant"], session_id=row["session_id"], kind=row["kind"], tool=row["tool"],
+        call_id=row["call_id"], outcome=row["outcome"], permission=row["permission"],
+        patterns=tuple(json.loads(row["patterns"])), rule=row["rule"], detail=row["detail"], time=row["time"],
+    )
+
+
 def sandbox_of(row: Row) -> SandboxRecord:
     return SandboxRecord(row["id"], row["instance"], row["state"], row["session_id"], row["created_at"])
 

@@ -21,7 +21,7 @@ from controlplane.core.models import Session, Tenant
 from controlplane.core.permission import Rule
 from controlplane.errors import ControlPlaneError, ErrorCode
 from controlplane.sandbox.provider import SandboxRecord
-from controlplane.store.base import describe, sandbox_of, session_of
+from controlplane.store.base import audit_entry_of, describe, sandbox_of, session_of
 from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
 
 Connection = psycopg.AsyncConnection[DictRow]
@@ -202,14 +202,7 @@ class PostgresStore:
             sql += " AND session_id = %s"
             params.append(session_id)
         rows = await self._fetch(sql + " ORDER BY seq", params)
-        return [
-            AuditEntry(
-                tenant=r["tenant"], session_id=r["session_id"], kind=r["kind"], tool=r["tool"], call_id=r["call_id"],
-                outcome=r["outcome"], permission=r["permission"], patterns=tuple(json.loads(r["patterns"])),
-                rule=r["rule"], detail=r["detail"], time=r["time"],
-            )
-            for r in rows
-        ]
+        return [audit_entry_of(r) for r in rows]
 
     # -- sandboxes (SandboxLedger) --------------------------------------------------------------
 

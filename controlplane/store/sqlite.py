@@ -20,12 +20,15 @@ from controlplane.core.audit import AuditEntry
 from controlplane.core.models import Session, Tenant
 from controlplane.core.permission import Rule
 from controlplane.sandbox.provider import SandboxRecord
-from controlplane.store.base import AuditWriter, hash_token, sandbox_of, session_of
+from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
 T = TypeVar("T")
 
 __all__ = ["AuditWriter", "SqliteStore", "hash_token"]
+
+
+WAL_SWITCH_TIMEOUT_S = 5.0
 
 
 class SqliteStore:
@@ -37,10 +40,23 @@ class SqliteStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
+        self._enter_wal()
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
+
+    def _enter_wal(self) -> None:
+        # Switching a new file to WAL needs it alone, and SQLite answers "locked" at once (no busy
+        # wait) when another process opens the same new file at that moment: try again, bounded.
+        deadline = time.monotonic() + WAL_SWITCH_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         self._db.execute(VERSION_TABLE.format(real="REAL"))
@@ -184,14 +200,7 @@ class SqliteStore:
             sql += " AND session_id = ?"
             params.append(session_id)
         rows = await self._run(lambda db: db.execute(sql + " ORDER BY seq", params).fetchall())
-        return [
-            AuditEntry(
-                tenant=r["tenant"], session_id=r["session_id"], kind=r["kind"], tool=r["tool"], call_id=r["call_id"],
-                outcome=r["outcome"], permission=r["permission"], patterns=tuple(json.loads(r["patterns"])),
-                rule=r["rule"], detail=r["detail"], time=r["time"],
-            )
-            for r in rows
-        ]
+        return [audit_entry_of(r) for r in rows]
 
     # -- sandboxes (SandboxLedger) --------------------------------------------------------------
 

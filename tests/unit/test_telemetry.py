@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
     ({"OTEL_TRACES_EXPORTER": " Console , otlp,console"}, "TRACES", ["console", "otlp"]),
     ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, "TRACES", []),
     ({"OTEL_TRACES_EXPORTER": "otlp,none"}, "TRACES", []),
-    ({"OTEL_TRACES_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1"}, "TRACES", ["otlp"]),
+    ({"OTEL_TRACES_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, "TRACES", ["otlp"]),
     ({"OTEL_METRICS_EXPORTER": "console"}, "TRACES", []),
     ({"OTEL_METRICS_EXPORTER": "console"}, "METRICS", ["console"]),
 ])
