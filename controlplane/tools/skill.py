@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -33,9 +34,15 @@ def describe_skills(skills: Sequence[tuple[str, str]]) -> str:
 
 def skill_parameters(names: Sequence[str]) -> type[BaseModel]:
     """The parameters, whose `name` description gives up to three of the listed skills as examples."""
-    if not names:
+    return _parameters_for(tuple(names[:3]))
+
+
+@functools.lru_cache(maxsize=256)
+def _parameters_for(examples_of: tuple[str, ...]) -> type[BaseModel]:
+    # A pydantic model per distinct example list, made once: the runtime initialises the tool per call.
+    if not examples_of:
         return SkillParams
-    examples = ", ".join(f"'{name}'" for name in names[:3])
+    examples = ", ".join(f"'{name}'" for name in examples_of)
     return create_model(
         "SkillParams", __base__=BaseModel,
         name=(str, Field(description=f"{NAME_DESCRIPTION} (e.g., {examples}, ...)")),
@@ -51,16 +58,18 @@ def _execute_in_sandbox(config: dict[str, Any]) -> Execute:
 
 
 def _bind(scope: CallerScope) -> ToolInfo:
-    """The skill tool of one session and calling agent: its skills, less those the agent is denied."""
-    allowed = [
-        (name, text) for name, text in scope.skills
-        if permission.evaluate("skill", name, scope.caller.permission).action != "deny"
-    ]
-    execute = _execute_in_sandbox(_config(scope.session.config_json))
-    parameters = skill_parameters([name for name, _ in allowed])
+    """The skill tool of one session and calling agent: its skills, less those the agent is denied.
+
+    Binding happens for every tool of every call, so the work waits for `init` (this tool's own use).
+    """
 
     async def init(_: InitContext) -> ToolDefinition:
-        return ToolDefinition(describe_skills(allowed), parameters, execute)
+        allowed = [
+            (name, text) for name, text in scope.skills
+            if permission.evaluate("skill", name, scope.caller.permission).action != "deny"
+        ]
+        execute = _execute_in_sandbox(_config(scope.session.config_json))
+        return ToolDefinition(describe_skills(allowed), skill_parameters([name for name, _ in allowed]), execute)
 
     return ToolInfo(id="skill", init=init)
 
