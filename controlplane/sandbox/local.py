@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from controlplane.core.models import Resources
 from controlplane.errors import SandboxLostError, SandboxStartError
@@ -38,7 +35,6 @@ class LocalSandboxProvider(SandboxProvider):
         self._instance = instance
         self._ledger = ledger
         self._running: dict[str, tuple[Sandbox, asyncio.Event, asyncio.Task[None]]] = {}
-        self._starting = asyncio.Lock()
         self._attached: dict[str, Sandbox] = {}
         """Other control planes' sandboxes this one has reached (see `attach`)."""
 
@@ -62,15 +58,12 @@ class LocalSandboxProvider(SandboxProvider):
         )
         ready, stop = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
-        async with self._starting:  # one agent at a time takes and gives back the process's signals
-            saved = _SignalHandlers.save(loop)
-            task = loop.create_task(serve(config, ready, stop))
-            up = loop.create_task(ready.wait())
-            try:
-                await asyncio.wait({task, up}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                up.cancel()
-                saved.restore()
+        task = loop.create_task(serve(config, ready, stop))
+        up = loop.create_task(ready.wait())
+        try:
+            await asyncio.wait({task, up}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            up.cancel()
         if not ready.is_set():
             self._dirs.remove(sandbox_id)
             raise SandboxStartError(f"the in-process agent did not start: {task.exception()!r}")
@@ -123,29 +116,3 @@ class LocalSandboxProvider(SandboxProvider):
 
     def pool_stats(self) -> PoolStats:
         return PoolStats(0, 0, 0, 0, 0)
-
-
-@dataclass
-class _SignalHandlers:
-    """The event loop's SIGTERM/SIGINT handlers. An in-process agent's `serve` installs its own, which
-    would make the process's SIGTERM stop that one agent instead of the control plane: they are put back
-    once the agent is up. asyncio has no public getter for them, hence its private table."""
-
-    loop: asyncio.AbstractEventLoop
-    handles: dict[int, Any]
-    plain: dict[int, Any]
-
-    @classmethod
-    def save(cls, loop: asyncio.AbstractEventLoop) -> _SignalHandlers:
-        table: dict[int, Any] = getattr(loop, "_signal_handlers", {})
-        return cls(loop, {sig: table.get(sig) for sig in _SIGNALS}, {sig: signal.getsignal(sig) for sig in _SIGNALS})
-
-    def restore(self) -> None:
-        for sig, handle in self.handles.items():
-            if handle is not None:
-                self.loop.add_signal_handler(sig, handle._callback, *handle._args)
-            elif self.loop.remove_signal_handler(sig):
-                signal.signal(sig, self.plain[sig])  # e.g. Python's KeyboardInterrupt for SIGINT
-
-
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)

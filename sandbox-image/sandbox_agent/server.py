@@ -313,7 +313,8 @@ SERVER_OPTIONS = [
 
 
 async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
-    """Serves until SIGTERM/SIGINT (or `stop` is set); the socket is private to its owner."""
+    """Serves until `stop` is set or, when the caller gives none (the agent owns its process), until
+    SIGTERM/SIGINT; the socket is private to its owner."""
     os.makedirs(os.path.dirname(config.socket_path), exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(config.socket_path)
@@ -324,11 +325,13 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     await _prepare_home(service, config)
     await server.start()
     os.chmod(config.socket_path, 0o600)
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    if stop is None:
+        # An embedding process (the control plane's in-process agents) keeps its own signal handling.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
     if ready is not None:
         ready.set()
     try:
