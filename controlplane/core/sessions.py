@@ -363,7 +363,7 @@ class SessionManager:
                 live = (SessionState.CREATING, SessionState.READY)
                 if ended is not None and ended.state not in live and self._live.get(session.id) is session:
                     await self._ended_elsewhere(session, ended)
-            elif current is not None and current.last_active_at > session.last_active_at:
+            elif current.last_active_at > session.last_active_at:
                 session.last_active_at = current.last_active_at
 
     async def _ended_elsewhere(self, session: Session, ended: Session) -> None:
