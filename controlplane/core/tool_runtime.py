@@ -167,11 +167,12 @@ class ToolRuntime:
             tools = self._executable(custom, mcp, registry)
         caller = self._caller_scope(tenant, session, agent)
         tools = {tool_id: bound(info, caller) for tool_id, info in tools.items()}
+        home = await self._home(session_id, sandbox)
         scope = CallScope(
             session_id=session_id, agent=agent.name, ruleset=self._session_rules(session, agent)[0], tools=tools,
             sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
-            policy=self._policy.rules(tenant, home=await self._home(session_id, sandbox)), sandbox_id=sandbox.id,
-            services=self._services(tenant, session, await self._home(session_id, sandbox), registry),
+            policy=self._policy.rules(tenant, home=home), sandbox_id=sandbox.id,
+            services=self._services(tenant, session, home, registry),
             on_sandbox_lost=functools.partial(self._sessions.report_lost, session_id),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
