@@ -19,13 +19,18 @@ SKILLS = {
 }
 
 
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-async def plane(request: pytest.FixtureRequest) -> AsyncIterator[Plane]:
-    if request.param == "docker":
-        yield request.getfixturevalue("docker_plane")  # the skills live in a real sandbox's workspace
-        return
+@pytest.fixture(scope="module")
+async def skills_local_plane() -> AsyncIterator[Plane]:
     async with running_plane("local") as p:
         yield p
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def plane(request: pytest.FixtureRequest) -> Plane:
+    """An in-process plane, and the shared Docker one (the skills then live in a real sandbox's workspace)."""
+    name = "docker_plane" if request.param == "docker" else "skills_local_plane"
+    found: Plane = request.getfixturevalue(name)
+    return found
 
 
 async def skill_description(plane: Plane, session_id: str, agent: str = "") -> tuple[str, dict[str, object]]:
