@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -54,8 +54,11 @@ _END = object()
 
 
 def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneError:
+    return _status_error(exc.code(), exc.details() or "", sandbox_id)
+
+
+def _status_error(code: grpc.StatusCode, details: str, sandbox_id: str) -> ControlPlaneError:
     """Agent statuses are a closed set; anything else means the sandbox is gone or broken."""
-    code, details = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
@@ -88,17 +91,11 @@ class GrpcExecStream(_AgentCall, ExecStream):
     async def events(self) -> AsyncIterator[ExecEvent]:
         try:
             async for event in self._call:
-                kind = event.WhichOneof("event")
-                if kind == "output":
-                    stream = event.output.WhichOneof("data")
-                    yield Output(stream, getattr(event.output, stream))
-                elif kind == "started":
-                    yield Started(event.started.pid)
-                elif kind == "exited":
-                    e = event.exited
-                    self._traced.finish(event.spans)
-                    yield Exited(e.exit_code, e.signal, e.timed_out, e.aborted, e.duration_ms, e.abort_reason)
-                    return
+                domain = _exec_event(event, self._traced)
+                if domain is not None:
+                    yield domain
+                    if isinstance(domain, Exited):
+                        return
         except grpc.aio.AioRpcError as exc:
             self._traced.finish(error=exc)
             raise map_agent_error(exc, self._sandbox_id) from exc
@@ -115,6 +112,75 @@ class GrpcExecStream(_AgentCall, ExecStream):
 
     async def abort(self, reason: str) -> None:
         await self._outbox.put(agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
+
+
+def _exec_event(event: agent_pb2.ExecEvent, traced: AgentCallSpan) -> ExecEvent | None:
+    kind = event.WhichOneof("event")
+    if kind == "output":
+        stream = event.output.WhichOneof("data") or "stdout"
+        return Output(stream, getattr(event.output, stream))
+    if kind == "started":
+        return Started(event.started.pid)
+    if kind == "exited":
+        e = event.exited
+        traced.finish(event.spans)
+        return Exited(e.exit_code, e.signal, e.timed_out, e.aborted, e.duration_ms, e.abort_reason)
+    return None
+
+
+class StreamedExec(ExecStream):
+    """A command on the agent's ExecMany stream: the same events and errors as over its own Exec."""
+
+    def __init__(self, stream: _SharedStream, start: agent_pb2.ExecRequest, sandbox_id: str,
+                 traced: AgentCallSpan) -> None:
+        self._stream = stream
+        self._number, self._inbox = stream.start(start, traced)
+        self._sandbox_id = sandbox_id
+        self._traced = traced
+
+    async def events(self) -> AsyncIterator[ExecEvent]:
+        finished = False
+        try:
+            while True:
+                item = await self._inbox.get()
+                if isinstance(item, grpc.aio.AioRpcError):
+                    self._traced.finish(error=item)
+                    raise map_agent_error(item, self._sandbox_id) from item
+                if item is None or item.done:
+                    finished = True
+                    if item is not None and item.error:
+                        raise _refusal(item.code, item.error, self._sandbox_id)
+                    break
+                domain = _exec_event(item.event, self._traced)
+                if domain is not None:
+                    yield domain
+                    if isinstance(domain, Exited):
+                        finished = True
+                        return
+        finally:
+            self._traced.finish()
+            self._stream.forget(self._number, cancel=not finished)
+        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the command without an exit status")
+
+    async def write_stdin(self, data: bytes) -> None:
+        self._stream.send(self._number, agent_pb2.ExecRequest(stdin=data))
+
+    async def close_stdin(self) -> None:
+        self._stream.send(self._number, agent_pb2.ExecRequest(close_stdin=agent_pb2.CloseStdin()))
+
+    async def abort(self, reason: str) -> None:
+        self._stream.send(self._number, agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
+
+    def cancel(self) -> None:
+        self._stream.forget(self._number, cancel=True)
+
+
+def _refusal(code: str, message: str, sandbox_id: str) -> ControlPlaneError:
+    """What a call refused on a shared stream raises: the error its own RPC's status would have mapped to."""
+    status = getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
+    if not isinstance(status, grpc.StatusCode):
+        status = grpc.StatusCode.UNKNOWN
+    return _status_error(status, message, sandbox_id)
 
 
 class ReportsAllowed:
@@ -175,47 +241,58 @@ class GrpcBuiltinRun(_AgentCall, ReportsAllowed, BuiltinRun):
         await self._outbox.put(agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
 
 
-class _ToolStream:
-    """One RunTools call to the agent: tool calls multiplexed on it, each with its own event queue."""
+class _SharedStream:
+    """One long-lived agent call (RunTools, ExecMany) carrying many numbered calls, each with its own inbox.
 
-    def __init__(self, stub: agent_pb2_grpc.SandboxAgentAsyncStub, sandbox_id: str) -> None:
-        self._sandbox_id = sandbox_id
-        self._outbox: asyncio.Queue[object] = asyncio.Queue()
-        self._runs: dict[int, StreamedBuiltinRun] = {}
+    Its requests and events have the same shape on both RPCs: `call`, `request`, `cancel`, `trace` up;
+    `call`, `event`, `done`, `error` down.
+    """
+
+    def __init__(self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object],
+                 request_type: Callable[..., Any]) -> None:
+        self._outbox = outbox
+        self._request_type = request_type
+        self._inboxes: dict[int, asyncio.Queue[Any]] = {}
         self._numbers = itertools.count(1)
-        self._call = stub.RunTools(_drain(self._outbox, agent_pb2.RunToolsRequest))
+        self._call = call
         self._reader = asyncio.ensure_future(self._read())
         self.open = True
 
-    def start(self, start: agent_pb2.ToolStart, traced: AgentCallSpan) -> StreamedBuiltinRun:
-        number = next(self._numbers)
-        run = self._runs[number] = StreamedBuiltinRun(self, number, self._sandbox_id, traced)
-        request = agent_pb2.RunToolRequest(start=start)
-        self._outbox.put_nowait(agent_pb2.RunToolsRequest(call=number, request=request, trace=dict(traced.metadata)))
-        return run
+    @classmethod
+    def of(cls, rpc: Callable[[AsyncIterator[Any]], grpc.aio.StreamStreamCall[Any, Any]],
+           request_type: Callable[..., Any]) -> _SharedStream:
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        return cls(rpc(_drain(outbox, object)), outbox, request_type)
 
-    def send(self, number: int, request: agent_pb2.RunToolRequest) -> None:
-        if number in self._runs:
-            self._outbox.put_nowait(agent_pb2.RunToolsRequest(call=number, request=request))
+    def start(self, request: Any, traced: AgentCallSpan) -> tuple[int, asyncio.Queue[Any]]:
+        """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""
+        number = next(self._numbers)
+        inbox = self._inboxes[number] = asyncio.Queue()
+        self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata)))
+        return number, inbox
+
+    def send(self, number: int, request: Any) -> None:
+        if number in self._inboxes:
+            self._outbox.put_nowait(self._request_type(call=number, request=request))
 
     def forget(self, number: int, *, cancel: bool) -> None:
-        if self._runs.pop(number, None) is not None and cancel and self.open:
-            self._outbox.put_nowait(agent_pb2.RunToolsRequest(call=number, cancel=True))
+        if self._inboxes.pop(number, None) is not None and cancel and self.open:
+            self._outbox.put_nowait(self._request_type(call=number, cancel=True))
 
     async def _read(self) -> None:
         ended: grpc.aio.AioRpcError | None = None
         try:
             async for event in self._call:
-                run = self._runs.get(event.call)
-                if run is not None:
-                    run.inbox.put_nowait(event)
+                inbox = self._inboxes.get(event.call)
+                if inbox is not None:
+                    inbox.put_nowait(event)
         except grpc.aio.AioRpcError as exc:
             ended = exc
         finally:
             self.close()
-            runs, self._runs = self._runs, {}
-            for run in runs.values():
-                run.inbox.put_nowait(ended)
+            inboxes, self._inboxes = self._inboxes, {}
+            for inbox in inboxes.values():
+                inbox.put_nowait(ended)
 
     def close(self) -> None:
         if self.open:
@@ -227,12 +304,12 @@ class _ToolStream:
 class StreamedBuiltinRun(ReportsAllowed, BuiltinRun):
     """A tool call on the agent's RunTools stream: the same events and errors as over its own RunTool."""
 
-    def __init__(self, stream: _ToolStream, number: int, sandbox_id: str, traced: AgentCallSpan) -> None:
+    def __init__(self, stream: _SharedStream, start: agent_pb2.ToolStart, sandbox_id: str,
+                 traced: AgentCallSpan) -> None:
         self._stream = stream
-        self._number = number
+        self._number, self.inbox = stream.start(agent_pb2.RunToolRequest(start=start), traced)
         self._sandbox_id = sandbox_id
         self._traced = traced
-        self.inbox: asyncio.Queue[agent_pb2.RunToolsEvent | grpc.aio.AioRpcError | None] = asyncio.Queue()
 
     async def events(self) -> AsyncIterator[RunEvent]:
         finished = False
@@ -291,7 +368,8 @@ class GrpcSandboxAgent(SandboxAgent):
         self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
         self._features: frozenset[str] = frozenset()
         """What the agent's Health said it offers beyond the base protocol (an older image offers nothing)."""
-        self._tool_stream: _ToolStream | None = None
+        self._tool_stream: _SharedStream | None = None
+        self._exec_stream: _SharedStream | None = None
 
     async def health(self, timeout_s: float = 5.0) -> AgentHealth:
         try:
@@ -304,17 +382,19 @@ class GrpcSandboxAgent(SandboxAgent):
         )
 
     async def exec(self, spec: CommandSpec) -> ExecStream:
-        outbox: asyncio.Queue[object] = asyncio.Queue()
-        outbox.put_nowait(
-            agent_pb2.ExecRequest(
-                start=agent_pb2.ExecStart(
-                    argv=spec.argv, command=spec.command, env=spec.env, cwd=spec.cwd, timeout_ms=spec.timeout_ms,
-                    stdin=spec.stdin, kill_grace_ms=spec.kill_grace_ms, merge_stderr=spec.merge_stderr,
-                )
+        start = agent_pb2.ExecRequest(
+            start=agent_pb2.ExecStart(
+                argv=spec.argv, command=spec.command, env=spec.env, cwd=spec.cwd, timeout_ms=spec.timeout_ms,
+                stdin=spec.stdin, kill_grace_ms=spec.kill_grace_ms, merge_stderr=spec.merge_stderr,
             )
         )
-
         traced = AgentCallSpan("Exec", self.sandbox_id)
+        if "exec_many" in self._features:
+            if self._exec_stream is None or not self._exec_stream.open:
+                self._exec_stream = _SharedStream.of(self._stub.ExecMany, agent_pb2.ExecManyRequest)
+            return StreamedExec(self._exec_stream, start, self.sandbox_id, traced)
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        outbox.put_nowait(start)
         call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest), metadata=traced.metadata)
         return GrpcExecStream(call, outbox, self.sandbox_id, traced)
 
@@ -331,8 +411,9 @@ class GrpcSandboxAgent(SandboxAgent):
         if "run_tools" in self._features:
             # One long-lived stream for every call: a new RPC per call costs more than the call's messages.
             if self._tool_stream is None or not self._tool_stream.open:
-                self._tool_stream = _ToolStream(self._stub, self.sandbox_id)
-            return self._tool_stream.start(start, AgentCallSpan("RunTool", self.sandbox_id))
+                self._tool_stream = _SharedStream.of(self._stub.RunTools, agent_pb2.RunToolsRequest)
+            traced = AgentCallSpan("RunTool", self.sandbox_id)
+            return StreamedBuiltinRun(self._tool_stream, start, self.sandbox_id, traced)
         outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
         traced = AgentCallSpan("RunTool", self.sandbox_id)
         stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest), metadata=traced.metadata)
@@ -415,7 +496,8 @@ class GrpcSandboxAgent(SandboxAgent):
             raise map_agent_error(exc, self.sandbox_id) from exc
 
     async def close(self) -> None:
-        if self._tool_stream is not None:
-            self._tool_stream.close()
+        for stream in (self._tool_stream, self._exec_stream):
+            if stream is not None:
+                stream.close()
         with contextlib.suppress(Exception):
             await self._channel.close()

@@ -9,9 +9,14 @@ AgentError
 class AgentError(Exception):
     """Root of every error the agent raises on purpose."""
 
+    status = "INVALID_ARGUMENT"
+    """The gRPC status name an RPC ends with when this error refuses it."""
+
 
 class SpawnError(AgentError):
     """The command could not be started."""
+
+    status = "FAILED_PRECONDITION"
 
 
 class WorkspacePathError(AgentError, ValueError):

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
 import grpc
@@ -18,6 +18,7 @@ from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
+from sandbox_agent.multiplex import Routed, multiplex
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.tool_calls import ToolCalls
 from sandbox_agent.tools.base import ToolError
@@ -50,6 +51,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             "USER": "tool",
             "TMPDIR": "/tmp",
             "TERM": "dumb",
+            # A login environment has it; without it bash looks the user up in the password database.
+            "SHELL": "/bin/bash",
         }
 
     def _spawn_background(self, work: Coroutine[Any, Any, Any] | asyncio.Task[Any]) -> None:
@@ -88,7 +91,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             running=len(self._running) + self._tools.running,
             tool_home=self._config.tool_home,
-            features=["run_tools"],
+            features=["run_tools", "exec_many"],
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:
@@ -109,23 +112,38 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
     async def Exec(
         self, request_iterator: AsyncIterator[agent_pb2.ExecRequest], context: Any
     ) -> AsyncIterator[agent_pb2.ExecEvent]:
-        first = await anext(aiter(request_iterator), None)
-        if first is None or first.WhichOneof("msg") != "start":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first Exec message must be `start`")
-            return
-        trace = tracing.recorder_from_metadata(context.invocation_metadata())
-        span = trace.start("sandbox.exec") if trace is not None else None
         try:
-            execution = await Execution.start(
-                self._spec_from(first.start), self._identity, self._config.output_buffer_bytes
-            )
-        except SpawnError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-            return
+            async for event in self._exec(request_iterator, context.invocation_metadata()):
+                yield event
+        except AgentError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.status), str(exc))
+
+    async def ExecMany(
+        self, request_iterator: AsyncIterator[agent_pb2.ExecManyRequest], context: Any
+    ) -> AsyncIterator[agent_pb2.ExecManyEvent]:
+        def run_call(requests: AsyncIterator[agent_pb2.ExecRequest],
+                     trace: dict[str, str]) -> AsyncIterator[agent_pb2.ExecEvent]:
+            return self._exec(requests, trace.items())
+
+        async for event in multiplex(_routed_execs(request_iterator), _is_exec_start, run_call, _exec_many_event,
+                                     self._background, cancel_on_hang_up=True):
+            yield event
+
+    async def _exec(
+        self, requests: AsyncIterator[agent_pb2.ExecRequest], trace_metadata: Iterable[tuple[str, Any]],
+    ) -> AsyncIterator[agent_pb2.ExecEvent]:
+        """One command's events, from `started` to `exited`; an AgentError refuses the call before it starts."""
+        first = await anext(aiter(requests), None)
+        if first is None or first.WhichOneof("msg") != "start":
+            raise AgentError("the first Exec message must be `start`")
+        trace = tracing.recorder_from_metadata(trace_metadata)
+        span = trace.start("sandbox.exec") if trace is not None else None
+        spec = self._spec_from(first.start)
+        execution = await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
         if span is not None:
             span.set("process.pid", execution.pid)
         self._running.add(execution)
-        pump = asyncio.ensure_future(_pump_requests(request_iterator, execution))
+        pump = asyncio.ensure_future(_pump_requests(requests, execution))
         seq = 0
         try:
             seq += 1
@@ -251,6 +269,22 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             self._running.discard(helper)
             if not helper.finished:
                 self._spawn_background(helper.stop(reason="download cancelled"))
+
+
+async def _routed_execs(
+    requests: AsyncIterator[agent_pb2.ExecManyRequest],
+) -> AsyncIterator[Routed[agent_pb2.ExecRequest]]:
+    async for request in requests:
+        yield Routed(request.call, None if request.cancel else request.request, dict(request.trace))
+
+
+def _is_exec_start(request: agent_pb2.ExecRequest) -> bool:
+    return request.WhichOneof("msg") == "start"
+
+
+def _exec_many_event(call: int, event: agent_pb2.ExecEvent | None = None, done: bool = False, error: str = "",
+                     code: str = "") -> agent_pb2.ExecManyEvent:
+    return agent_pb2.ExecManyEvent(call=call, event=event, done=done, error=error, code=code)
 
 
 async def _pump_requests(requests: AsyncIterator[agent_pb2.ExecRequest], execution: Execution) -> None:

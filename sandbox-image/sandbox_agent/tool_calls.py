@@ -17,6 +17,7 @@ from sandbox.v1 import agent_pb2
 from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.errors import AgentError
+from sandbox_agent.multiplex import Routed, multiplex
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
@@ -150,11 +151,13 @@ class ToolCalls:
             try:
                 run = self._custom_run(start.tool, abort) if start.custom else load_tool(start.tool)
                 directory = self._workspace
+                state = self._state(start.session_id)
+                if state.worktree is None:
+                    state.worktree = await self._runner.io(find_worktree, directory)
                 ctx = ToolContext(
                     session_id=start.session_id, message_id=start.message_id, call_id=start.call_id,
-                    agent=start.agent, directory=directory,
-                    worktree=await self._runner.io(find_worktree, directory),
-                    ask=ask, metadata=metadata, runner=self._runner, state=self._state(start.session_id),
+                    agent=start.agent, directory=directory, worktree=state.worktree,
+                    ask=ask, metadata=metadata, runner=self._runner, state=state,
                     abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
                 )
                 output = await run(json.loads(start.args_json or "{}"), ctx)
@@ -183,53 +186,17 @@ class ToolCalls:
         self, requests: AsyncIterator[agent_pb2.RunToolsRequest],
     ) -> AsyncIterator[agent_pb2.RunToolsEvent]:
         """RunTools: each call runs exactly as `run` runs one RunTool; their events share one stream."""
-        events: asyncio.Queue[agent_pb2.RunToolsEvent | None] = asyncio.Queue()
-        inboxes: dict[int, asyncio.Queue[agent_pb2.RunToolRequest | None]] = {}
+        def wrap(call: int, event: agent_pb2.RunToolEvent | None = None, done: bool = False, error: str = "",
+                 code: str = "") -> agent_pb2.RunToolsEvent:
+            return agent_pb2.RunToolsEvent(call=call, event=event, done=done, error=error)
 
-        async def one(number: int, inbox: asyncio.Queue[agent_pb2.RunToolRequest | None],
-                      trace: tracing.Recorder | None) -> None:
-            async def requests_of_call() -> AsyncIterator[agent_pb2.RunToolRequest]:
-                while (request := await inbox.get()) is not None:
-                    yield request
+        def run_call(call_requests: AsyncIterator[agent_pb2.RunToolRequest],
+                     trace: dict[str, str]) -> AsyncIterator[agent_pb2.RunToolEvent]:
+            return self.run(call_requests, tracing.recorder_from_metadata(trace.items()))
 
-            try:
-                async for event in self.run(requests_of_call(), trace):
-                    events.put_nowait(agent_pb2.RunToolsEvent(call=number, event=event))
-                events.put_nowait(agent_pb2.RunToolsEvent(call=number, done=True))
-            except AgentError as exc:
-                events.put_nowait(agent_pb2.RunToolsEvent(call=number, done=True, error=str(exc)))
-            finally:
-                del inboxes[number]
-                events.put_nowait(None)  # wakes the stream up, in case this was the last call
-
-        async def dispatch() -> None:
-            try:
-                async for request in requests:
-                    inbox = inboxes.get(request.call)
-                    if inbox is not None:
-                        inbox.put_nowait(None if request.cancel else request.request)
-                    elif not request.cancel and request.request.WhichOneof("msg") == "start":
-                        inbox = inboxes[request.call] = asyncio.Queue()
-                        inbox.put_nowait(request.request)
-                        task = asyncio.ensure_future(
-                            one(request.call, inbox, tracing.recorder_from_metadata(request.trace.items()))
-                        )
-                        self._detached.add(task)
-                        task.add_done_callback(self._detached.discard)
-                    # Anything else is for a call that already ended, as a late message on a finished RunTool.
-            finally:
-                _hang_up(inboxes)
-                events.put_nowait(None)
-
-        reader = asyncio.ensure_future(dispatch())
-        try:
-            while not (reader.done() and not inboxes and events.empty()):
-                event = await events.get()
-                if event is not None:
-                    yield event
-        finally:
-            reader.cancel()
-            _hang_up(inboxes)
+        async for event in multiplex(_routed(requests), _is_start, run_call, wrap, self._detached,
+                                     cancel_on_hang_up=False):
+            yield event
 
     def _custom_run(self, tool_id: str, abort: asyncio.Event) -> ToolRun:
         async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -286,10 +253,15 @@ class ToolCalls:
         return path
 
 
-def _hang_up(inboxes: dict[int, asyncio.Queue[agent_pb2.RunToolRequest | None]]) -> None:
-    """The control plane is gone for these calls: what the end of their RunTool means (an abort)."""
-    for inbox in inboxes.values():
-        inbox.put_nowait(None)
+async def _routed(
+    requests: AsyncIterator[agent_pb2.RunToolsRequest],
+) -> AsyncIterator[Routed[agent_pb2.RunToolRequest]]:
+    async for request in requests:
+        yield Routed(request.call, None if request.cancel else request.request, dict(request.trace))
+
+
+def _is_start(request: agent_pb2.RunToolRequest) -> bool:
+    return request.WhichOneof("msg") == "start"
 
 
 def _write_new(directory: str, path: str, content: bytes) -> None:

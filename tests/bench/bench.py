@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import itertools
 import json
 import logging
 import math
@@ -309,12 +310,17 @@ async def bench_docker_run(label: str, n: int) -> list[float]:
 
 async def bench_tool(client: AsyncClient, session_id: str, tool: str, args: dict[str, Any], expect: str,
                      n: int, warmup: int) -> tuple[list[float], int]:
-    """Times whole `execute_tool` calls; returns samples and how many permission requests were answered."""
+    """Times whole `execute_tool` calls; returns samples and how many permission requests were answered.
+
+    Each call has its own message id, as each step of a model's turn does: the same call repeated within one
+    message is a doom loop, which asks the user from the third time on (that path is the toolpath section's).
+    """
     asks = 0
+    messages = itertools.count(1)
 
     async def once() -> None:
         nonlocal asks
-        outcome = await client.execute_tool(session_id, tool, args)
+        outcome = await client.execute_tool(session_id, tool, args, message_id=f"bench-{next(messages)}")
         if outcome.error is not None or expect not in outcome.output:
             raise RuntimeError(f"{tool} tool call went wrong: error={outcome.error!r} result={outcome.result!r}")
         asks += len(outcome.permission_requests)

@@ -363,6 +363,96 @@ class ExecEvent(_message.Message):
 Global___ExecEvent: _TypeAlias = ExecEvent  # noqa: Y015
 
 @_typing.final
+class ExecManyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TraceEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CALL_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
+    call: _builtins.int
+    """The control plane's number for the call, unique on the stream."""
+    cancel: _builtins.bool
+    """The control plane is gone for this call (as if its Exec were cancelled): an abort."""
+    @_builtins.property
+    def request(self) -> Global___ExecRequest:
+        """What Exec would receive: `start` first, then stdin, close_stdin or abort."""
+
+    @_builtins.property
+    def trace(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Trace context of the call (with its `start`), as Exec carries it in gRPC metadata."""
+
+    def __init__(
+        self,
+        *,
+        call: _builtins.int = ...,
+        request: Global___ExecRequest | None = ...,
+        cancel: _builtins.bool = ...,
+        trace: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "cancel", b"cancel", "request", b"request", "trace", b"trace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecManyRequest: _TypeAlias = ExecManyRequest  # noqa: Y015
+
+@_typing.final
+class ExecManyEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    call: _builtins.int
+    done: _builtins.bool
+    """Set on the call's last message: its events have ended (after `exited`, or with `error`)."""
+    error: _builtins.str
+    """Why the call was refused, with the gRPC status name Exec would have ended with."""
+    code: _builtins.str
+    @_builtins.property
+    def event(self) -> Global___ExecEvent: ...
+    def __init__(
+        self,
+        *,
+        call: _builtins.int = ...,
+        event: Global___ExecEvent | None = ...,
+        done: _builtins.bool = ...,
+        error: _builtins.str = ...,
+        code: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "code", b"code", "done", b"done", "error", b"error", "event", b"event"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecManyEvent: _TypeAlias = ExecManyEvent  # noqa: Y015
+
+@_typing.final
 class UploadWorkspaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

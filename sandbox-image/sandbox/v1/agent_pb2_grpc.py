@@ -44,6 +44,11 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.ExecRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecEvent.FromString,
                 _registered_method=True)
+        self.ExecMany = channel.stream_stream(
+                '/sandbox.v1.SandboxAgent/ExecMany',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.ExecManyRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecManyEvent.FromString,
+                _registered_method=True)
         self.UploadWorkspace = channel.stream_unary(
                 '/sandbox.v1.SandboxAgent/UploadWorkspace',
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.UploadWorkspaceRequest.SerializeToString,
@@ -94,6 +99,15 @@ class SandboxAgentServicer:
     def Exec(self, request_iterator, context):
         """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
         abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecMany(self, request_iterator, context):
+        """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
+        Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
+        when HealthResponse.features lists "exec_many".
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -167,6 +181,11 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.Exec,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.ExecEvent.SerializeToString,
+            ),
+            'ExecMany': grpc.stream_stream_rpc_method_handler(
+                    servicer.ExecMany,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecManyRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.ExecManyEvent.SerializeToString,
             ),
             'UploadWorkspace': grpc.stream_unary_rpc_method_handler(
                     servicer.UploadWorkspace,
@@ -258,6 +277,33 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/Exec',
             sandbox_dot_v1_dot_agent__pb2.ExecRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.ExecEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecMany(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sandbox.v1.SandboxAgent/ExecMany',
+            sandbox_dot_v1_dot_agent__pb2.ExecManyRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.ExecManyEvent.FromString,
             options,
             channel_credentials,
             insecure,

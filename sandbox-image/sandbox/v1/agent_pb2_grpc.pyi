@@ -40,6 +40,11 @@ class SandboxAgentStub:
     """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
     abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
     """
+    ExecMany: _grpc.StreamStreamMultiCallable[_agent_pb2.ExecManyRequest, _agent_pb2.ExecManyEvent]
+    """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
+    Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
+    when HealthResponse.features lists "exec_many".
+    """
     UploadWorkspace: _grpc.StreamUnaryMultiCallable[_agent_pb2.UploadWorkspaceRequest, _agent_pb2.UploadWorkspaceResponse]
     """Extracts a tar stream into the workspace (as the unprivileged tool user)."""
     DownloadWorkspace: _grpc.UnaryStreamMultiCallable[_agent_pb2.DownloadWorkspaceRequest, _agent_pb2.DownloadWorkspaceResponse]
@@ -73,6 +78,11 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     Exec: _aio.StreamStreamMultiCallable[_agent_pb2.ExecRequest, _agent_pb2.ExecEvent]  # type: ignore[assignment]
     """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
     abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
+    """
+    ExecMany: _aio.StreamStreamMultiCallable[_agent_pb2.ExecManyRequest, _agent_pb2.ExecManyEvent]  # type: ignore[assignment]
+    """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
+    Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
+    when HealthResponse.features lists "exec_many".
     """
     UploadWorkspace: _aio.StreamUnaryMultiCallable[_agent_pb2.UploadWorkspaceRequest, _agent_pb2.UploadWorkspaceResponse]  # type: ignore[assignment]
     """Extracts a tar stream into the workspace (as the unprivileged tool user)."""
@@ -116,6 +126,17 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.ExecEvent], _abc.AsyncIterator[_agent_pb2.ExecEvent]]:
         """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
         abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
+        """
+
+    @_abc_1.abstractmethod
+    def ExecMany(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_pb2.ExecManyRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ExecManyEvent], _abc.AsyncIterator[_agent_pb2.ExecManyEvent]]:
+        """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
+        Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
+        when HealthResponse.features lists "exec_many".
         """
 
     @_abc_1.abstractmethod

@@ -81,6 +81,9 @@ class SessionState:
         """Instruction files (AGENTS.md, ...) already injected by `read` in this session."""
         self.lsp: SessionServers | None = None
         """The session's language servers, created by the `lsp` tool on first use."""
+        self.worktree: str | None = None
+        """The session's git worktree, found on its first call: fixed for the session, as upstream fixes it per
+        instance (a `.git` created later does not move it)."""
 
 
 class FileTimes:

@@ -100,7 +100,8 @@ def _find_program(name: str, path: str) -> str:
 
 
 def default_env(home: str) -> dict[str, str]:
-    return {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8", "USER": "tool", "TMPDIR": "/tmp", "TERM": "dumb"}
+    return {"PATH": DEFAULT_PATH, "HOME": home, "LANG": "C.UTF-8", "USER": "tool", "TMPDIR": "/tmp", "TERM": "dumb",
+            "SHELL": "/bin/bash"}
 
 
 def local_runner() -> ToolRunner:

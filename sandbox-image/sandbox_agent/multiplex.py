@@ -1,0 +1,107 @@
+"""Many calls of one streaming RPC carried over one long-lived stream (RunTools, ExecMany).
+
+A new gRPC call costs more than the messages of a short call, so the control plane keeps one stream per
+sandbox and numbers its calls. Each call here runs exactly as over its own RPC: its requests arrive in
+order, `cancel` or the end of the stream is what cancelling that RPC would be, and an `AgentError` it
+raises ends it with the status that RPC would have ended with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sandbox_agent.errors import AgentError
+
+Inner = TypeVar("Inner")
+"""One request of a single call (RunToolRequest, ExecRequest)."""
+Event = TypeVar("Event")
+"""One event of a single call."""
+Outer = TypeVar("Outer")
+"""One event on the shared stream."""
+
+
+@dataclass(frozen=True)
+class Routed(Generic[Inner]):
+    """What a request on the shared stream says: the call, and its request or its cancellation."""
+
+    call: int
+    request: Inner | None
+    """None: the call is cancelled."""
+    trace: dict[str, str]
+
+
+CallRunner = Callable[[AsyncIterator[Inner], dict[str, str]], AsyncIterator[Event]]
+Wrap = Callable[..., Outer]
+"""wrap(call, event=..., done=..., error=..., code=...) -> the shared stream's event."""
+
+
+async def multiplex(
+    requests: AsyncIterator[Routed[Inner]], is_start: Callable[[Inner], bool], run_call: CallRunner[Inner, Event],
+    wrap: Wrap[Outer], keep: set[asyncio.Task[Any]], *, cancel_on_hang_up: bool,
+) -> AsyncIterator[Outer]:
+    """The shared stream's events; `keep` holds calls still finishing after the stream went away.
+
+    A call is hung up by its `cancel` or by the end of the shared stream. `cancel_on_hang_up`: its task is
+    cancelled, as gRPC cancels the handler of a cancelled call (Exec, whose requests may end early and
+    normally); otherwise its requests end, which the call reads as an abort (RunTool).
+    """
+    events: asyncio.Queue[Outer | None] = asyncio.Queue()
+    inboxes: dict[int, asyncio.Queue[Inner | None]] = {}
+    tasks: dict[int, asyncio.Task[None]] = {}
+
+    def hang_up(number: int) -> None:
+        if cancel_on_hang_up:
+            tasks[number].cancel()
+        else:
+            inboxes[number].put_nowait(None)
+
+    async def one(number: int, inbox: asyncio.Queue[Inner | None], trace: dict[str, str]) -> None:
+        async def requests_of_call() -> AsyncIterator[Inner]:
+            while (request := await inbox.get()) is not None:
+                yield request
+
+        try:
+            async for event in run_call(requests_of_call(), trace):
+                events.put_nowait(wrap(number, event=event))
+            events.put_nowait(wrap(number, done=True))
+        except AgentError as exc:
+            events.put_nowait(wrap(number, done=True, error=str(exc), code=exc.status))
+        finally:
+            del inboxes[number], tasks[number]
+            events.put_nowait(None)  # wakes the stream up, in case this was the last call
+
+    async def dispatch() -> None:
+        try:
+            async for routed in requests:
+                if routed.call in inboxes:
+                    if routed.request is None:
+                        hang_up(routed.call)
+                    else:
+                        inboxes[routed.call].put_nowait(routed.request)
+                elif routed.request is not None and is_start(routed.request):
+                    inbox = inboxes[routed.call] = asyncio.Queue()
+                    inbox.put_nowait(routed.request)
+                    task = tasks[routed.call] = asyncio.ensure_future(one(routed.call, inbox, routed.trace))
+                    keep.add(task)
+                    task.add_done_callback(keep.discard)
+                # Anything else is for a call that already ended, as a late message on a finished call.
+        finally:
+            hang_up_all()
+            events.put_nowait(None)
+
+    def hang_up_all() -> None:
+        for number in list(inboxes):
+            hang_up(number)
+
+    reader = asyncio.ensure_future(dispatch())
+    try:
+        while not (reader.done() and not inboxes and events.empty()):
+            event = await events.get()
+            if event is not None:
+                yield event
+    finally:
+        reader.cancel()
+        hang_up_all()
