@@ -136,8 +136,6 @@ def _decode(body: bytes) -> str:
 
 REMOVED_FOR_MARKDOWN = ("script", "style", "meta", "link")
 SKIPPED_FOR_TEXT = frozenset({"script", "style", "noscript", "iframe", "object", "embed"})
-_VOID = frozenset({"embed"})
-"""Skipped elements that have no end tag, so they hide nothing."""
 
 
 def html_to_markdown(html: str) -> str:
@@ -163,28 +161,69 @@ def _code_language(pre: Tag) -> str | None:
     return None
 
 
+VOID_ELEMENTS = frozenset({
+    "area", "base", "basefont", "bgsound", "br", "col", "embed", "frame", "hr", "img", "input", "keygen", "link",
+    "meta", "param", "source", "track", "wbr",
+})
+RAW_TEXT_ELEMENTS = ("script", "style", "iframe", "noscript", "noembed", "noframes", "xmp", "title", "textarea")
+"""Elements whose content is text up to their end tag: markup inside them is not parsed."""
+_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+            "\u2028\u2029\u202f\u205f\u3000\ufeff"
+"""What JavaScript's String.prototype.trim() removes."""
+_UNFINISHED_MARKUP = re.compile(r"<[a-zA-Z/!?]")
+
+
 class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
+    """Upstream's streaming extraction (Bun's HTMLRewriter), quirks included, as observed in Bun:
+
+    - text is kept as written: character references such as `&amp;` are not decoded;
+    - only text inside an open element counts (text before the first tag or after the root closes is dropped);
+    - a skipped element's start tag turns skipping on, and only the start tag of another element turns it
+      off: text after `</script>` (or after a void `<embed>`) is dropped up to the next start tag.
+    """
+
+    def __init__(self, ampersand: str) -> None:
+        super().__init__(convert_charrefs=False)
+        self.ampersand = ampersand
         self.parts: list[str] = []
-        self.skipping = 0
+        self.open: list[str] = []
+        self.skipping = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in SKIPPED_FOR_TEXT and tag not in _VOID:
-            self.skipping += 1
+        self.skipping = tag in SKIPPED_FOR_TEXT
+        if tag not in VOID_ELEMENTS:
+            self.open.append(tag)
+        if tag in RAW_TEXT_ELEMENTS:
+            self.set_cdata_mode(tag)  # the parser itself only knows script and style
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)  # in HTML the slash only matters for void elements: `<p/>` opens a p
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in SKIPPED_FOR_TEXT and tag not in _VOID and self.skipping:
-            self.skipping -= 1
+        if tag in self.open:
+            del self.open[len(self.open) - 1 - self.open[::-1].index(tag):]
 
     def handle_data(self, data: str) -> None:
-        if not self.skipping:
-            self.parts.append(data)
+        if self.open and not self.skipping:
+            self.parts.append(data.replace(self.ampersand, "&"))
+
+    def close(self) -> None:
+        # At the end of the input an unfinished tag or comment (`<b`, `<!-- x`) is dropped, while an unclosed
+        # raw-text element (`<title/>`, `<textarea>`) runs to the end.
+        if self.cdata_elem is None and _UNFINISHED_MARKUP.match(self.rawdata):
+            self.rawdata = ""
+        super().close()
+        if self.rawdata:
+            self.handle_data(self.rawdata)
+            self.rawdata = ""
 
 
 def html_to_text(html: str) -> str:
-    """The document's text nodes, in order, without script, style, noscript, iframe, object or embed content."""
-    extractor = _TextExtractor()
-    extractor.feed(html)
+    """The document's text as upstream extracts it, without script, style, noscript, iframe, object or embed
+    content (see _TextExtractor for the quirks kept)."""
+    # The parser never sees a `&`, so character references reach handle_data exactly as written.
+    ampersand = next(c for c in map(chr, range(0xF0000, 0xFFFFE)) if c not in html)
+    extractor = _TextExtractor(ampersand)
+    extractor.feed(html.replace("&", ampersand))
     extractor.close()
-    return "".join(extractor.parts).strip()
+    return "".join(extractor.parts).strip(_JS_SPACE)

@@ -58,7 +58,7 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
             for arg in tokens[1:]:
                 if arg.startswith("-") or (tokens[0] == "chmod" and arg.startswith("+")):
                     continue
-                outside = _outside_dir(os.path.normpath(os.path.join(cwd, arg)), directory, worktree)
+                outside = _outside_dir(os.path.join(cwd, arg), directory, worktree)
                 if outside is not None:
                     dirs[outside] = None
         if tokens[0] != "cd":
@@ -82,14 +82,32 @@ def _text(node: Node) -> str:
 
 
 def _outside_dir(path: str, directory: str, worktree: str) -> str | None:
-    """The directory to ask for when `path` exists outside the project: itself, or a file's parent."""
-    try:
-        real = os.path.realpath(path, strict=True)
-    except (OSError, ValueError):
-        return None
-    if _inside(real, directory, worktree):
+    """The directory to ask for when `path` resolves outside the project: itself, or a file's parent."""
+    real = realpath_command(path)
+    if real is None or _inside(real, directory, worktree):
         return None
     return real if os.path.isdir(real) else os.path.dirname(real)
+
+
+def realpath_command(path: str) -> str | None:
+    """What `realpath PATH` (GNU coreutils, as upstream runs it) prints; None where it fails.
+
+    Every component but the last must exist, so a file or directory the command is about to
+    create (`touch /tmp/new`, `mkdir /tmp/d`) still resolves, and its parent is asked for.
+    """
+    trimmed = path.rstrip("/") or "/"
+    parent, last = os.path.split(trimmed)
+    try:
+        if os.path.exists(trimmed):
+            real = os.path.realpath(trimmed, strict=True)
+            return None if path.endswith("/") and not os.path.isdir(real) else real
+        if last in ("", ".", "..") or not os.path.isdir(os.path.realpath(parent or ".", strict=True)):
+            return None
+        # A dangling symlink resolves to where it points, if that place's parent exists.
+        real = os.path.realpath(trimmed)
+        return real if os.path.isdir(os.path.dirname(real)) else None
+    except (OSError, ValueError):
+        return None
 
 
 def _inside(target: str, directory: str, worktree: str) -> bool:

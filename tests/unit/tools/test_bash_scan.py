@@ -158,8 +158,10 @@ def test_symlink_inside_project_pointing_outside(project: Path, outside: Path) -
 
 def test_missing_paths_and_inside_paths_ask_nothing(project: Path, outside: Path) -> None:
     (project / "in.txt").write_text("x")
-    found = run_scan(f"rm in.txt {outside}/missing.txt /definitely/not/here", project)
+    found = run_scan(f"rm in.txt {outside}/missing/x.txt /definitely/not/here", project)
     assert found.external_dirs == []
+    # Like `realpath`, a missing last component still resolves: its parent is asked for.
+    assert run_scan(f"rm {outside}/missing.txt", project).external_dirs == [str(outside)]
 
 
 def test_flags_and_chmod_plus_modes_are_not_paths(project: Path, outside: Path) -> None:
