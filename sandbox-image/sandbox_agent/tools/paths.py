@@ -12,6 +12,31 @@ def resolve(ctx: ToolContext, path: str) -> str:
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(ctx.directory, path))
 
 
+def as_given(ctx: ToolContext, path: str) -> str:
+    """Upstream's `isAbsolute(p) ? p : resolve(directory, p)`: an absolute path is kept exactly as written.
+
+    read, write and edit show the path the model gave (`<path>/w/src/</path>`, `File /w/./a not found`);
+    only a relative one is joined to the project directory and normalised.
+    """
+    return path if os.path.isabs(path) else resolve(ctx, path)
+
+
+def file_key(path: str) -> str:
+    """The key a file's read time and lock are kept under: the same file however its absolute path is spelled."""
+    return os.path.normpath(path)
+
+
+def _directory_glob(parent: str) -> str:
+    # Node's path.join normalises: a target given as `/w/../etc/x` asks for `/etc/*`.
+    return os.path.normpath(os.path.join(parent, "*")).replace("\\", "/")
+
+
+def node_dirname(path: str) -> str:
+    """Node's `path.dirname`: trailing slashes are not a last, empty component (`/a/b/` -> `/a`)."""
+    stripped = path.rstrip("/")
+    return os.path.dirname(stripped) if stripped else "/"
+
+
 def _within(parent: str, child: str) -> bool:
     rel = os.path.relpath(child, parent)
     return not rel.startswith("..")
@@ -51,8 +76,8 @@ async def assert_external_directory(ctx: ToolContext, target: str | None, *, kin
         if escaped is None:
             return
         target = escaped
-    parent = target if kind == "directory" else os.path.dirname(target)
-    glob = os.path.join(parent, "*").replace("\\", "/")
+    parent = target if kind == "directory" else node_dirname(target)
+    glob = _directory_glob(parent)
     await ctx.ask("external_directory", [glob], [glob], {"filepath": target, "parentDir": parent})
 
 

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from sandbox_agent.tools.base import Attachment, ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix
-from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree, resolve
+from sandbox_agent.tools.paths import as_given, assert_external_directory, file_key, node_dirname, relative_to_worktree
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_LENGTH = 2000
@@ -27,14 +27,34 @@ BINARY_EXTENSIONS = frozenset({
     ".xlsx", ".ppt", ".pptx", ".odt", ".ods", ".odp", ".bin", ".dat", ".obj", ".o", ".a", ".lib", ".wasm",
     ".pyc", ".pyo",
 })
-# Extension -> mime for what is sent as an attachment (upstream takes the mime type from the extension;
-# svg and fbs are image types too but are read as text).
+# Extension -> mime of every file sent as an attachment: the extensions Bun's own table (what upstream asks
+# for a file's type) maps to image/* or application/pdf, with its exact mime strings (e.g. .bmp is
+# image/x-ms-bmp, .ico image/x-icon). svg, svgz and fbs are image types there too but are read as text.
 MEDIA_TYPES = {
-    ".png": "image/png", ".apng": "image/apng", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".jpe": "image/jpeg",
-    ".gif": "image/gif", ".webp": "image/webp", ".bmp": "image/bmp", ".ico": "image/vnd.microsoft.icon",
-    ".tif": "image/tiff", ".tiff": "image/tiff", ".avif": "image/avif", ".heic": "image/heic",
-    ".heif": "image/heif", ".jxl": "image/jxl", ".jp2": "image/jp2", ".psd": "image/vnd.adobe.photoshop",
-    ".pdf": "application/pdf",
+    ".3ds": "image/x-3ds", ".apng": "image/apng", ".avci": "image/avci", ".avcs": "image/avcs", ".avif": "image/avif",
+    ".azv": "image/vnd.airzip.accelerator.azv", ".b16": "image/vnd.pco.b16", ".bmp": "image/x-ms-bmp",
+    ".btif": "image/prs.btif", ".cgm": "image/cgm", ".cmx": "image/x-cmx", ".dds": "image/vnd.ms-dds",
+    ".djv": "image/vnd.djvu", ".djvu": "image/vnd.djvu", ".drle": "image/dicom-rle", ".dwg": "image/vnd.dwg",
+    ".dxf": "image/vnd.dxf", ".emf": "image/emf", ".exr": "image/aces", ".fh": "image/x-freehand",
+    ".fh4": "image/x-freehand", ".fh5": "image/x-freehand", ".fh7": "image/x-freehand", ".fhc": "image/x-freehand",
+    ".fits": "image/fits", ".fpx": "image/vnd.fpx", ".fst": "image/vnd.fst", ".g3": "image/g3fax",
+    ".gif": "image/gif", ".heic": "image/heic", ".heics": "image/heic-sequence", ".heif": "image/heif",
+    ".heifs": "image/heif-sequence", ".hej2": "image/hej2k", ".ico": "image/x-icon", ".ief": "image/ief",
+    ".jhc": "image/jphc", ".jls": "image/jls", ".jng": "image/x-jng", ".jp2": "image/jp2", ".jpe": "image/jpeg",
+    ".jpeg": "image/jpeg", ".jpf": "image/jpx", ".jpg": "image/jpeg", ".jpg2": "image/jp2", ".jph": "image/jph",
+    ".jpx": "image/jpx", ".jxr": "image/jxr", ".jxra": "image/jxra", ".jxrs": "image/jxrs", ".jxs": "image/jxs",
+    ".jxsc": "image/jxsc", ".jxsi": "image/jxsi", ".jxss": "image/jxss", ".ktx": "image/ktx", ".ktx2": "image/ktx2",
+    ".mdi": "image/vnd.ms-modi", ".mmr": "image/vnd.fujixerox.edmics-mmr", ".npx": "image/vnd.net-fpx",
+    ".pbm": "image/x-portable-bitmap", ".pct": "image/x-pict", ".pcx": "image/x-pcx", ".pdf": "application/pdf",
+    ".pgm": "image/x-portable-graymap", ".pic": "image/x-pict", ".png": "image/png",
+    ".pnm": "image/x-portable-anymap", ".ppm": "image/x-portable-pixmap", ".psd": "image/vnd.adobe.photoshop",
+    ".pti": "image/prs.pti", ".ras": "image/x-cmu-raster", ".rgb": "image/x-rgb",
+    ".rlc": "image/vnd.fujixerox.edmics-rlc", ".sgi": "image/sgi", ".sid": "image/x-mrsid-image", ".t38": "image/t38",
+    ".tap": "image/vnd.tencent.tap", ".tfx": "image/tiff-fx", ".tga": "image/x-tga", ".tif": "image/tiff",
+    ".tiff": "image/tiff", ".uvg": "image/vnd.dece.graphic", ".uvi": "image/vnd.dece.graphic",
+    ".uvvg": "image/vnd.dece.graphic", ".uvvi": "image/vnd.dece.graphic", ".vtf": "image/vnd.valve.source.texture",
+    ".wbmp": "image/vnd.wap.wbmp", ".wdp": "image/vnd.ms-photo", ".webp": "image/webp", ".wmf": "image/wmf",
+    ".xbm": "image/x-xbitmap", ".xif": "image/vnd.xiff", ".xpm": "image/x-xpixmap", ".xwd": "image/x-xwindowdump",
 }
 SAMPLE_SIZE = 4096
 CHUNK_SIZE = 1 << 20
@@ -57,6 +77,7 @@ class _Directory:
 class _Media:
     mime: str
     data: bytes
+    instructions: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -81,7 +102,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     offset = 1 if offset is None else offset
     limit = DEFAULT_LIMIT if limit is None else limit
 
-    path = resolve(ctx, str(args["filePath"]))
+    path = as_given(ctx, str(args["filePath"]))
     title = relative_to_worktree(ctx, path)
     is_dir = await ctx.io(os.path.isdir, path)
     await assert_external_directory(ctx, path, kind="directory" if is_dir else "file",
@@ -102,15 +123,18 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         kind = "PDF" if found.mime == "application/pdf" else "Image"
         message = f"{kind} read successfully"
         url = f"data:{found.mime};base64,{base64.b64encode(found.data).decode('ascii')}"
+        # As upstream, instruction files near an image are claimed (listed in `loaded`) but not shown.
+        loaded = [where for where, _ in found.instructions]
+        ctx.state.loaded_instructions.update(loaded)
         return ToolOutput(title=title, output=message,
-                          metadata={"preview": message, "truncated": False, "loaded": []},
+                          metadata={"preview": message, "truncated": False, "loaded": loaded},
                           attachments=[Attachment(mime=found.mime, url=url)])
     if isinstance(found, _Binary):
         raise ToolError(f"Cannot read binary file: {path}")
 
     if found.count < offset and not (found.count == 0 and offset == 1):
         raise ToolError(f"Offset {offset} is out of range for this file ({found.count} lines)")
-    ctx.file_times.read(path, time.time())
+    ctx.file_times.read(file_key(path), time.time())
     loaded = [where for where, _ in found.instructions]
     ctx.state.loaded_instructions.update(loaded)
     return ToolOutput(title=title, output=_file_output(path, found, offset), metadata={
@@ -153,7 +177,7 @@ def _file_output(path: str, text: _Text, offset: int) -> str:
 
 def _directory_output(path: str, title: str, entries: list[str], offset: int, limit: int) -> ToolOutput:
     start = offset - 1
-    shown = entries[start:start + limit] if limit > 0 else []
+    shown = entries[start:start + limit]  # like JavaScript's slice, a negative limit counts from the end
     truncated = start + len(shown) < len(entries)
     if truncated:
         count = (f"(Showing {len(shown)} of {len(entries)} entries. "
@@ -178,13 +202,13 @@ def _load(path: str, offset: int, limit: int, walk_root: str | None,
     if stat.S_ISDIR(info.st_mode):
         return _Directory(_list_directory(path))
     extension = os.path.splitext(path)[1].lower()
+    if extension in BINARY_EXTENSIONS:
+        return _Binary()
+    instructions = _instructions(os.path.normpath(path), walk_root, already_loaded) if walk_root else []
     mime = MEDIA_TYPES.get(extension)
     if mime is not None:
         with open(path, "rb") as fh:
-            return _Media(mime, fh.read())
-    if extension in BINARY_EXTENSIONS:
-        return _Binary()
-    instructions = _instructions(path, walk_root, already_loaded) if walk_root else []
+            return _Media(mime, fh.read(), instructions)
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         sample = fh.read(SAMPLE_SIZE)
@@ -197,13 +221,14 @@ def _load(path: str, offset: int, limit: int, walk_root: str | None,
 
 
 def _suggestions(path: str) -> list[str]:
-    directory, base = os.path.dirname(path), os.path.basename(path).lower()
+    # Node's dirname/basename (a trailing slash is ignored) and its normalising path.join.
+    directory, base = node_dirname(path), os.path.basename(path.rstrip("/")).lower()
     try:
         names = os.listdir(directory)
     except OSError:
         return []
     similar = [name for name in names if base in name.lower() or name.lower() in base]
-    return [os.path.join(directory, name) for name in similar[:3]]
+    return [os.path.normpath(os.path.join(directory, name)) for name in similar[:3]]
 
 
 def _list_directory(path: str) -> list[str]:
