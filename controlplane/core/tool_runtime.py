@@ -172,7 +172,7 @@ class ToolRuntime:
             session_id=session_id, agent=agent.name, ruleset=self._session_rules(session, agent)[0], tools=tools,
             sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
             policy=self._policy.rules(tenant, home=home), sandbox_id=sandbox.id,
-            services=self._services(tenant, session, home, registry),
+            services=self._services(tenant, session, home, registry, custom),
             on_sandbox_lost=functools.partial(self._sessions.report_lost, session_id),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
@@ -266,14 +266,18 @@ class ToolRuntime:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _services(self, tenant: str, session: Session, home: str, registry: Registry) -> SessionServices:
+    def _services(
+        self, tenant: str, session: Session, home: str, registry: Registry, custom: CustomListing,
+    ) -> SessionServices:
         bus, session_id = self.bus, session.id
 
         def publish(type_: str, **properties: Any) -> None:
             bus.publish(type_, tenant, session_id, **properties)
 
         plan = posixpath.join(home, PLANS_SUBDIR, f"{int(session.created_at * 1000)}-{session.id}.md")
-        registered = tuple(t.id for t in registry.tools("", "") if t.source is ToolSource.BUILTIN)
+        # Upstream's registry: the built-ins, then the project's file and plugin tools (MCP tools are not in it).
+        builtins = [t for t in registry.tools("", "") if t.source is ToolSource.BUILTIN]
+        registered = tuple(t.id for t in _with_extra(builtins, custom, None))
         return SessionServices(
             todos=self._todos, publish=publish, plan_path=plan, registered=registered, questions=self.questions,
         )

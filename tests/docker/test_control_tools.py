@@ -17,7 +17,12 @@ from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_left
 
 pytestmark = pytest.mark.docker
 
-FILES = {"src/main.py": "print('hi')\n", "notes.txt": "alpha\nbeta\n"}
+FILES = {
+    "src/main.py": "print('hi')\n", "notes.txt": "alpha\nbeta\n",
+    ".opencode/tool/triple.ts": 'import { tool } from "@opencode-ai/plugin"\n'
+                                'export default tool({ description: "triples", args: { n: tool.schema.number() },\n'
+                                '  async execute(args) { return `n=${args.n * 3}` } })\n',
+}
 CONFIG = json.dumps({"experimental": {"batch_tool": True}})
 QUESTION = {"questions": [{"question": "Deploy now?", "header": "Deploy", "options": [
     {"label": "Yes", "description": "Ship it"}, {"label": "No", "description": "Wait"}]}]}
@@ -78,6 +83,20 @@ async def test_batch_mixing_successes_and_failures_in_the_workspace(docker_plane
                for t in texts)
     shown = await docker_plane.client.run(session_id, ["cat", "out.txt"])
     assert shown.stdout == b"written\n"
+
+
+async def test_batch_runs_the_projects_custom_tools_and_lists_them(docker_plane: Plane, session_id: str) -> None:
+    calls = [{"tool": "triple", "parameters": {"n": 14}}, {"tool": "nope", "parameters": {}}]
+    out = await docker_plane.client.execute_tool(session_id, "batch", {"tool_calls": calls})
+    assert out.output == "Executed 1/2 tools successfully. 1 failed."
+    texts = sorted(e.result.output if e.WhichOneof("event") == "result" else e.error.message
+                   for e in out.events if e.call_id != out.call_id and e.WhichOneof("event") in ("result", "error"))
+    assert "n=42" in texts
+    [refusal] = [t for t in texts if t != "n=42"]
+    assert refusal.startswith("Tool 'nope' not in registry. External tools (MCP, environment) cannot be batched")
+    available = refusal.split("Available tools: ", 1)[1]
+    assert "triple" in available.split(", ")
+    assert "read" in available.split(", ")
 
 
 async def test_todos_survive_a_sigkill_of_the_control_plane() -> None:
