@@ -146,17 +146,20 @@ class StreamedExec(ExecStream):
                 if isinstance(item, grpc.aio.AioRpcError):
                     self._traced.finish(error=item)
                     raise map_agent_error(item, self._sandbox_id) from item
-                if item is None or item.done:
+                if item is None or item.error:
                     finished = True
-                    if item is not None and item.error:
+                    if item is not None:
                         raise _refusal(item.code, item.error, self._sandbox_id)
                     break
-                domain = _exec_event(item.event, self._traced)
+                domain = _exec_event(item.event, self._traced) if item.HasField("event") else None
                 if domain is not None:
                     yield domain
                     if isinstance(domain, Exited):
                         finished = True
                         return
+                if item.done:
+                    finished = True
+                    break
         finally:
             self._traced.finish()
             self._stream.forget(self._number, cancel=not finished)
@@ -319,17 +322,20 @@ class StreamedBuiltinRun(ReportsAllowed, BuiltinRun):
                 if isinstance(item, grpc.aio.AioRpcError):
                     self._traced.finish(error=item)
                     raise map_agent_error(item, self._sandbox_id) from item
-                if item is None or item.done:
+                if item is None or item.error:
                     finished = True  # the agent's side of the call is over: nothing to cancel
-                    if item is not None and item.error:
+                    if item is not None:
                         raise InvalidArgumentError(item.error)
                     break
-                domain = self._domain_event(item.event, self._traced)
+                domain = self._domain_event(item.event, self._traced) if item.HasField("event") else None
                 if domain is not None:
                     yield domain
                     if isinstance(domain, RunResult | RunFailed):
                         finished = True
                         return
+                if item.done:
+                    finished = True
+                    break
         finally:
             self._traced.finish()
             self._stream.forget(self._number, cancel=not finished)

@@ -40,9 +40,12 @@ Wrap = Callable[..., Outer]
 
 async def multiplex(
     requests: AsyncIterator[Routed[Inner]], is_start: Callable[[Inner], bool], run_call: CallRunner[Inner, Event],
-    wrap: Wrap[Outer], keep: set[asyncio.Task[Any]], *, cancel_on_hang_up: bool,
+    wrap: Wrap[Outer], keep: set[asyncio.Task[Any]], *, cancel_on_hang_up: bool, is_final: Callable[[Event], bool],
 ) -> AsyncIterator[Outer]:
     """The shared stream's events; `keep` holds calls still finishing after the stream went away.
+
+    A call's last event carries `done` itself when `is_final` knows it for the last (`exited`, `result`):
+    one message less per call; otherwise `done` follows on its own once the call's events end.
 
     A call is hung up by its `cancel` or by the end of the shared stream. `cancel_on_hang_up`: its task is
     cancelled, as gRPC cancels the handler of a cancelled call (Exec, whose requests may end early and
@@ -64,9 +67,12 @@ async def multiplex(
                 yield request
 
         try:
+            done = False
             async for event in run_call(requests_of_call(), trace):
-                events.put_nowait(wrap(number, event=event))
-            events.put_nowait(wrap(number, done=True))
+                done = is_final(event)
+                events.put_nowait(wrap(number, event=event, done=done))
+            if not done:
+                events.put_nowait(wrap(number, done=True))
         except AgentError as exc:
             events.put_nowait(wrap(number, done=True, error=str(exc), code=exc.status))
         finally:

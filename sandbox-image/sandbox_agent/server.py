@@ -126,7 +126,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             return self._exec(requests, trace.items())
 
         async for event in multiplex(_routed_execs(request_iterator), _is_exec_start, run_call, _exec_many_event,
-                                     self._background, cancel_on_hang_up=True):
+                                     self._background, cancel_on_hang_up=True, is_final=_is_exit):
             yield event
 
     async def _exec(
@@ -280,6 +280,10 @@ async def _routed_execs(
 
 def _is_exec_start(request: agent_pb2.ExecRequest) -> bool:
     return request.WhichOneof("msg") == "start"
+
+
+def _is_exit(event: agent_pb2.ExecEvent) -> bool:
+    return event.WhichOneof("event") == "exited"
 
 
 def _exec_many_event(call: int, event: agent_pb2.ExecEvent | None = None, done: bool = False, error: str = "",

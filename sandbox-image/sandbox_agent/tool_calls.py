@@ -195,7 +195,7 @@ class ToolCalls:
             return self.run(call_requests, tracing.recorder_from_metadata(trace.items()))
 
         async for event in multiplex(_routed(requests), _is_start, run_call, wrap, self._detached,
-                                     cancel_on_hang_up=False):
+                                     cancel_on_hang_up=False, is_final=_is_end):
             yield event
 
     def _custom_run(self, tool_id: str, abort: asyncio.Event) -> ToolRun:
@@ -262,6 +262,10 @@ async def _routed(
 
 def _is_start(request: agent_pb2.RunToolRequest) -> bool:
     return request.WhichOneof("msg") == "start"
+
+
+def _is_end(event: agent_pb2.RunToolEvent) -> bool:
+    return event.WhichOneof("event") in ("result", "failed")
 
 
 def _write_new(directory: str, path: str, content: bytes) -> None:

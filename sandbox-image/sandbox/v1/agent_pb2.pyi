@@ -429,7 +429,9 @@ class ExecManyEvent(_message.Message):
     CODE_FIELD_NUMBER: _builtins.int
     call: _builtins.int
     done: _builtins.bool
-    """Set on the call's last message: its events have ended (after `exited`, or with `error`)."""
+    """Set on the call's last message: its events have ended (with `exited` or after it, or with `error`).
+    A message may carry both its last event and `done`.
+    """
     error: _builtins.str
     """Why the call was refused, with the gRPC status name Exec would have ended with."""
     code: _builtins.str
@@ -742,7 +744,9 @@ class RunToolsEvent(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     call: _builtins.int
     done: _builtins.bool
-    """Set on the call's last message: its events have ended (after `result` or `failed`, or `error`)."""
+    """Set on the call's last message: its events have ended (with `result` or `failed`, or after them, or
+    with `error`). A message may carry both its last event and `done`.
+    """
     error: _builtins.str
     """The call was refused as RunTool refuses with INVALID_ARGUMENT."""
     @_builtins.property
