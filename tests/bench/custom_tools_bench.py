@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from controlplane.client import AsyncClient
 from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunResult
@@ -244,25 +246,31 @@ async def measure(plane: Plane, quick: bool) -> tuple[dict[str, Row], list[str]]
                                await timed(list_n, lambda: client.list_tools(session.id)))
 
         expected = "t07 42 build"
+        # A message id per call, as each step of a model's turn has: the same call repeated within one message
+        # is a doom loop, and from the third time on it waits for the user's answer to a permission request.
+        messages = itertools.count(1)
+
+        def call(tool: str, args: dict[str, Any]) -> Awaitable[object]:
+            return client.execute_tool(session.id, tool, args, message_id=f"bench-{next(messages)}")
+
         first = await client.execute_tool(session.id, "t07", {"n": 21})
         if first.output != expected:
             raise RuntimeError(f"unexpected custom tool output {first.output!r} ({first.error})")
-        await timed(10, lambda: client.execute_tool(session.id, "t07", {"n": 21}))
-        rows["call"] = Row("custom tool call", await timed(call_n, lambda: client.execute_tool(session.id, "t07",
-                                                                                            {"n": 21})))
+        await timed(10, lambda: call("t07", {"n": 21}))
+        rows["call"] = Row("custom tool call", await timed(call_n, lambda: call("t07", {"n": 21})))
         read_args = {"filePath": "/workspace/bench/once.ts", "limit": 2}
-        await timed(5, lambda: client.execute_tool(session.id, "read", read_args))
+        await timed(5, lambda: call("read", read_args))
         rows["read"] = Row("diag: built-in read through the same chain",
-                           await timed(call_n, lambda: client.execute_tool(session.id, "read", read_args)))
+                           await timed(call_n, lambda: call("read", read_args)))
 
         # `invalid` runs in the control plane; called by name it needs no registry refresh from the agent.
         invalid_args = {"tool": "t07", "error": "bench"}
         probe = await client.execute_tool(session.id, "invalid", invalid_args)
         if probe.output != "The arguments provided to the tool are invalid: bench":
             raise RuntimeError(f"unexpected invalid-tool output {probe.output!r} ({probe.error})")
-        await timed(5, lambda: client.execute_tool(session.id, "invalid", invalid_args))
+        await timed(5, lambda: call("invalid", invalid_args))
         rows["cp_only"] = Row("diag: control-plane-only call (invalid tool)",
-                              await timed(call_n, lambda: client.execute_tool(session.id, "invalid", invalid_args)))
+                              await timed(call_n, lambda: call("invalid", invalid_args)))
 
         once = [BUN, "--no-install", "run", "/workspace/bench/once.ts", "/workspace/.opencode/tool/t07.ts", '{"n":21}']
         if await run_ok(client, session.id, once) != expected:
