@@ -128,17 +128,29 @@ def _exec_event(event: agent_pb2.ExecEvent, traced: AgentCallSpan) -> ExecEvent 
     return None
 
 
-class StreamedExec(ExecStream):
-    """A command on the agent's ExecMany stream: the same events and errors as over its own Exec."""
+class _SharedCall:
+    """One call on a `_SharedStream`: its events in order until its last, with the errors its own RPC would give."""
 
-    def __init__(self, stream: _SharedStream, start: agent_pb2.ExecRequest, sandbox_id: str,
-                 traced: AgentCallSpan) -> None:
+    _what, _end = "call", "an end"
+    """How the lost-sandbox error names the call and what it lacked."""
+
+    def __init__(self, stream: _SharedStream, request: Any, sandbox_id: str, traced: AgentCallSpan) -> None:
         self._stream = stream
-        self._number, self._inbox = stream.start(start, traced)
+        self._number, self._inbox = stream.start(request, traced)
         self._sandbox_id = sandbox_id
         self._traced = traced
 
-    async def events(self) -> AsyncIterator[ExecEvent]:
+    def _domain(self, event: Any) -> Any:
+        """The domain form of one of the call's events, or None to skip it."""
+        raise NotImplementedError
+
+    def _is_last(self, domain: Any) -> bool:
+        raise NotImplementedError
+
+    def _refused(self, item: Any) -> ControlPlaneError:
+        raise NotImplementedError
+
+    async def _events(self) -> AsyncIterator[Any]:
         finished = False
         try:
             while True:
@@ -147,14 +159,14 @@ class StreamedExec(ExecStream):
                     self._traced.finish(error=item)
                     raise map_agent_error(item, self._sandbox_id) from item
                 if item is None or item.error:
-                    finished = True
+                    finished = True  # the agent's side of the call is over: nothing to cancel
                     if item is not None:
-                        raise _refusal(item.code, item.error, self._sandbox_id)
+                        raise self._refused(item)
                     break
-                domain = _exec_event(item.event, self._traced) if item.HasField("event") else None
+                domain = self._domain(item.event) if item.HasField("event") else None
                 if domain is not None:
                     yield domain
-                    if isinstance(domain, Exited):
+                    if self._is_last(domain):
                         finished = True
                         return
                 if item.done:
@@ -163,7 +175,28 @@ class StreamedExec(ExecStream):
         finally:
             self._traced.finish()
             self._stream.forget(self._number, cancel=not finished)
-        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the command without an exit status")
+        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the {self._what} without {self._end}")
+
+    def cancel(self) -> None:
+        self._stream.forget(self._number, cancel=True)
+
+
+class StreamedExec(_SharedCall, ExecStream):
+    """A command on the agent's ExecMany stream: the same events and errors as over its own Exec."""
+
+    _what, _end = "command", "an exit status"
+
+    def _domain(self, event: agent_pb2.ExecEvent) -> ExecEvent | None:
+        return _exec_event(event, self._traced)
+
+    def _is_last(self, domain: ExecEvent) -> bool:
+        return isinstance(domain, Exited)
+
+    def _refused(self, item: agent_pb2.ExecManyEvent) -> ControlPlaneError:
+        return _refusal(item.code, item.error, self._sandbox_id)
+
+    def events(self) -> AsyncIterator[ExecEvent]:
+        return self._events()
 
     async def write_stdin(self, data: bytes) -> None:
         self._stream.send(self._number, agent_pb2.ExecRequest(stdin=data))
@@ -173,9 +206,6 @@ class StreamedExec(ExecStream):
 
     async def abort(self, reason: str) -> None:
         self._stream.send(self._number, agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
-
-    def cancel(self) -> None:
-        self._stream.forget(self._number, cancel=True)
 
 
 def _refusal(code: str, message: str, sandbox_id: str) -> ControlPlaneError:
@@ -304,42 +334,22 @@ class _SharedStream:
             self._call.cancel()
 
 
-class StreamedBuiltinRun(ReportsAllowed, BuiltinRun):
+class StreamedBuiltinRun(_SharedCall, ReportsAllowed, BuiltinRun):
     """A tool call on the agent's RunTools stream: the same events and errors as over its own RunTool."""
 
-    def __init__(self, stream: _SharedStream, start: agent_pb2.ToolStart, sandbox_id: str,
-                 traced: AgentCallSpan) -> None:
-        self._stream = stream
-        self._number, self.inbox = stream.start(agent_pb2.RunToolRequest(start=start), traced)
-        self._sandbox_id = sandbox_id
-        self._traced = traced
+    _what, _end = "tool call", "a result"
 
-    async def events(self) -> AsyncIterator[RunEvent]:
-        finished = False
-        try:
-            while True:
-                item = await self.inbox.get()
-                if isinstance(item, grpc.aio.AioRpcError):
-                    self._traced.finish(error=item)
-                    raise map_agent_error(item, self._sandbox_id) from item
-                if item is None or item.error:
-                    finished = True  # the agent's side of the call is over: nothing to cancel
-                    if item is not None:
-                        raise InvalidArgumentError(item.error)
-                    break
-                domain = self._domain_event(item.event, self._traced) if item.HasField("event") else None
-                if domain is not None:
-                    yield domain
-                    if isinstance(domain, RunResult | RunFailed):
-                        finished = True
-                        return
-                if item.done:
-                    finished = True
-                    break
-        finally:
-            self._traced.finish()
-            self._stream.forget(self._number, cancel=not finished)
-        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the tool call without a result")
+    def _domain(self, event: agent_pb2.RunToolEvent) -> RunEvent | None:
+        return self._domain_event(event, self._traced)
+
+    def _is_last(self, domain: RunEvent) -> bool:
+        return isinstance(domain, RunResult | RunFailed)
+
+    def _refused(self, item: agent_pb2.RunToolsEvent) -> ControlPlaneError:
+        return InvalidArgumentError(item.error)
+
+    def events(self) -> AsyncIterator[RunEvent]:
+        return self._events()
 
     async def answer(self, ask_id: int, allowed: bool, message: str = "") -> None:
         reply = agent_pb2.AskReply(ask_id=ask_id, allowed=allowed, message=message)
@@ -347,9 +357,6 @@ class StreamedBuiltinRun(ReportsAllowed, BuiltinRun):
 
     async def abort(self, reason: str) -> None:
         self._stream.send(self._number, agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
-
-    def cancel(self) -> None:
-        self._stream.forget(self._number, cancel=True)
 
 
 def _json(text: str) -> dict[str, object]:
@@ -419,7 +426,7 @@ class GrpcSandboxAgent(SandboxAgent):
             if self._tool_stream is None or not self._tool_stream.open:
                 self._tool_stream = _SharedStream.of(self._stub.RunTools, agent_pb2.RunToolsRequest)
             traced = AgentCallSpan("RunTool", self.sandbox_id)
-            return StreamedBuiltinRun(self._tool_stream, start, self.sandbox_id, traced)
+            return StreamedBuiltinRun(self._tool_stream, agent_pb2.RunToolRequest(start=start), self.sandbox_id, traced)
         outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
         traced = AgentCallSpan("RunTool", self.sandbox_id)
         stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest), metadata=traced.metadata)

@@ -39,7 +39,7 @@ Wrap = Callable[..., Outer]
 
 
 async def multiplex(
-    requests: AsyncIterator[Routed[Inner]], is_start: Callable[[Inner], bool], run_call: CallRunner[Inner, Event],
+    requests: AsyncIterator[Routed[Inner]], opens: Callable[[Inner], bool], run_call: CallRunner[Inner, Event],
     wrap: Wrap[Outer], keep: set[asyncio.Task[Any]], *, cancel_on_hang_up: bool, is_final: Callable[[Event], bool],
 ) -> AsyncIterator[Outer]:
     """The shared stream's events; `keep` holds calls still finishing after the stream went away.
@@ -87,7 +87,7 @@ async def multiplex(
                         hang_up(routed.call)
                     else:
                         inboxes[routed.call].put_nowait(routed.request)
-                elif routed.request is not None and is_start(routed.request):
+                elif routed.request is not None and opens(routed.request):
                     inbox = inboxes[routed.call] = asyncio.Queue()
                     inbox.put_nowait(routed.request)
                     task = tasks[routed.call] = asyncio.ensure_future(one(routed.call, inbox, routed.trace))
@@ -111,3 +111,14 @@ async def multiplex(
     finally:
         reader.cancel()
         hang_up_all()
+
+
+async def routed(requests: AsyncIterator[Any]) -> AsyncIterator[Routed[Any]]:
+    """The shared stream's requests (RunToolsRequest, ExecManyRequest: `call`, `request`, `cancel`, `trace`)."""
+    async for request in requests:
+        yield Routed(request.call, None if request.cancel else request.request, dict(request.trace))
+
+
+def is_start(request: Any) -> bool:
+    """Whether a single call's request opens it (`start` in its `msg` oneof, as RunTool and Exec have it)."""
+    return bool(request.WhichOneof("msg") == "start")

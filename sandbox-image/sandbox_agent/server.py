@@ -18,7 +18,7 @@ from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
-from sandbox_agent.multiplex import Routed, multiplex
+from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.tool_calls import ToolCalls
 from sandbox_agent.tools.base import ToolError
@@ -125,7 +125,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                      trace: dict[str, str]) -> AsyncIterator[agent_pb2.ExecEvent]:
             return self._exec(requests, trace.items())
 
-        async for event in multiplex(_routed_execs(request_iterator), _is_exec_start, run_call, _exec_many_event,
+        async for event in multiplex(routed(request_iterator), is_start, run_call, _exec_many_event,
                                      self._background, cancel_on_hang_up=True, is_final=_is_exit):
             yield event
 
@@ -269,17 +269,6 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             self._running.discard(helper)
             if not helper.finished:
                 self._spawn_background(helper.stop(reason="download cancelled"))
-
-
-async def _routed_execs(
-    requests: AsyncIterator[agent_pb2.ExecManyRequest],
-) -> AsyncIterator[Routed[agent_pb2.ExecRequest]]:
-    async for request in requests:
-        yield Routed(request.call, None if request.cancel else request.request, dict(request.trace))
-
-
-def _is_exec_start(request: agent_pb2.ExecRequest) -> bool:
-    return request.WhichOneof("msg") == "start"
 
 
 def _is_exit(event: agent_pb2.ExecEvent) -> bool:

@@ -17,7 +17,7 @@ from sandbox.v1 import agent_pb2
 from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.errors import AgentError
-from sandbox_agent.multiplex import Routed, multiplex
+from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
@@ -194,7 +194,7 @@ class ToolCalls:
                      trace: dict[str, str]) -> AsyncIterator[agent_pb2.RunToolEvent]:
             return self.run(call_requests, tracing.recorder_from_metadata(trace.items()))
 
-        async for event in multiplex(_routed(requests), _is_start, run_call, wrap, self._detached,
+        async for event in multiplex(routed(requests), is_start, run_call, wrap, self._detached,
                                      cancel_on_hang_up=False, is_final=_is_end):
             yield event
 
@@ -251,17 +251,6 @@ class ToolCalls:
         path = os.path.join(directory, name)
         await self._runner.io(_write_new, directory, path, content)
         return path
-
-
-async def _routed(
-    requests: AsyncIterator[agent_pb2.RunToolsRequest],
-) -> AsyncIterator[Routed[agent_pb2.RunToolRequest]]:
-    async for request in requests:
-        yield Routed(request.call, None if request.cancel else request.request, dict(request.trace))
-
-
-def _is_start(request: agent_pb2.RunToolRequest) -> bool:
-    return request.WhichOneof("msg") == "start"
 
 
 def _is_end(event: agent_pb2.RunToolEvent) -> bool:
