@@ -99,6 +99,9 @@ export class Calls {
       sessionID: context.sessionID ?? "", messageID: context.messageID ?? "", agent: context.agent ?? "",
       callID: context.callID ?? "", directory: context.directory ?? process.cwd(),
       worktree: context.worktree ?? process.cwd(), extra: context.extra ?? {}, abort: controller.signal,
+      // Upstream's context carries the session's messages; the platform runs no model and keeps no
+      // history, so a tool that reads them finds an empty list instead of failing on `undefined`.
+      messages: [],
       metadata: (input: { title?: string; metadata?: Json } = {}) => {
         const update: Json = { id, type: "metadata" }
         if (input.title !== undefined) update.title = input.title

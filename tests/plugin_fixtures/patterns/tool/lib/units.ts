@@ -1,0 +1,1 @@
+export const UNITS = ["b", "kb", "mb"]
