@@ -160,6 +160,18 @@ class ToolExecutor:
         emit(Completed(result))
         return "ok", ""
 
+    async def _shell_env(self, scope: CallScope, call: CallRequest, args: dict[str, Any]) -> dict[str, str]:
+        """The `shell.env` hooks' environment for a bash call: the operator's, then the project plugins'."""
+        shell_in = {"cwd": args.get("workdir") or scope.directory, "sessionID": scope.session_id,
+                    "callID": call.call_id}
+        shown: dict[str, Any] = {"env": {}}
+        if self.hooks.has("shell.env"):
+            shown = await self.hooks.trigger("shell.env", shell_in, shown)
+        if "shell.env" in scope.sandbox_hooks:
+            shown = await scope.sandbox.plugin_hook("shell.env", shell_in, {"env": shown.get("env") or {}})
+        env = shown.get("env") or {}
+        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
         tool, raw_args = self._resolve(scope, call)
         ask_scope = AskScope(
@@ -183,11 +195,8 @@ class ToolExecutor:
         if not isinstance(args, dict):
             raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
         env: dict[str, str] = {}
-        if tool.id == "bash" and self.hooks.has("shell.env"):
-            shell_in = {"cwd": args.get("workdir") or scope.directory, "sessionID": scope.session_id,
-                        "callID": call.call_id}
-            env = (await self.hooks.trigger("shell.env", shell_in, {"env": {}})).get("env") or {}
-            env = {str(k): str(v) for k, v in env.items()}
+        if tool.id == "bash":
+            env = await self._shell_env(scope, call, args)
 
         async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
             emit(MetadataUpdated(title, meta))

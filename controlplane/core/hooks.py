@@ -3,8 +3,10 @@
 `trigger(name, input, output)` awaits each hook with the same `output` dict; a hook may change it
 in place or return a replacement dict, which the next hook and the caller then use (for
 `tool.execute.before` that is an intentional fix: upstream drops a replaced `args`). Each hook has
-a time limit. A failing hook raises HookError (the call fails with its text) unless the trigger is
-`tolerant` (after-hooks, events): then it is logged and the output so far is kept.
+a time limit. A failing hook raises HookError carrying the hook's own message, as upstream lets the
+exception through unchanged (the call fails with that text; the plugin is named in the log and the
+span), unless the trigger is `tolerant` (after-hooks, events): then it is logged and the output so
+far is kept.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class HookBus:
             except Exception as exc:
                 error = _describe(name, registered.origin, exc, self.timeout_s)
                 if not tolerant:
-                    raise HookError(error) from exc
+                    log.info("%s", error)
+                    raise HookError(_model_text(exc, error)) from exc
                 log.warning("%s", error)
                 continue
             if isinstance(replaced, dict):
@@ -73,3 +76,11 @@ def _describe(name: str, origin: str, exc: Exception, timeout_s: float) -> str:
     if isinstance(exc, TimeoutError):
         return f"Plugin hook {name} timed out after {timeout_s:g} s ({origin})"
     return f"Plugin hook {name} failed ({origin}): {exc}"
+
+
+def _model_text(exc: Exception, described: str) -> str:
+    """What the failed call reports: the hook's own message (a timeout, which upstream cannot have, is
+    described)."""
+    if isinstance(exc, TimeoutError):
+        return described
+    return str(exc) or type(exc).__name__

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import posixpath
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,6 +23,7 @@ from controlplane.core.custom_tools import custom_tool
 from controlplane.core.events import EventBus
 from controlplane.core.execution import CustomListing
 from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
+from controlplane.core.hooks import DEFAULT_TIMEOUT_S as HOOK_TIMEOUT_S
 from controlplane.core.ids import ascending
 from controlplane.core.models import Session
 from controlplane.core.policy import OperatorPolicy
@@ -30,12 +32,13 @@ from controlplane.core.registry import Registry
 from controlplane.core.session_services import MemoryTodos, SessionServices, TodoStore
 from controlplane.core.sessions import SessionManager
 from controlplane.core.subtasks import CallerScope, Subtasks, bound, child_session_rules, hidden_in_child, primary_tools
-from controlplane.core.tool import InitContext, SandboxCalls, ToolInfo, ToolSource
+from controlplane.core.tool import InitContext, SandboxCalls, ToolError, ToolInfo, ToolSource
 from controlplane.core.tool_events import CallEvent, PermissionRequested, QuestionAsked, StateChanged, SubCallEvent
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
 from controlplane.sandbox.provider import Sandbox, SandboxAgent
 from controlplane.telemetry import spans
 
+log = logging.getLogger(__name__)
 TOOL_OUTPUT_SUBDIR = ".local/share/opencode/tool-output"
 PLANS_SUBDIR = ".local/share/opencode/plans"
 
@@ -128,7 +131,6 @@ class ToolRuntime:
         offered = [bound(t, caller) for t in _with_extra(registry.tools(provider_id, model_id), custom, mcp)]
         ruleset, switched_off = self._session_rules(session, agent)
         hidden = permission.disabled_layered([t.id for t in offered], ruleset, policy) | switched_off
-        hooks = self._executor.hooks
         listed = []
         for tool in offered:
             if tool.id == "invalid" or tool.id in hidden:
@@ -137,15 +139,32 @@ class ToolRuntime:
             with spans.listed_init(tool.id, tool.source.value, tool.origin, tool.init_ms):
                 definition = await tool.init(InitContext(agent=agent.name))
                 description, schema = definition.description, definition.schema()
-            if hooks.has("tool.definition"):
-                shown = await hooks.trigger(
-                    "tool.definition", {"toolID": tool.id}, {"description": description, "parameters": schema},
-                    tolerant=True,
+            if tool.source is not ToolSource.MCP:  # upstream's hook sees the registry's tools, never MCP's
+                description, schema = await self._shown_definition(
+                    tool.id, description, schema, sandbox if "tool.definition" in custom.hooks else None,
                 )
-                description, schema = str(shown.get("description", description)), shown.get("parameters", schema)
             elapsed = (time.perf_counter() - started) * 1000 if tool.init_ms is None else tool.init_ms
             listed.append(ListedTool(tool.id, description, schema, tool.source, tool.origin, elapsed))
         return ToolListing(listed, [*custom.load_errors, *(mcp.load_errors() if mcp else [])])
+
+    async def _shown_definition(
+        self, tool_id: str, description: str, schema: dict[str, Any], sandbox: Sandbox | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """What the `tool.definition` hooks make of a tool's definition: the operator's, then the project
+        plugins' in the sandbox (`sandbox` given when one of them has the hook). A failing hook is logged and
+        skipped: a listing never fails for it."""
+        shown: dict[str, Any] = {"description": description, "parameters": schema}
+        hooks = self._executor.hooks
+        if hooks.has("tool.definition"):
+            shown = await hooks.trigger("tool.definition", {"toolID": tool_id}, shown, tolerant=True)
+        if sandbox is not None:
+            try:
+                shown = await sandbox.agent.run_plugin_hook("tool.definition", {"toolID": tool_id}, shown,
+                                                            HOOK_TIMEOUT_S)
+            except ToolError as exc:
+                log.warning("a project plugin's tool.definition hook failed for %s: %s", tool_id, exc)
+        parameters = shown.get("parameters", schema)
+        return str(shown.get("description", description)), parameters if isinstance(parameters, dict) else schema
 
     # -- calls ----------------------------------------------------------------------------------
 

@@ -161,10 +161,18 @@ export class Calls {
     for (const plugin of this.registry.plugins) {
       const hook = plugin.hooks[name]
       if (typeof hook !== "function") continue
+      let thrown = false
+      const running = Promise.resolve().then(() => hook.call(plugin.hooks, input, output)).catch((error) => {
+        thrown = true
+        throw error
+      })
       try {
-        await withTimeout(Promise.resolve().then(() => hook.call(plugin.hooks, input, output)), HOOK_LIMIT_MS, "the hook")
+        await withTimeout(running, HOOK_LIMIT_MS, "the hook")
       } catch (error) {
-        send({ id, type: "error", message: `Plugin hook ${name} failed (${plugin.origin}): ${messageOf(error)}` })
+        // The hook's own exception fails the call unchanged, as upstream lets it through; a time-out is described.
+        const described = `Plugin hook ${name} failed (${plugin.origin}): ${messageOf(error)}`
+        log(described)
+        send({ id, type: "error", message: thrown ? messageOf(error) : described })
         return
       }
     }

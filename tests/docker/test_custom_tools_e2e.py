@@ -304,6 +304,34 @@ async def test_a_plugin_failing_at_load_is_reported_and_the_session_goes_on(
     assert out.output == "echo: alive"
 
 
+ENV_PLUGIN_TS = """export const Shaper = async () => ({
+  "shell.env": async (input, output) => {
+    output.env.FROM_PLUGIN = `cwd=${input.cwd} call=${input.callID} had=${Object.keys(output.env).length}`
+  },
+  "tool.definition": async (input, output) => {
+    if (input.toolID === "glob") output.description = "Finds files (shaped by a project plugin)"
+  },
+})
+"""
+
+
+async def test_project_plugins_shell_env_and_tool_definition_hooks(docker_plane: Plane) -> None:
+    client = docker_plane.client
+    session = await client.create_session(workspace_archive=tar_of({".opencode/plugin/shaper.ts": ENV_PLUGIN_TS}))
+    try:
+        tools = {t.id: t for t in (await client.list_tools(session.id)).tools}
+        assert tools["glob"].description == "Finds files (shaped by a project plugin)"
+        assert tools["grep"].description != tools["glob"].description
+        out = await client.execute_tool(session.id, "bash", {"command": "echo $FROM_PLUGIN", "description": "env"},
+                                        call_id="call_env1")
+        assert out.output == "cwd=/workspace call=call_env1 had=0\n"
+        out = await client.execute_tool(session.id, "bash", {"command": "echo $FROM_PLUGIN", "workdir": "/tmp",
+                                                             "description": "env"}, call_id="call_env2")
+        assert out.output == "cwd=/tmp call=call_env2 had=0\n"
+    finally:
+        await client.delete_session(session.id)
+
+
 # -- re-scan on ListTools ------------------------------------------------------------------------
 
 

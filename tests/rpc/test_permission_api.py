@@ -177,9 +177,7 @@ async def test_before_hook_rewrites_the_command_that_runs(plane: Plane) -> None:
     out = await plane.client.execute_tool(session.id, "bash", bash("echo original"))
     assert out.output == "rewritten-by-plugin\n"
     out = await plane.client.execute_tool(session.id, "bash", bash("echo explode"))
-    assert out.error == (
-        "Plugin hook tool.execute.before failed (tests.plugin_fixtures.rewrite): refusing to run explode"
-    )
+    assert out.error == "refusing to run explode"  # the hook's own message, as upstream lets it through
 
 
 async def test_after_hook_edits_and_a_failing_after_hook_loses_nothing(plane: Plane) -> None:

@@ -261,7 +261,7 @@ async def test_a_failing_before_hook_fails_its_span_and_the_call(
     session = await plane.client.create_session()
     events = await run_call(plane, session.id, "echo explode", "call_explode")
     message = events[-1].error.message
-    assert message == "Plugin hook tool.execute.before failed (tests.plugin_fixtures.rewrite): refusing to run explode"
+    assert message == "refusing to run explode"  # the hook's own message, as upstream lets it through
     call = await wait_for_span(exported, "execute_tool bash", **{"gen_ai.tool.call.id": "call_explode"})
     assert call.attributes is not None
     assert call.attributes["sandbox.outcome"] == "error"

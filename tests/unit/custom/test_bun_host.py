@@ -495,7 +495,7 @@ async def test_plugin_tools_join_and_hooks_run_in_load_order(sandbox: Sandbox, b
     assert after == {"title": "after where", "output": "o", "metadata": {}}
     with pytest.raises(HostCallError) as caught:
         await bun_host.hook("tool.execute.before", {"tool": "forbidden"}, {"args": {}}, timeout_s=10)
-    assert str(caught.value) == f"Plugin hook tool.execute.before failed ({plugin}): not on my watch"
+    assert str(caught.value) == "not on my watch"  # the hook's own message, as upstream lets it through
 
 
 async def test_a_throwing_plugin_is_a_load_error(sandbox: Sandbox, bun_host: ToolHost) -> None:
