@@ -6,9 +6,9 @@ the session's "always" approvals, then operator policy (so an operator's deny al
 A reply comes over the call's own stream or from another connection (PermissionService). `once`
 lets the request through; `always` also stores an allow rule for each of the request's `always`
 patterns for the rest of the session (persisted: it survives a control-plane restart) and lets
-every other pending request of the session through once the approvals allow all its patterns;
-`reject` fails the request (with the user's feedback when given) and every other pending request of
-the session. Every decision is audited and published on the bus.
+every other pending request of the session through once the approvals, then operator policy, allow all
+its patterns; `reject` fails the request (with the user's feedback when given) and every other pending
+request of the session. Every decision is audited and published on the bus.
 """
 
 from __future__ import annotations
@@ -186,10 +186,11 @@ class PermissionGate:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         pending = state.pending[request.id] = _Pending(request, scope, waiter)
         self._owner[request.id] = scope.session_id
+        # The payload is upstream's request object, in its key order.
         self._bus.publish(
-            "permission.asked", scope.tenant, scope.session_id, id=request.id, permission=request.permission,
-            patterns=request.patterns, always=request.always, metadata=request.metadata,
-            tool={"messageID": scope.message_id, "callID": scope.call_id},
+            "permission.asked", scope.tenant, scope.session_id, id=request.id, sessionID=scope.session_id,
+            permission=request.permission, patterns=request.patterns, metadata=request.metadata,
+            always=request.always, tool={"messageID": scope.message_id, "callID": scope.call_id},
         )
         announce(request)
         try:
@@ -258,8 +259,10 @@ class PermissionGate:
         for other_id, other in list(state.pending.items()):
             if other_id == request_id or other.waiter.done():
                 continue
+            # Upstream checks the approvals alone; the operator's rules still come after them here,
+            # so an operator `ask` is not settled by someone else's "always".
             if all(
-                permission.evaluate(other.request.permission, p, state.approved).action == "allow"
+                permission.evaluate(other.request.permission, p, state.approved, other.scope.policy).action == "allow"
                 for p in other.request.patterns
             ):
                 self._published_reply(other, Reply.ALWAYS)

@@ -6,6 +6,7 @@ Also the built-in agents' default rulesets and the three refusal messages a mode
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from controlplane.core.tool import ToolError
+from controlplane.core.validation import js_keys, js_number
 from controlplane.core.wildcard import match
 from controlplane.errors import ConfigError
 
@@ -113,8 +115,16 @@ def expand_home(pattern: str, home: str) -> str:
     return pattern
 
 
-def from_config(cfg: Mapping[str, Any] | str, *, home: str) -> Ruleset:
-    """Rules from a config `permission` value, in (JavaScript) key order, with `~`/`$HOME` expanded."""
+ACTION_ONLY_KEYS = frozenset({"todowrite", "todoread", "question", "webfetch", "websearch", "codesearch", "doom_loop"})
+"""Permission keys upstream's config schema types as a bare action: an object of patterns there is invalid."""
+
+
+def from_config(cfg: Mapping[str, Any] | str, *, home: str, action_only: frozenset[str] = ACTION_ONLY_KEYS) -> Ruleset:
+    """Rules from a config `permission` value, in (JavaScript) key order, with `~`/`$HOME` expanded.
+
+    Keys in `action_only` take a bare action, as upstream's schema types them (operator policy passes
+    none, so an operator may deny `webfetch` for some URLs only).
+    """
     if isinstance(cfg, str):
         cfg = {"*": cfg}
     if not isinstance(cfg, Mapping):
@@ -124,11 +134,13 @@ def from_config(cfg: Mapping[str, Any] | str, *, home: str) -> Ruleset:
         value = cfg[key]
         if isinstance(value, str):
             rules.append(Rule(key, "*", _action(key, value), bare=True))
-        elif isinstance(value, Mapping):
+        elif isinstance(value, Mapping) and key not in action_only:
             rules += [
                 Rule(key, expand_home(pattern, home), _action(f"{key}.{pattern}", value[pattern]))
                 for pattern in js_key_order(value)
             ]
+        elif isinstance(value, Mapping):
+            raise ConfigError(f"permission.{key} must be one of allow, deny, ask (it takes no patterns)")
         else:
             raise ConfigError(f"permission.{key} must be an action or an object of patterns")
     return rules
@@ -162,9 +174,27 @@ def denied_message(rules: Iterable[Rule]) -> str:
 
 
 def js_stringify(value: object) -> str:
-    """`JSON.stringify` for plain data: compact, non-ASCII kept, lone surrogates escaped."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group(0)):04x}", text)
+    """`JSON.stringify` for plain data: compact, non-ASCII kept, lone surrogates escaped.
+
+    Objects list array-index keys first and numbers print as JavaScript does (`1.0` is `1`), since
+    the doom-loop check compares two calls' arguments by this text, as upstream compares theirs.
+    """
+    if isinstance(value, Mapping):
+        keys = {str(k): k for k in value}
+        return "{" + ",".join(f"{_js_quote(k)}:{js_stringify(value[keys[k]])}" for k in js_keys(keys)) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(js_stringify(item) for item in value) + "]"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return js_number(value if abs(value) <= 2**53 else float(value))  # JSON.parse reads a double
+    if isinstance(value, float):
+        return js_number(value) if math.isfinite(value) else "null"
+    if isinstance(value, str):
+        return _js_quote(value)
+    return json.dumps(value)
+
+
+def _js_quote(text: str) -> str:
+    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group(0)):04x}", json.dumps(text, ensure_ascii=False))
 
 
 class RejectedError(ToolError):

@@ -32,9 +32,10 @@ class OperatorPolicy:
 
     def _build(self, tenant: str, home: str) -> Ruleset:
         tenant_rules = self.tenants.get(tenant)
+        # Unlike opencode.json, any key may hold patterns: an operator may deny `webfetch` for some URLs.
         return permission.merge(
-            permission.from_config(self.permission, home=home) if self.permission else [],
-            permission.from_config(tenant_rules, home=home) if tenant_rules else [],
+            permission.from_config(self.permission, home=home, action_only=frozenset()) if self.permission else [],
+            permission.from_config(tenant_rules, home=home, action_only=frozenset()) if tenant_rules else [],
         )
 
     def validate(self) -> None:
