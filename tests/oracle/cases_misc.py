@@ -1,0 +1,5 @@
+"""misc cases."""
+
+from tests.oracle.cases import Case
+
+CASES: list[Case] = []

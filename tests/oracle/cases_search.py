@@ -1,0 +1,5 @@
+"""search cases."""
+
+from tests.oracle.cases import Case
+
+CASES: list[Case] = []

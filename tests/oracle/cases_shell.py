@@ -1,0 +1,5 @@
+"""shell cases."""
+
+from tests.oracle.cases import Case
+
+CASES: list[Case] = []
