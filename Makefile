@@ -5,7 +5,7 @@ VENV_STAMP := .venv/.installed
 PYTEST_ARGS ?=
 
 .PHONY: run test venv engine image base-image proto proto-check lint type unit bench attack clean-containers
-.PHONY: postgres test-postgres
+.PHONY: postgres test-postgres oracle-record
 .PHONY: trace-demo soak
 
 run: venv image  ## start the platform on embedded defaults
@@ -71,6 +71,9 @@ attack: venv image  ## the escape and resource-attack suite with more samples, t
 
 soak: venv image  ## fuzzing (soak profile), faults, load and 1,000 create/delete cycles (bounded: 60 min); prints figures
 	OCSB_SOAK=1 timeout 3600 $(PY) -m pytest -q -s tests/fuzz tests/faults tests/load $(PYTEST_ARGS)
+
+oracle-record: venv  ## record upstream OpenCode v1.2.27's answers to tests/oracle cases (fetches its binary with npm)
+	$(PY) -m tests.oracle.record $(GROUPS)
 
 clean-containers:  ## remove every container and volume any local control plane left behind
 	docker ps -aq --filter label=ocsb.managed=true | xargs -r docker rm -f
