@@ -19,7 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from sandbox_agent import spawner
 from sandbox_agent.errors import SpawnError
@@ -27,10 +27,22 @@ from sandbox_agent.errors import SpawnError
 DRAIN_GRACE_S = 0.02
 """How long output pipes may stay open after the command exited (someone else holds them)."""
 GROUP_POLL_S = 0.005
+RESCAN_S = 0.025
+"""While processes use the grace after the command exited, how often the tree is scanned again (a scan of a
+fork bomb's hundreds of processes takes about 10 ms)."""
+REAP_WAIT_S = 2.0
+"""How long a stop waits for the zombies of a group with nothing alive left to be reaped (by init, or the
+spawner for the command itself): the container's init reaps at once, a host's may take a second or two. Zombies
+run nothing and hold no pipe, so past this they are left."""
 KILL_BOUND_S = 2.0
 """How long a stop keeps killing a group that still has members (a fork bomb) before giving up."""
 FREEZE_ROUNDS = 20
-"""Stop-and-scan rounds before the kill; each catches the children forked since the previous one."""
+"""Stop-and-scan rounds before the kill; each catches the escaped children forked since the previous one."""
+_SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
+PIDS_EVENTS = ("/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events")
+"""The container's pids cgroup (v1, v2): its `max` line counts the forks refused at the pids limit."""
+SigtermReaction = Literal["dies", "handles", "deaf"]
+"""What a process does with a SIGTERM: die of it, run a handler, or nothing for now (blocked or ignored)."""
 READ_SIZE = 64 * 1024
 UMASK = 0o022
 
@@ -98,6 +110,8 @@ class Execution:
         self._paused = False
         self._wakeup = asyncio.Event()
         self._exited = asyncio.Event()
+        self._leader_exited = asyncio.Event()
+        """Set as soon as the command's own process exited (its pidfd), before its status is known."""
         self._returncode: int | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._timed_out = False
@@ -122,6 +136,7 @@ class Execution:
             self._loop.call_later(spec.timeout_s, self._on_timeout) if spec.timeout_s else None
         )
         self._tree = _ProcessTree(launched.pid)
+        self._refused_at_start = _forks_refused()
 
     @classmethod
     async def start(cls, spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
@@ -260,6 +275,7 @@ class Execution:
     # -- exit, stdin, stop --------------------------------------------------------------------
 
     def _on_exit(self) -> None:
+        self._leader_exited.set()
         self._loop.remove_reader(self._pidfd)
         self._close(self._pidfd)
         status = self._exit_status()
@@ -315,48 +331,114 @@ class Execution:
         return self._stop_task
 
     async def _kill_group(self) -> None:
+        """SIGTERM, then SIGKILL to what is still alive when the grace period ends or can no longer help.
+
+        The grace is the command's, as in the reference (SIGKILL 200 ms after SIGTERM unless the command
+        exited): while the command lives, all of it is given. Once the command has exited, the reference would
+        end the call and leave the rest alone; here the rest is killed, and waited for only while some of it
+        handles SIGTERM (cleaning up). The others cannot use the grace: with the default action they die anyway,
+        and blocking or ignoring SIGTERM they would only live until the SIGKILL (bash blocks it while it retries a
+        fork at the pids limit, so a fork bomb's shells all do). A call during which the session ran out of pids
+        gets no grace at all.
+        """
         self.close_stdin()
-        alive = self._signal_group(signal.SIGTERM)
-        for pid in self._tree.members():  # children that left the group with setsid
+        await self._terminate()
+        # Nothing is alive now. The command's own exit is also awaited through its pidfd, so that nothing of the
+        # execution is left in the event loop, and the group's zombies are given a moment to be reaped: a group
+        # that is gone from the kernel's view too is the simplest thing for a caller to check.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._leader_exited.wait(), KILL_BOUND_S)
+        reap_deadline = self._loop.time() + REAP_WAIT_S
+        while self._loop.time() < reap_deadline:
+            if not self._signal_group(0):
+                break
+            await asyncio.sleep(GROUP_POLL_S)
+
+    async def _terminate(self) -> None:
+        deadline = self._loop.time() + self._spec.kill_grace_s
+        in_group = self._signal_group(signal.SIGTERM)
+        if self._out_of_pids():
+            await self._freeze_and_kill()
+            return
+        members = self._tree.members()
+        for pid in _outside(members, self.pid):  # children that left the group with setsid or setpgid
             _signal(pid, signal.SIGTERM)
-            alive = True
-        if not alive:
+        if not in_group and not members:
             return
-        if await self._group_gone_within(self._spec.kill_grace_s) and not self._tree.members():
-            return
-        await self._freeze_and_kill()
+        if not await self._outlive_grace(members, deadline):
+            await self._freeze_and_kill()
+
+    async def _outlive_grace(self, members: dict[int, _Member], deadline: float) -> bool:
+        """Waits while the grace can still be used; True once nothing of the call is alive (zombies are gone:
+        they run nothing and hold no pipe), False when the rest must be killed."""
+        next_scan = self._loop.time() + RESCAN_S
+        while True:
+            if not members:
+                return True
+            if not self._grace_in_use(members):
+                return False
+            now = self._loop.time()
+            if now >= deadline:
+                return False
+            if not self._leader_exited.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._leader_exited.wait(), deadline - now)
+                if self._leader_exited.is_set():
+                    members = self._tree.members()
+                    next_scan = self._loop.time() + RESCAN_S
+                continue
+            await asyncio.sleep(GROUP_POLL_S)
+            # An empty group is cheap to see; leftovers that turned into zombies only a scan tells.
+            if not self._signal_group(0) or self._loop.time() >= next_scan:
+                members = self._tree.members()
+                next_scan = self._loop.time() + RESCAN_S
+
+    def _out_of_pids(self) -> bool:
+        """Whether the session hit its pids limit during the call (a fork bomb): then there is no grace. Cleanup
+        that needs a process could not start anyway, and the session needs its pids back."""
+        refused = _forks_refused()
+        return refused is not None and self._refused_at_start is not None and refused > self._refused_at_start
+
+    def _grace_in_use(self, members: dict[int, _Member]) -> bool:
+        return self.pid in members or any(member.sigterm == "handles" for member in members.values())
 
     async def _freeze_and_kill(self) -> None:
-        """SIGKILLs the group and every process descended from it, until none is left or KILL_BOUND_S passed.
+        """SIGKILLs the group and every process descended from it, until none is alive or KILL_BOUND_S passed.
 
-        A fork bomb keeps forking while it is being killed, and a child that called setsid() is no longer
-        in the group: the tree is first stopped (a stopped process cannot fork, and its children stay
-        linked to it by their parent pid) until a scan finds nobody new, then killed, then swept again.
+        A signal to the group reaches every member, even one forking at that moment (the kernel restarts such a
+        fork), so the group needs one SIGKILL. A child that called setsid() or setpgid() is out of the group and
+        must be found by a scan, which races with its forks: the group and the escaped children are first
+        stopped (a stopped process cannot fork, and its children stay linked to it by their parent pid) until a
+        scan finds nobody new, then killed, then swept again.
         """
         deadline = self._loop.time() + KILL_BOUND_S
+        self._signal_group(signal.SIGSTOP)
         stopped: set[int] = set()
         for _ in range(FREEZE_ROUNDS):
-            self._signal_group(signal.SIGSTOP)
-            members = self._tree.members()
-            for pid in members - stopped:
-                _signal(pid, signal.SIGSTOP)
-            if members <= stopped:
+            escaped = _outside(self._tree.members(), self.pid) - stopped
+            if not escaped:
                 break
-            stopped |= members
-        # The stopped ones are killed by pid first: once their parent is dead they are re-parented to init
+            for pid in escaped:
+                _signal(pid, signal.SIGSTOP)
+            stopped |= escaped
+        # The escaped ones are killed by pid first: once their parent is dead they are re-parented to init
         # and a scan would no longer find them.
         for pid in stopped:
             _signal(pid, signal.SIGKILL)
+        self._signal_group(signal.SIGKILL)
+        # Until the killed processes have exited the group still has members, and a scan of hundreds of them
+        # costs a starved agent dearly: the cheap group probe says when to scan again.
+        next_scan = self._loop.time() + RESCAN_S
         while True:
-            self._signal_group(signal.SIGKILL)
-            members = self._tree.members()
-            for pid in members:
-                _signal(pid, signal.SIGKILL)
-            if not members and not self._signal_group(0):
-                return
-            if self._loop.time() >= deadline:
-                return
             await asyncio.sleep(GROUP_POLL_S)
+            if not self._signal_group(0) or self._loop.time() >= next_scan:
+                members = self._tree.members()
+                if not members or self._loop.time() >= deadline:
+                    return
+                next_scan = self._loop.time() + RESCAN_S
+                for pid in _outside(members, self.pid):
+                    _signal(pid, signal.SIGKILL)
+                self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, sig: int) -> bool:
         try:
@@ -365,16 +447,15 @@ class Execution:
             return False
         return True
 
-    async def _group_gone_within(self, seconds: float) -> bool:
-        deadline = self._loop.time() + seconds
-        while True:
-            try:
-                os.killpg(self.pid, 0)
-            except ProcessLookupError:
-                return True
-            if self._loop.time() >= deadline:
-                return False
-            await asyncio.sleep(GROUP_POLL_S)
+
+@dataclass(frozen=True)
+class _Member:
+    group: int
+    sigterm: SigtermReaction
+
+
+def _outside(members: dict[int, _Member], group: int) -> set[int]:
+    return {pid for pid, member in members.items() if member.group != group}
 
 
 class _ProcessTree:
@@ -389,16 +470,16 @@ class _ProcessTree:
         self._leader_start = _start_time(leader)
         """Tells the leader from a later process that reused its pid (and so its group and session ids)."""
 
-    def members(self) -> set[int]:
+    def members(self) -> dict[int, _Member]:
+        """The live (non-zombie) processes of the command, by pid."""
         table = _process_table()
         leader = table.get(self._leader)
-        if leader is not None and self._leader_start is not None and leader[3] != self._leader_start:
-            return set()
-        found = {pid for pid, (_ppid, pgrp, sid, _start) in table.items()
-                 if pgrp == self._leader or sid == self._leader}
+        if leader is not None and self._leader_start is not None and leader.start != self._leader_start:
+            return {}
+        found = {pid for pid, stat in table.items() if self._leader in (stat.group, stat.session)}
         children: dict[int, list[int]] = {}
-        for pid, (ppid, *_rest) in table.items():
-            children.setdefault(ppid, []).append(pid)
+        for pid, stat in table.items():
+            children.setdefault(stat.parent, []).append(pid)
         todo = list(found)
         while todo:
             for child in children.get(todo.pop(), []):
@@ -407,20 +488,28 @@ class _ProcessTree:
                     todo.append(child)
         found.discard(os.getpid())
         found.discard(1)
-        return found
+        return {pid: _Member(table[pid].group, table[pid].sigterm) for pid in found}
 
 
-def _process_table() -> dict[int, tuple[int, int, int, int]]:
-    """pid -> (ppid, process group, session, start time) of every process visible in /proc."""
+class _Stat(NamedTuple):
+    parent: int
+    group: int
+    session: int
+    start: int
+    sigterm: SigtermReaction
+
+
+def _process_table() -> dict[int, _Stat]:
+    """Every live process visible in /proc, by pid."""
     table = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
-            table[int(entry)] = fields
+        if entry.isdigit() and (stat := _read_stat(int(entry))) is not None:
+            table[int(entry)] = stat
     return table
 
 
-def _stat_fields(pid: int) -> tuple[int, int, int, int] | None:
-    """(ppid, process group, session, start time), or None for a process that is gone or a zombie."""
+def _read_stat(pid: int) -> _Stat | None:
+    """None for a process that is gone or a zombie."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # os.open: a buffered open() costs far more in /proc
         try:
@@ -429,19 +518,43 @@ def _stat_fields(pid: int) -> tuple[int, int, int, int] | None:
             os.close(fd)
     except OSError:
         return None
-    # The command name is in parentheses and may itself contain spaces and parentheses.
+    # The command name is in parentheses and may itself contain spaces and parentheses. After it, from the
+    # state on, fields 3 to 52 of proc(5): the signal masks (blocked, ignored, caught) are fields 32 to 34.
     rest = text[text.rfind(b")") + 2:].split()
     try:
         if rest[0] == b"Z":
             return None
-        return int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
+        blocked, ignored, caught = int(rest[29]), int(rest[30]), int(rest[31])
+        reaction: SigtermReaction = (
+            "deaf" if (blocked | ignored) & _SIGTERM_BIT else "handles" if caught & _SIGTERM_BIT else "dies"
+        )
+        return _Stat(int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), reaction)
     except (IndexError, ValueError):
         return None
 
 
+def _forks_refused() -> int | None:
+    """Forks the container's pids limit refused so far; None where no pids cgroup is visible (tests on a host)."""
+    for path in PIDS_EVENTS:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            for line in os.read(fd, 256).splitlines():
+                name, _, count = line.partition(b" ")
+                if name == b"max":
+                    return int(count)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+    return None
+
+
 def _start_time(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return None if fields is None else fields[3]
+    stat = _read_stat(pid)
+    return None if stat is None else stat.start
 
 
 def _signal(pid: int, sig: int) -> None:
