@@ -64,6 +64,10 @@ class FetchFailedError(EgressError):
     """Resolution, connection, TLS or protocol failure."""
 
 
+class FetchConnectError(FetchFailedError):
+    """No connection could be made to any of the destination's addresses."""
+
+
 class FetchTimeoutError(EgressError):
     pass
 
@@ -344,7 +348,7 @@ async def _send(
             failure = exc
         except httpx.HTTPError as exc:
             raise FetchFailedError(f"Request to {url} failed: {_describe(exc)}") from exc
-    raise FetchFailedError(f"Unable to connect to {url}: {_describe(failure)}")
+    raise FetchConnectError(f"Unable to connect to {url}: {_describe(failure)}")
 
 
 def _describe(exc: BaseException | None) -> str:

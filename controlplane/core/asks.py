@@ -146,9 +146,8 @@ class PermissionGate:
                 denying = describe_rule(rule, source)
                 spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_DENY, denying)
                 await self._record(scope, ask, "deny", denying)
-                raise permission.DeniedError(
-                    permission.relevant_rules(ask.permission, permission.merge(scope.ruleset, scope.policy))
-                )
+                # v1.2.27 lists the whole ruleset, not only the rules of the denied permission (observed).
+                raise permission.DeniedError(permission.merge(scope.ruleset, scope.policy))
             if rule.action == "ask":
                 needs_reply = True
             else:

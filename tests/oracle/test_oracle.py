@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.client import ToolOutcome
 from tests.archives import tar_of
-from tests.oracle.cases import GROUPS, Recorded, load, mask_ids
+from tests.oracle.cases import GROUPS, Recorded, load, mask_ids, reads_first
 from tests.planes import Plane
 
 pytestmark = pytest.mark.docker
@@ -52,6 +52,9 @@ async def test_same_answer_as_upstream(docker_plane: Plane, recorded: Recorded) 
         if case.setup:
             done = await client.run(session.id, ["bash", "-c", case.setup], cwd="/workspace")
             assert done.exit_code == 0, done.stderr
+        if reads_first(case):
+            read = await client.execute_tool(session.id, "read", {"filePath": case.params["filePath"]})
+            assert read.result is not None, read.error
         outcome = await client.execute_tool(session.id, case.tool, case.params, agent=case.agent)
         assert ours(outcome) == expected(recorded)
     finally:

@@ -237,7 +237,9 @@ async def test_description_lists_custom_subagents_and_child_rules_follow_the_sub
     assert "task" in seen["reviewer"]
     assert "glob" not in seen["reviewer"]
     assert seen["reviewer.nested"][0].startswith("task_id: ses_")  # a grandchild session answered
-    assert seen["helper.nested"][0].endswith('{"permission":"task","pattern":"*","action":"deny"}]')
+    # Denied by the child session's rules, which the message lists with the agent's (the whole ruleset, as upstream).
+    assert seen["helper.nested"][0].startswith("The user has specified a rule which prevents you from using")
+    assert '{"permission":"task","pattern":"*","action":"deny"}' in seen["helper.nested"][0]
     assert "task" not in seen["helper"]
     assert "todowrite" not in seen["helper"]
     assert json.loads(seen["helper.model"][0]) == {"modelID": "model-7", "providerID": "acme"}

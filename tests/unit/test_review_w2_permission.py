@@ -246,14 +246,15 @@ async def test_a_later_denied_pattern_wins_over_an_earlier_ask() -> None:
     )
 
 
-async def test_denied_message_lists_rules_whose_permission_matches_by_wildcard() -> None:
+async def test_denied_message_lists_the_whole_ruleset() -> None:
+    # Observed from v1.2.27 (tests/oracle, bash_config_deny_pattern): rules of other permissions are listed too.
     gate = PermissionGate()
     rules = from_config({"*": "allow", "ba*": {"x": "allow"}, "read": "deny", "bash": "deny"}, home="/h")
     with pytest.raises(permission.DeniedError) as denied:
         await gate.ask(PermissionAsk("bash", ["x"], ["x"], {}), _scope("c", rules), lambda _: None)
     assert str(denied.value).endswith(
         '[{"permission":"*","action":"allow","pattern":"*"},{"permission":"ba*","pattern":"x","action":"allow"},'
-        '{"permission":"bash","action":"deny","pattern":"*"}]'
+        '{"permission":"read","action":"deny","pattern":"*"},{"permission":"bash","action":"deny","pattern":"*"}]'
     )
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import errno
 import math
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,14 +24,18 @@ TIMER_SLACK_MS = 100
 """Upstream fires its timeout timer this long after the requested timeout."""
 MAX_METADATA_LENGTH = 30_000
 METADATA_INTERVAL_S = 0.05
-MAX_TIMER_S = 10.0**9
-"""Keeps absurd timeouts within what the event loop's clock arithmetic handles."""
+MAX_JS_TIMER_MS = 2**31 - 1
+"""A JavaScript timer asked to wait longer than this fires after 1 ms instead, so upstream stops a command whose
+timeout is within TIMER_SLACK_MS of it (or beyond) at once; observed from v1.2.27 (tests/oracle, bash_timeout_*)."""
 
 
 async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     command = args.get("command")
     if not isinstance(command, str):
         raise ToolError("command is required")
+    if not command:
+        # Upstream hands the command to Node's spawn as the program name, which refuses an empty one.
+        raise ToolError("The argument 'file' cannot be empty. Received ''")
     description = str(args.get("description") or "")
     timeout = args.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
@@ -48,6 +54,9 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         await ctx.ask("bash", found.patterns, found.always, {})
 
     await ctx.metadata(None, {"output": "", "description": description})
+    refusal = await ctx.io(spawn_refusal, workdir, shell)
+    if refusal:
+        raise ToolError(refusal)
     oom_before = oom_kills()
     try:
         execution = await ctx.runner.start([shell, "-c", command], cwd=workdir, env=ctx.env, timeout_s=None,
@@ -137,6 +146,31 @@ def full_filesystems(paths: list[str]) -> list[tuple[str, int]]:
     return full
 
 
+LIBUV_ERRORS = {
+    errno.ENOENT: ("ENOENT", "no such file or directory"),
+    errno.ENOTDIR: ("ENOTDIR", "not a directory"),
+    errno.EACCES: ("EACCES", "permission denied"),
+    errno.ELOOP: ("ELOOP", "too many symbolic links encountered"),
+    errno.ENAMETOOLONG: ("ENAMETOOLONG", "name too long"),
+}
+"""How Node (libuv) names the errors a spawn's chdir can meet."""
+
+
+def spawn_refusal(workdir: str, shell: str) -> str | None:
+    """The error Node's spawn gives when it cannot enter `workdir` (upstream's tool fails with its text)."""
+    try:
+        info = os.stat(workdir)
+        code = 0 if stat.S_ISDIR(info.st_mode) else errno.ENOTDIR
+        if not code and not os.access(workdir, os.X_OK):
+            code = errno.EACCES
+    except OSError as exc:
+        code = exc.errno or errno.ENOENT
+    if not code:
+        return None
+    name, text = LIBUV_ERRORS.get(code, (errno.errorcode.get(code, "UNKNOWN"), os.strerror(code).lower()))
+    return f"{name}: {text}, posix_spawn '{shell}'"
+
+
 def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Scan, str]:
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
     return scan(command, cwd, directory, worktree), shell
@@ -177,7 +211,7 @@ async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
     if ctx.abort.is_set():
         flags.aborted = True
         execution.stop(reason="aborted")
-    delay = min((timeout_ms + TIMER_SLACK_MS) / 1000, MAX_TIMER_S)
+    delay = timer_delay_ms(timeout_ms) / 1000
     timer = asyncio.get_running_loop().call_later(delay, on_timeout)
     watcher = asyncio.ensure_future(on_abort())
     end: Exit | None = None
@@ -208,6 +242,12 @@ async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
         timed_out=stopped and flags.timed_out,
         aborted=stopped and flags.aborted,
     )
+
+
+def timer_delay_ms(timeout_ms: float) -> float:
+    """When upstream's timeout timer fires: timeout + 100 ms, or 1 ms where a JavaScript timer would overflow."""
+    delay = timeout_ms + TIMER_SLACK_MS
+    return delay if 1 <= delay <= MAX_JS_TIMER_MS else 1
 
 
 class _Output:
