@@ -89,6 +89,8 @@ class CustomListing:
     """Hook names the project's plugins define."""
     skills: list[tuple[str, str]] = field(default_factory=list)
     """(name, description) of the session's skills, in upstream's order, before any permission filter."""
+    skill_dirs: list[str] = field(default_factory=list)
+    """Where the session's skills are (upstream's `Skill.dirs()`): its agents read there without asking."""
 
 
 @dataclass(frozen=True)

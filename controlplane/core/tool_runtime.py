@@ -103,7 +103,8 @@ class ToolRuntime:
         self._calls: dict[tuple[str, str], RunningCall] = {}
         self._homes: dict[str, str] = {}
         """Per session: the tool user's HOME in its sandbox (saved outputs and plans live under it)."""
-        self._agents: dict[str, tuple[str, dict[str, permission.Agent]]] = {}
+        self._agents: dict[str, tuple[tuple[str, tuple[str, ...]], dict[str, permission.Agent]]] = {}
+        """Per session: the agents, and the config and skill dirs they were made from."""
         """Per session: the config the agents were built from, and the agents."""
         self._custom: dict[str, CustomListing] = {}
         """Per session: the custom and plugin tools its sandbox loaded at the last look."""
@@ -122,9 +123,9 @@ class ToolRuntime:
                          agent_name: str) -> ToolListing:
         session = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        agent = await self._agent(session, sandbox, agent_name)
-        policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
         custom = await self._custom_listing(session, sandbox, refresh=True)
+        agent = await self._agent(session, sandbox, agent_name, custom)
+        policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
         mcp = await self._mcp_source(session, sandbox)
         caller = self._caller_scope(tenant, session, agent)
         registry = self._registry.for_session(_config(session.config_json))
@@ -172,12 +173,12 @@ class ToolRuntime:
                          message_id: str, agent_name: str) -> RunningCall:
         session = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        agent = await self._agent(session, sandbox, agent_name)
+        custom = await self._custom_listing(session, sandbox, refresh=session_id not in self._custom)
+        agent = await self._agent(session, sandbox, agent_name, custom)
         call_id = call_id or ascending("call")
         key = (session_id, call_id)
         if key in self._calls:
             raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
-        custom = await self._custom_listing(session, sandbox, refresh=session_id not in self._custom)
         mcp = await self._mcp_source(session, sandbox)
         registry = self._registry.for_session(_config(session.config_json))
         tools = self._executable(custom, mcp, registry)
@@ -332,19 +333,20 @@ class ToolRuntime:
             home = self._homes[session_id] = (await sandbox.agent.health()).tool_home
         return home
 
-    async def _agent(self, session: Session, sandbox: Sandbox, name: str) -> permission.Agent:
+    async def _agent(self, session: Session, sandbox: Sandbox, name: str, custom: CustomListing) -> permission.Agent:
         home = await self._home(session.id, sandbox)
         cached = self._agents.get(session.id)
-        if cached is not None and cached[0] == session.config_json:
+        key = (session.config_json, tuple(custom.skill_dirs))
+        if cached is not None and cached[0] == key:
             agents = cached[1]
         else:
             config = _config(session.config_json)
             user = permission.from_config(project_config.user_permission(config, self._env_permission), home=home)
             agents = permission.builtin_agents(
-                posixpath.join(home, TOOL_OUTPUT_SUBDIR), [], posixpath.join(home, PLANS_SUBDIR), user,
-                agent_config=project_config.agent_configs(config), home=home,
+                posixpath.join(home, TOOL_OUTPUT_SUBDIR), custom.skill_dirs, posixpath.join(home, PLANS_SUBDIR),
+                user, agent_config=project_config.agent_configs(config), home=home,
             )
-            self._agents[session.id] = (session.config_json, agents)
+            self._agents[session.id] = (key, agents)
         wanted = name or session.agent or "build"
         agent = agents.get(wanted)
         if agent is None:

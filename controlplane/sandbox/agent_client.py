@@ -470,6 +470,7 @@ class GrpcSandboxAgent(SandboxAgent):
             load_errors=[(e.origin, e.message) for e in r.load_errors],
             hooks=list(r.hooks),
             skills=[(s.name, s.description) for s in r.skills],
+            skill_dirs=list(r.skill_dirs),
         )
 
     async def run_plugin_hook(

@@ -74,9 +74,13 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env)
 
     async def stop_all(self) -> None:
+        """Ends the commands and tool hosts while the server still delivers their last events."""
         await self._tools.custom.close()
         await asyncio.gather(*(e.stop(reason="agent shutting down") for e in list(self._running)))
         await Execution.close_spawners()
+
+    def close(self) -> None:
+        """Once the server has stopped: tool calls it cut off may have been using the io threads until then."""
         self._runner.close()
 
     # -- RPCs -----------------------------------------------------------------------------------
@@ -366,6 +370,7 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     finally:
         await service.stop_all()
         await server.stop(grace=0.5)
+        service.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(config.socket_path)
 

@@ -21,7 +21,7 @@ from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
-from sandbox_agent.tools.skill import list_skills
+from sandbox_agent.tools.skill import scan_skills
 
 BUILTIN_TOOLS = {
     "bash": "bash", "read": "read", "write": "write", "edit": "edit", "multiedit": "multiedit",
@@ -224,8 +224,8 @@ class ToolCalls:
         with tracing.span(trace, "sandbox.list_custom_tools") as span:
             worktree = await self._runner.io(find_worktree, self._workspace)
             listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
-            skills = await self._runner.io(functools.partial(
-                list_skills, self._workspace, worktree, env=env, config=config if isinstance(config, dict) else {},
+            scan = await self._runner.io(functools.partial(
+                scan_skills, self._workspace, worktree, env=env, config=config if isinstance(config, dict) else {},
             ))
             if span is not None:
                 span.set("sandbox.tools", len(listing.tools))
@@ -241,7 +241,9 @@ class ToolCalls:
             load_errors=[agent_pb2.CustomLoadError(origin=e.origin, message=e.message) for e in listing.load_errors],
             hooks=listing.hooks,
             spans=trace.drain() if trace is not None else [],
-            skills=[agent_pb2.SkillInfo(name=s.name, description=s.description, location=s.location) for s in skills],
+            skills=[agent_pb2.SkillInfo(name=s.name, description=s.description, location=s.location)
+                    for s in scan.skills],
+            skill_dirs=scan.dirs,
         )
 
     async def save_output(self, name: str, content: bytes) -> str:

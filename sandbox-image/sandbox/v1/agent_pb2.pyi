@@ -1188,6 +1188,7 @@ class ListCustomToolsResponse(_message.Message):
     HOOKS_FIELD_NUMBER: _builtins.int
     SPANS_FIELD_NUMBER: _builtins.int
     SKILLS_FIELD_NUMBER: _builtins.int
+    SKILL_DIRS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
         """In registry order: tool files by config dir then file name, then plugin tools; one entry per id
@@ -1208,6 +1209,12 @@ class ListCustomToolsResponse(_message.Message):
     def skills(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkillInfo]:
         """The session's skills (SKILL.md files), in upstream's order, before any permission filter."""
 
+    @_builtins.property
+    def skill_dirs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The directory of every valid SKILL.md, replaced duplicates included (upstream's `Skill.dirs()`):
+        agents may read there without an external_directory ask.
+        """
+
     def __init__(
         self,
         *,
@@ -1216,10 +1223,11 @@ class ListCustomToolsResponse(_message.Message):
         hooks: _abc.Iterable[_builtins.str] | None = ...,
         spans: _abc.Iterable[Global___SpanRecord] | None = ...,
         skills: _abc.Iterable[Global___SkillInfo] | None = ...,
+        skill_dirs: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
