@@ -100,7 +100,12 @@ async def record(case: Case, root: Path, home: Path, gate: asyncio.Semaphore) ->
                 str(BINARY), "debug", "agent", case.agent, "--tool", case.tool, "--params", json.dumps(case.params),
                 cwd=workspace, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )
-            out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+            try:
+                out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+            finally:
+                if proc.returncode is None:  # timed out or cancelled: no upstream process outlives its case
+                    proc.kill()
+                    await proc.wait()
             result, error = parse(out.decode(errors="replace"), err.decode(errors="replace"))
             if error != "database is locked":
                 break
