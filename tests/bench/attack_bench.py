@@ -74,9 +74,18 @@ async def gone_after(cid: str, before: set[int], started: float) -> float:
     deadline = time.monotonic() + GONE_BOUND_S
     while live_pids(cid) - before:
         if time.monotonic() > deadline:
-            raise AssertionError(f"the aborted call's processes were still alive after {GONE_BOUND_S} s")
+            left = sorted(live_pids(cid) - before)
+            raise AssertionError(f"the aborted call's processes were still alive after {GONE_BOUND_S} s: "
+                                 + "; ".join(f"{pid} {_cmdline(pid)}" for pid in left[:5]))
         await asyncio.sleep(GONE_POLL_S)
     return time.monotonic() - started
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return "(gone)"
 
 
 def p(values: list[float], q: float) -> float:
@@ -102,6 +111,8 @@ async def under_attack(plane: Plane, victim: Session, neighbour: Session, attack
     measured = Measured(attack, [], [], [])
     per_round = max(1, samples // aborts)
     cid = container_id(plane, victim.sandbox_id)
+    # The session's first tool call starts its long-lived helpers (the custom-tool hosts): not the attack's.
+    await neighbour_call_ms(plane.client, victim.id)
     for _ in range(aborts):
         before = live_pids(cid)
         call = RunningCall(plane.client, victim.id, ATTACKS[attack])
