@@ -5,37 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
 import pytest
 
-from controlplane.client import ToolOutcome
 from tests.archives import tar_of
-from tests.oracle.cases import GROUPS, Recorded, load, mask_ids, reads_first
+from tests.oracle.cases import GROUPS, Recorded, load, reads_first
+from tests.oracle.compare import expected, ours
 from tests.planes import Plane
 
 pytestmark = pytest.mark.docker
 
 RECORDED = [r for group in GROUPS for r in load(group)]
-
-
-def ours(outcome: ToolOutcome) -> tuple[dict[str, Any] | None, str | None]:
-    if outcome.result is None:
-        return None, mask_ids(outcome.error)
-    r = outcome.result
-    result: dict[str, Any] = {"title": r.title, "output": r.output, "metadata": json.loads(r.metadata_json or "{}")}
-    if r.attachments:
-        result["attachments"] = [{"type": a.type, "mime": a.mime, "url": a.url} for a in r.attachments]
-    return mask_ids(result), None
-
-
-def expected(recorded: Recorded) -> tuple[dict[str, Any] | None, str | None]:
-    result = recorded.result
-    if result is not None:
-        result = {k: v for k, v in result.items() if k in ("title", "output", "metadata", "attachments")}
-        if "attachments" in result:
-            result["attachments"] = [{k: a.get(k) for k in ("type", "mime", "url")} for a in result["attachments"]]
-    return result, recorded.error
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=[r.case.name for r in RECORDED])

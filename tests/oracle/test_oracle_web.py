@@ -13,39 +13,16 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from controlplane.client import ToolOutcome
-from tests.oracle.cases import HOME, Recorded, cases, load, mask_ids
+from tests.oracle.cases import HOME, Recorded, cases, load
+from tests.oracle.compare import expected, ours
 from tests.oracle.record import prepare
 from tests.planes import Plane, running_plane
 
 RECORDED = load("web")
 LOCAL_HOME = re.compile(r"/tmp/ocsb[^/\"]+/sandboxes/[0-9a-f]+/home")
-
-
-def ours(outcome: ToolOutcome) -> tuple[dict[str, Any] | None, str | None]:
-    # As test_oracle.py compares (not imported from it: it loads every group when imported).
-    if outcome.result is None:
-        return None, mask_ids(outcome.error)
-    r = outcome.result
-    # A local sandbox's home is a host directory; in Docker (and in the recordings) it is /tmp/home.
-    result: dict[str, Any] = json.loads(LOCAL_HOME.sub(HOME, json.dumps(
-        {"title": r.title, "output": r.output, "metadata": json.loads(r.metadata_json or "{}")})))
-    if r.attachments:
-        result["attachments"] = [{"type": a.type, "mime": a.mime, "url": a.url} for a in r.attachments]
-    return mask_ids(result), None
-
-
-def expected(recorded: Recorded) -> tuple[dict[str, Any] | None, str | None]:
-    result = recorded.result
-    if result is not None:
-        result = {k: v for k, v in result.items() if k in ("title", "output", "metadata", "attachments")}
-        if "attachments" in result:
-            result["attachments"] = [{k: a.get(k) for k in ("type", "mime", "url")} for a in result["attachments"]]
-    return result, recorded.error
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +40,7 @@ async def test_same_answer_as_upstream(loopback_plane: Plane, recorded: Recorded
         session = await client.create_session(config_json=json.dumps(case.config) if case.config else "")
         try:
             outcome = await client.execute_tool(session.id, case.tool, case.params, agent=case.agent)
-            assert ours(outcome) == expected(recorded)
+            assert ours(outcome, lambda text: LOCAL_HOME.sub(HOME, text)) == expected(recorded)
         finally:
             await client.delete_session(session.id)
             _stop_server(Path(scratch) / "workspace" / "server.pid")
