@@ -161,12 +161,8 @@ def corrected_message(feedback: str) -> str:
     return f"The user rejected permission to use this specific tool call with the following feedback: {feedback}"
 
 
-def relevant_rules(permission: str, ruleset: Iterable[Rule]) -> Ruleset:
-    return [r for r in ruleset if match(permission, r.permission)]
-
-
 def denied_message(rules: Iterable[Rule]) -> str:
-    """`rules` are the asking ruleset's rules for the permission (see `relevant_rules`)."""
+    """`rules`: the asking call's whole merged ruleset, which upstream lists (not only the denied permission's)."""
     return (
         "The user has specified a rule which prevents you from using this specific tool call. "
         f"Here are some of the relevant rules {js_stringify([r.to_json() for r in rules])}"

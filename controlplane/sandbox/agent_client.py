@@ -282,7 +282,7 @@ class _SharedStream:
     """
 
     def __init__(self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object],
-                 request_type: Callable[..., Any]) -> None:
+                 request_type: type[Any]) -> None:
         self._outbox = outbox
         self._request_type = request_type
         self._inboxes: dict[int, asyncio.Queue[Any]] = {}
@@ -293,9 +293,9 @@ class _SharedStream:
 
     @classmethod
     def of(cls, rpc: Callable[[AsyncIterator[Any]], grpc.aio.StreamStreamCall[Any, Any]],
-           request_type: Callable[..., Any]) -> _SharedStream:
+           request_type: type[Any]) -> _SharedStream:
         outbox: asyncio.Queue[object] = asyncio.Queue()
-        return cls(rpc(_drain(outbox, object)), outbox, request_type)
+        return cls(rpc(_drain(outbox, request_type)), outbox, request_type)
 
     def start(self, request: Any, traced: AgentCallSpan) -> tuple[int, asyncio.Queue[Any]]:
         """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""

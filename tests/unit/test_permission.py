@@ -22,7 +22,6 @@ from controlplane.core.permission import (
     from_config,
     js_key_order,
     merge,
-    relevant_rules,
 )
 from controlplane.core.tool import ToolError
 from controlplane.core.wildcard import match
@@ -211,7 +210,7 @@ def test_refusal_messages() -> None:
 
 def test_denied_message_json_matches_upstream_key_order() -> None:
     ruleset = from_config({"*": "allow", "bash": {"*": "ask", "rm *": "deny"}, "edit": "deny"}, home=HOME)
-    rules = relevant_rules("bash", ruleset)
+    rules = [r for r in ruleset if r.permission in ("*", "bash")]
     assert denied_message(rules) == (
         "The user has specified a rule which prevents you from using this specific tool call. "
         'Here are some of the relevant rules [{"permission":"*","action":"allow","pattern":"*"},'

@@ -10,6 +10,7 @@ filesystem identity is the tool user's), and every program through `ctx.run(...)
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -87,20 +88,24 @@ class SessionState:
 
 
 class FileTimes:
-    """Per-session record of when each file was last read, plus a lock per file (edit/write)."""
+    """Per-session record of when each file was last read, plus a lock per file (edit/write).
+
+    Both are kept per file however its absolute path is spelled (`/w/./a` is `/w/a`): tools show the path
+    as the model gave it, but a read of one spelling counts for an edit of another.
+    """
 
     def __init__(self) -> None:
         self._read: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     def read(self, path: str, when: float) -> None:
-        self._read[path] = when
+        self._read[os.path.normpath(path)] = when
 
     def last_read(self, path: str) -> float | None:
-        return self._read.get(path)
+        return self._read.get(os.path.normpath(path))
 
     def lock(self, path: str) -> asyncio.Lock:
-        return self._locks.setdefault(path, asyncio.Lock())
+        return self._locks.setdefault(os.path.normpath(path), asyncio.Lock())
 
 
 @dataclass

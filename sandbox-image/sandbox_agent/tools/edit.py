@@ -17,7 +17,7 @@ from typing import Any
 
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.diffs import count_changes, unified_diff
-from sandbox_agent.tools.paths import as_given, assert_external_directory, file_key, relative_to_worktree
+from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
 from sandbox_agent.tools.replacers import IDENTICAL, replace
 
 APPLIED = "Edit applied successfully."
@@ -84,7 +84,7 @@ def assert_read(ctx: ToolContext, path: str, mtime_ns: int | None) -> None:
     """Refuses to overwrite a file this session has not read, or that changed since it was read."""
     if ctx.extra.get("disable_filetime_check"):
         return
-    read = ctx.file_times.last_read(file_key(path))
+    read = ctx.file_times.last_read(path)
     if read is None:
         raise ToolError(f"You must read file {path} before overwriting it. Use the Read tool first")
     # Whole milliseconds on both sides, as JavaScript Dates hold them (the epsilon absorbs float error).
@@ -144,7 +144,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     old, new, replace_all = edit_args(args)
     path = as_given(ctx, file_path)
     await assert_external_directory(ctx, path)
-    async with ctx.file_times.lock(file_key(path)):
+    async with ctx.file_times.lock(path):
         if old == "":
             # Creation or a full overwrite: no read is required, the old content counts as empty, and (unlike
             # an edit of existing text) the diff shows newString's line endings as they are.
@@ -166,6 +166,6 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             after, meta = await asyncio.to_thread(compute)
         await ask_edit(ctx, path, meta["diff"])
         await ctx.io(store, path, after)
-        ctx.file_times.read(file_key(path), time.time())
+        ctx.file_times.read(path, time.time())
     await ctx.metadata(None, {"diff": meta["diff"], "filediff": meta["filediff"], "diagnostics": {}})
     return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata=meta)

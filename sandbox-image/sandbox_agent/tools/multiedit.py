@@ -26,7 +26,7 @@ from sandbox_agent.tools.edit import (
     required_path,
     store,
 )
-from sandbox_agent.tools.paths import as_given, assert_external_directory, file_key, relative_to_worktree
+from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
 
 NO_EDITS = "edits must contain at least one edit"
 
@@ -51,7 +51,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     path = as_given(ctx, file_path)
     first_old = edit_args(edits[0])[0]
     await assert_external_directory(ctx, path)
-    async with ctx.file_times.lock(file_key(path)):
+    async with ctx.file_times.lock(path):
         disk = await ctx.io(load, path)
         if disk.kind == "directory":
             raise ToolError(f"Path is a directory, not a file: {path}")
@@ -68,6 +68,6 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         final, results, combined = await asyncio.to_thread(compute)
         await ask_edit(ctx, path, combined["diff"])
         await ctx.io(store, path, final)
-        ctx.file_times.read(file_key(path), time.time())
+        ctx.file_times.read(path, time.time())
     await ctx.metadata(None, {"diff": combined["diff"], "filediff": combined["filediff"], "diagnostics": {}})
     return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata={"results": results, **combined})

@@ -21,11 +21,6 @@ def as_given(ctx: ToolContext, path: str) -> str:
     return path if os.path.isabs(path) else resolve(ctx, path)
 
 
-def file_key(path: str) -> str:
-    """The key a file's read time and lock are kept under: the same file however its absolute path is spelled."""
-    return os.path.normpath(path)
-
-
 def _directory_glob(parent: str) -> str:
     # Node's path.join normalises: a target given as `/w/../etc/x` asks for `/etc/*`.
     return os.path.normpath(os.path.join(parent, "*")).replace("\\", "/")

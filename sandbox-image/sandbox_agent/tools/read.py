@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from sandbox_agent.tools.base import Attachment, ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix
-from sandbox_agent.tools.paths import as_given, assert_external_directory, file_key, node_dirname, relative_to_worktree
+from sandbox_agent.tools.paths import as_given, assert_external_directory, node_dirname, relative_to_worktree
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_LENGTH = 2000
@@ -134,7 +134,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     if found.count < offset and not (found.count == 0 and offset == 1):
         raise ToolError(f"Offset {offset} is out of range for this file ({found.count} lines)")
-    ctx.file_times.read(file_key(path), time.time())
+    ctx.file_times.read(path, time.time())
     loaded = [where for where, _ in found.instructions]
     ctx.state.loaded_instructions.update(loaded)
     return ToolOutput(title=title, output=_file_output(path, found, offset), metadata={

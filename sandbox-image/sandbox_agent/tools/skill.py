@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox_agent.custom.discovery import GLOBAL_DIR, HOME, config_directories
-from sandbox_agent.custom.skills import Skill, SkillScan, discover_skills
+from sandbox_agent.custom.skills import SkillScan, discover_skills
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.glob import rg_files
 
@@ -67,12 +67,6 @@ def scan_skills(directory: str, worktree: str, *, global_dir: str = GLOBAL_DIR, 
     env = env or {}
     dirs = config_directories(directory, worktree, global_dir=global_dir, home=home, env=env)
     return discover_skills(directory, worktree, config_dirs=dirs, home=home, env=env, config=config or {})
-
-
-def list_skills(directory: str, worktree: str, *, global_dir: str = GLOBAL_DIR, home: str = HOME,
-                env: Mapping[str, str] | None = None, config: Mapping[str, Any] | None = None) -> list[Skill]:
-    """The skills the tool's description lists, in upstream's order (before any permission filter)."""
-    return scan_skills(directory, worktree, global_dir=global_dir, home=home, env=env, config=config).skills
 
 
 def file_url(path: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.diffs import unified_diff
 from sandbox_agent.tools.edit import ask_edit, assert_read, load, store
-from sandbox_agent.tools.paths import as_given, assert_external_directory, file_key, relative_to_worktree
+from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
 
 WROTE = "Wrote file successfully."
 # Upstream reads the old content before anything else and fails with Node's readFile error on a directory.
@@ -20,7 +20,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     content = str(args.get("content") or "")
     path = as_given(ctx, str(args.get("filePath") or ""))
     await assert_external_directory(ctx, path)
-    async with ctx.file_times.lock(file_key(path)):
+    async with ctx.file_times.lock(path):
         disk = await ctx.io(load, path)
         if disk.kind == "directory":
             raise ToolError(_DIRECTORY)
@@ -30,6 +30,6 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         diff = await asyncio.to_thread(unified_diff, path, disk.content, content)
         await ask_edit(ctx, path, diff)
         await ctx.io(store, path, content)
-        ctx.file_times.read(file_key(path), time.time())
+        ctx.file_times.read(path, time.time())
     return ToolOutput(title=relative_to_worktree(ctx, path), output=WROTE,
                       metadata={"diagnostics": {}, "filepath": path, "exists": exists})

@@ -151,15 +151,15 @@ async def test_the_later_duplicate_is_the_one_loaded(ctx_for: Callable[..., Tool
     write_skill(project / ".opencode" / "skills" / "d", "dup", "second", "SECOND")
     result = await skill_tool.run({"name": "dup"}, ctx_for())
     assert "# Skill: dup\n\nSECOND\n" in result.output
-    assert skill_tool.list_skills(str(project), str(project), home=str(tmp_path / "home"),
-                                  global_dir=str(tmp_path / "global"))[0].description == "second"
+    assert skill_tool.scan_skills(str(project), str(project), home=str(tmp_path / "home"),
+                                  global_dir=str(tmp_path / "global")).skills[0].description == "second"
 
 
 def test_list_skills_order_and_fields(project: Path, tmp_path: Path) -> None:
     write_skill(project / ".opencode" / "skills" / "b", "b-skill", "B things", "b")
     write_skill(tmp_path / "global" / "skill" / "a", "a-skill", "A things", "a")
-    found = skill_tool.list_skills(str(project), str(project), home=str(tmp_path / "home"),
-                                   global_dir=str(tmp_path / "global"))
+    found = skill_tool.scan_skills(str(project), str(project), home=str(tmp_path / "home"),
+                                   global_dir=str(tmp_path / "global")).skills
     assert [(s.name, s.description, s.location) for s in found] == [
         ("a-skill", "A things", str(tmp_path / "global" / "skill" / "a" / "SKILL.md")),
         ("b-skill", "B things", str(project / ".opencode" / "skills" / "b" / "SKILL.md")),
