@@ -5,4 +5,8 @@ under the unprivileged tool uid in a process group of its own, so a command can 
 trace nor replace the agent, while the agent can always stop the command's whole group.
 """
 
+from sandbox_agent.grpc_poller import prefer_poller
+
+prefer_poller()
+
 __version__ = "0.1.0"
