@@ -133,17 +133,60 @@ def _yield_to_the_agent() -> None:
         f.write(str(TOOL_OOM_SCORE_ADJ))
 
 
-def _spawn(request: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Ignored by CPython (so by the helper); a command starts with them at their defaults, as Popen gives it."""
+
+
+def _spawn(request: dict[str, Any], fds: list[int]) -> int:
+    """Starts the command in a session of its own; its pid.
+
+    `posix_spawn` (a vfork underneath) with what Popen(cwd, umask, start_new_session, close_fds) would do:
+    the helper is single-threaded, so it takes the command's directory and umask itself first, and every
+    fd of its own is close-on-exec (`_close_on_exec_all`), so the command gets fds 0-2 only.
+    """
     stdout = fds[0]
     rest = fds[1:]
-    stderr: int = subprocess.STDOUT
+    stderr = stdout
     if request["stderr"] == "pipe":
         stderr, rest = rest[0], rest[1:]
-    stdin: int = rest[0] if request["stdin"] else subprocess.DEVNULL
-    return subprocess.Popen(
-        request["argv"], stdin=stdin, stdout=stdout, stderr=stderr, cwd=request["cwd"], env=request["env"],
-        umask=request["umask"], start_new_session=True, close_fds=True,
-    )
+    actions: list[tuple[Any, ...]] = [
+        (os.POSIX_SPAWN_DUP2, rest[0], 0) if request["stdin"] else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, stdout, 1),
+        (os.POSIX_SPAWN_DUP2, stderr, 2),
+    ]
+    argv: list[str] = request["argv"]
+    env: dict[str, str] = request["env"]
+    if not argv:
+        raise ValueError("empty argv")
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    failure: OSError | None = None
+    for program in _candidates(argv[0], env):
+        try:
+            return os.posix_spawn(program, argv, env, file_actions=actions, setsid=True,
+                                  setsigdef=_DEFAULT_SIGNALS)
+        except OSError as exc:
+            # As execvp (and Popen): a missing candidate is skipped, the first other failure is kept.
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) and failure is None:
+                failure = exc
+    raise failure or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+
+
+def _candidates(name: str, env: dict[str, str]) -> list[str]:
+    """Where `name` may be: itself when it has a slash, else each existing file of that name on env's PATH."""
+    if "/" in name:
+        return [name]
+    found = [os.path.join(directory, name) for directory in os.get_exec_path(env)]
+    return [path for path in found if os.path.isfile(path)] or found[:1]
+
+
+def _close_on_exec_all() -> None:
+    """Marks every fd the helper holds close-on-exec (the channel itself came inheritable)."""
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                os.set_inheritable(fd, False)
 
 
 def _serve(sock: socket.socket) -> None:
@@ -162,13 +205,12 @@ def _serve(sock: socket.socket) -> None:
     while True:
         for key, _ in selector.select():
             if key.data is not None:
-                proc: subprocess.Popen[bytes] = key.data
+                pid: int = key.data
                 selector.unregister(key.fileobj)
                 # The pidfd is readable once the child is exiting; this wait returns right away.
-                _, status = os.waitpid(proc.pid, 0)
-                proc.returncode = os.waitstatus_to_exitcode(status)
+                _, status = os.waitpid(pid, 0)
                 os.close(key.fd)
-                send({"pid": proc.pid, "status": proc.returncode})
+                send({"pid": pid, "status": os.waitstatus_to_exitcode(status)})
                 continue
             frame, fds = _recv_frame(sock)
             if not frame:
@@ -184,9 +226,9 @@ def _serve(sock: socket.socket) -> None:
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 send({"id": request["id"], "error": {"errno": 0, "strerror": str(exc)}})
             else:
-                pidfd = os.pidfd_open(child.pid)
+                pidfd = os.pidfd_open(child)
                 selector.register(pidfd, selectors.EVENT_READ, child)
-                send({"id": request["id"], "pid": child.pid}, [pidfd])
+                send({"id": request["id"], "pid": child}, [pidfd])
             finally:
                 _close_all(pending_fds)
                 pending_fds = []
@@ -196,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     fd, parent = int(args[0]), int(args[1])
     _harden(parent)
+    _close_on_exec_all()
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     try:

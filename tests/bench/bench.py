@@ -727,6 +727,7 @@ SECTIONS = (
     ("tracing overhead", "tests.bench.tracing_bench"),
     ("under attack", "tests.bench.attack_bench"),
     ("tool-call path", "tests.bench.toolpath_bench"),
+    ("grpc engine", "tests.bench.grpc_engine_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""

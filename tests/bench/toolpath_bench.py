@@ -15,7 +15,8 @@ Rows (wall clock seen by the public-API client; in-process control plane on loop
 * Baseline: ``docker exec <cid> echo hi`` via the CLI.
 
 Rounds interleave the rows, so a noisy neighbour on the 2-CPU machine hits them all alike. Targets
-(DESIGN §10): exec and bash p50 <= 3 ms and >= 20x faster than docker exec; custom tool call p50 <= 5 ms.
+(DESIGN §10): exec, bash and read p50 <= 3 ms and >= 20x faster than docker exec (bash and read from
+the fresh-message rows); custom tool call p50 <= 5 ms.
 Run alone: ``.venv/bin/python -m tests.bench.toolpath_bench [--quick]``.
 """
 
@@ -145,7 +146,9 @@ async def measure(quick: bool) -> list[str]:
         lines.append(f"  {name:<44} {len(values):>4} {p50(values):>8.2f} {p99(values):>8.2f}")
     base = p50(baseline)
     exec_ms = p50(samples["exec true"])
-    bash_ms = p50(samples["tool bash echo (repeated)"])
+    # The repeated row's third identical call in one message is a doom loop that asks the user: not a trivial call.
+    bash_ms = p50(samples["tool bash echo (fresh message)"])
+    read_ms = p50(samples["tool read (fresh message)"])
     custom_ms = p50(samples["custom tool call (fresh message)"])
 
     def verdict(ok: bool) -> str:
@@ -155,8 +158,12 @@ async def measure(quick: bool) -> list[str]:
         "  targets:",
         f"    {verdict(exec_ms <= EXEC_TARGET_MS and base / exec_ms >= MIN_SPEEDUP)}  exec true p50 {exec_ms:.2f} ms "
         f"<= {EXEC_TARGET_MS:g} ms and {base / exec_ms:.1f}x >= {MIN_SPEEDUP:g}x faster than docker exec",
-        f"    {verdict(bash_ms <= TOOL_TARGET_MS)}  tool bash echo p50 {bash_ms:.2f} ms <= {TOOL_TARGET_MS:g} ms "
-        f"({base / bash_ms:.1f}x faster than docker exec)",
+        f"    {verdict(bash_ms <= TOOL_TARGET_MS and base / bash_ms >= MIN_SPEEDUP)}  tool bash echo p50 "
+        f"{bash_ms:.2f} ms <= {TOOL_TARGET_MS:g} ms and {base / bash_ms:.1f}x >= {MIN_SPEEDUP:g}x "
+        "faster than docker exec",
+        f"    {verdict(read_ms <= TOOL_TARGET_MS and base / read_ms >= MIN_SPEEDUP)}  tool read p50 "
+        f"{read_ms:.2f} ms <= {TOOL_TARGET_MS:g} ms and {base / read_ms:.1f}x >= {MIN_SPEEDUP:g}x "
+        "faster than docker exec",
         f"    {verdict(custom_ms <= CUSTOM_TARGET_MS)}  custom tool call p50 {custom_ms:.2f} ms "
         f"<= {CUSTOM_TARGET_MS:g} ms",
     ]

@@ -46,23 +46,28 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         timeout = ctx.extra.get("default_timeout_ms", DEFAULT_TIMEOUT_MS)
     workdir = resolve(ctx, args.get("workdir") or ctx.directory)
 
-    found, shell = await ctx.io(_prepare, command, workdir, ctx.directory, ctx.worktree)
+    found, shell, refusal = await ctx.io(_prepare, command, workdir, ctx.directory, ctx.worktree)
     if found.external_dirs:
         globs = [d.rstrip("/") + "/*" for d in found.external_dirs]
         await ctx.ask("external_directory", globs, globs, {})
     if found.patterns:
         await ctx.ask("bash", found.patterns, found.always, {})
 
-    await ctx.metadata(None, {"output": "", "description": description})
-    refusal = await ctx.io(spawn_refusal, workdir, shell)
+    initial = {"output": "", "description": description}
     if refusal:
+        refusal = await ctx.io(spawn_refusal, workdir, shell)  # the asks may have waited: look again
+    if refusal:
+        await ctx.metadata(None, initial)
         raise ToolError(refusal)
     oom_before = oom_kills()
     try:
         execution = await ctx.runner.start([shell, "-c", command], cwd=workdir, env=ctx.env, timeout_s=None,
                                            merge_stderr=True)
     except SpawnError as exc:
-        raise ToolError(str(exc)) from exc
+        await ctx.metadata(None, initial)
+        raise ToolError(await ctx.io(spawn_refusal, workdir, shell) or str(exc)) from exc
+    # As upstream: spawned first, then the initial metadata (its message goes out while the shell starts).
+    await ctx.metadata(None, initial)
     text, done = await _collect(execution, ctx, float(timeout), description)
 
     notes = []
@@ -171,9 +176,13 @@ def spawn_refusal(workdir: str, shell: str) -> str | None:
     return f"{name}: {text}, posix_spawn '{shell}'"
 
 
-def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Scan, str]:
+def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Scan, str, str | None]:
+    """The permission scan, the shell, and why the spawn would fail: one trip to the tool user's thread.
+
+    The refusal is reported after the asks, as Node's spawn fails after them, and checked again then.
+    """
     shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
-    return scan(command, cwd, directory, worktree), shell
+    return scan(command, cwd, directory, worktree), shell, spawn_refusal(cwd, shell)
 
 
 @dataclass

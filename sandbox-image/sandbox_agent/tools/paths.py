@@ -57,6 +57,11 @@ def _real_escape(ctx: ToolContext, target: str) -> str | None:
     return None if inside else real
 
 
+def outside_project(ctx: ToolContext, target: str) -> bool:
+    """Whether `assert_external_directory` would ask for `target`."""
+    return not contains_path(ctx, target) or _real_escape(ctx, target) is not None
+
+
 async def assert_external_directory(ctx: ToolContext, target: str | None, *, kind: str = "file",
                                     bypass: bool = False) -> None:
     """Asks `external_directory` for a target outside the project; `kind` is "file" or "directory".

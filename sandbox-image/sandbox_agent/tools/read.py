@@ -13,7 +13,13 @@ from typing import IO, Any
 
 from sandbox_agent.tools.base import Attachment, ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix
-from sandbox_agent.tools.paths import as_given, assert_external_directory, node_dirname, relative_to_worktree
+from sandbox_agent.tools.paths import (
+    as_given,
+    assert_external_directory,
+    node_dirname,
+    outside_project,
+    relative_to_worktree,
+)
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_LENGTH = 2000
@@ -104,9 +110,10 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     path = as_given(ctx, str(args["filePath"]))
     title = relative_to_worktree(ctx, path)
-    is_dir = await ctx.io(os.path.isdir, path)
-    await assert_external_directory(ctx, path, kind="directory" if is_dir else "file",
-                                    bypass=bool(ctx.extra.get("bypassCwdCheck")))
+    if not ctx.extra.get("bypassCwdCheck") and outside_project(ctx, path):
+        # Only the ask for an outside target needs the kind: a path inside costs no thread hop here.
+        is_dir = await ctx.io(os.path.isdir, path)
+        await assert_external_directory(ctx, path, kind="directory" if is_dir else "file")
     await ctx.ask("read", [path], ["*"], {})
 
     walk_root = ctx.directory if _strictly_inside(ctx.directory, path) else None
