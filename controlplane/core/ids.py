@@ -60,4 +60,7 @@ _generators: dict[str, AscendingIds] = {}
 
 def ascending(prefix: str) -> str:
     """A new id for `prefix` ("per", "call", "tool", ...)."""
-    return _generators.setdefault(prefix, AscendingIds(prefix)).new()
+    generator = _generators.get(prefix)
+    if generator is None:
+        generator = _generators.setdefault(prefix, AscendingIds(prefix))
+    return generator.new()

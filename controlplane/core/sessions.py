@@ -78,6 +78,8 @@ class SessionManager:
         self._clock = clock
         self._live: dict[str, Session] = {}
         self._touched: dict[str, float] = {}
+        self._touch_written: dict[str, float] = {}
+        """When each session's activity was last written to the store (at most every TOUCH_WRITE_INTERVAL_S)."""
         self._reaper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._end_listeners: list[Callable[[str], None]] = []
@@ -301,14 +303,15 @@ class SessionManager:
 
     def _touch(self, session_id: str) -> None:
         now = self._clock()
-        last_written = self._touched.get(session_id)
         self._touched[session_id] = now
+        last_written = self._touch_written.get(session_id)
         session = self._live.get(session_id)
         if session is not None:
             session.last_active_at = now
             if session.parent_id:  # a parent waiting on its child's work is not idle
                 self._touch(session.parent_id)
         if last_written is None or now - last_written >= TOUCH_WRITE_INTERVAL_S:
+            self._touch_written[session_id] = now
             task = asyncio.get_running_loop().create_task(self._store.touch_session(session_id, now))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
@@ -324,6 +327,7 @@ class SessionManager:
         # when it sees the new state (`_sync_with_store`).
         foreign = self._live.pop(session.id, None) is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
+        self._touch_written.pop(session.id, None)
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
@@ -369,6 +373,7 @@ class SessionManager:
     async def _ended_elsewhere(self, session: Session, ended: Session) -> None:
         self._live.pop(session.id, None)
         self._touched.pop(session.id, None)
+        self._touch_written.pop(session.id, None)
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, ended.state, f"its parent session {session.id} ended ({ended.status_message})")
         if session.sandbox_id and not session.parent_id:

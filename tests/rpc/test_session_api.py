@@ -119,3 +119,19 @@ async def test_idle_sessions_expire() -> None:
             await asyncio.sleep(0.05)
         assert current.state == session_pb2.Session.DELETED
         assert "idle" in current.status_message
+
+
+async def test_continuous_activity_reaches_the_store_about_once_a_second() -> None:
+    """Activity is batched in memory, but a session busy every 0.4 s must still show it in the store."""
+    async with running_plane("local") as plane:
+        session = await plane.client.create_session()
+        manager = plane.plane.sessions
+        now = [1_000_000.0]
+        manager._clock = lambda: now[0]
+        for _ in range(8):
+            now[0] += 0.4
+            assert (await plane.client.run(session.id, ["true"])).exit_code == 0
+        await asyncio.sleep(0.1)  # the writes run in the background
+        stored = await manager._store.get_session(session.id)
+        assert stored is not None
+        assert stored.last_active_at >= now[0] - 1.0, (stored.last_active_at, now[0])
