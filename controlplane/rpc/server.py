@@ -9,7 +9,7 @@ from grpc_reflection.v1alpha import reflection
 from controlplane.config import Settings
 from controlplane.core.sessions import SessionManager
 from controlplane.core.tool_runtime import ToolRuntime
-from controlplane.rpc.auth import Authenticator, guarded
+from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
 from controlplane.rpc.permission_service import PermissionService
 from controlplane.rpc.question_service import QuestionService
@@ -49,21 +49,15 @@ def build_server(
     """The server (not started), its health servicer and the bound port."""
     limit = settings.server.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
-        interceptors=server_interceptors(),
+        interceptors=[*server_interceptors(), AuthInterceptor(auth)],
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
     )
-    session, sandbox, tool, permission, question, event = SERVICES
-    session_pb2_grpc.add_SessionServiceServicer_to_server(guarded(SessionService(sessions, auth), session, auth),
-                                                          server)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(
-        guarded(SandboxService(sessions, auth, settings.exec), sandbox, auth), server)
-    tool_pb2_grpc.add_ToolServiceServicer_to_server(guarded(ToolService(tools, auth), tool, auth), server)
-    permission_pb2_grpc.add_PermissionServiceServicer_to_server(
-        guarded(PermissionService(tools, auth), permission, auth), server)
-    question_pb2_grpc.add_QuestionServiceServicer_to_server(guarded(QuestionService(tools, auth), question, auth),
-                                                            server)
-    event_pb2_grpc.add_EventServiceServicer_to_server(guarded(EventService(sessions, tools.bus, auth), event, auth),
-                                                      server)
+    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth), server)
+    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SandboxService(sessions, auth, settings.exec), server)
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
+    permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
+    question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
+    event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

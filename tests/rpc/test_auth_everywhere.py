@@ -1,7 +1,7 @@
 """Every public RPC refuses a call without a known bearer token before its handler runs.
 
-The check is attached to each handler at registration (rpc/auth.py `guarded`), not by an interceptor, so
-this walks every method of every registered service: a service added without the guard fails here.
+Walks every method of every registered public service (rpc/server.py SERVICES): the interceptor must
+cover each of them, whatever the method's streaming shape.
 """
 
 from __future__ import annotations

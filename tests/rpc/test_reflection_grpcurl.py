@@ -66,7 +66,7 @@ async def grpcurl(plane: Plane, *args: str, token: str | None = None, data: str 
 
 @pytest.mark.parametrize("token", [None, TOKEN, "not-a-token"], ids=["no-token", "valid-token", "bad-token"])
 async def test_list_shows_every_service_whatever_the_token(plane: Plane, token: str | None) -> None:
-    # Reflection is deliberately open (registered unguarded, rpc/server.py): it only describes the public schema.
+    # Reflection is deliberately open (rpc/auth.py OPEN_PREFIXES): it only describes the public schema.
     answer = await grpcurl(plane, "list", token=token)
     assert (answer.code, answer.stderr) == (0, "")
     listed = answer.stdout.splitlines()
