@@ -66,7 +66,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     except SpawnError as exc:
         await ctx.metadata(None, initial)
         raise ToolError(await ctx.io(spawn_refusal, workdir, shell) or str(exc)) from exc
-    # As upstream: spawned first, then the initial metadata (its message goes out while the shell starts).
+    # As upstream: spawned first, then the initial metadata.
     await ctx.metadata(None, initial)
     text, done = await _collect(execution, ctx, float(timeout), description)
 
