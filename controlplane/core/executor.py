@@ -116,9 +116,11 @@ class ToolExecutor:
         self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event, traced: spans.CallTrace,
     ) -> tuple[str, str]:
         """Runs the call; returns its audited outcome (ok, error, cancelled, denied) and error text."""
+        work = asyncio.ensure_future(self._run(scope, call, emit, abort))
+        # Queued before the work's first step runs, so the stream still starts with these two; that step,
+        # which hands the call to the sandbox, goes first on the loop, ahead of the stream's writes.
         emit(StateChanged(CallStatus.PENDING))
         emit(StateChanged(CallStatus.RUNNING))
-        work = asyncio.ensure_future(self._run(scope, call, emit, abort))
         stopper = asyncio.ensure_future(abort.wait())
         try:
             await asyncio.wait([work, stopper], return_when=asyncio.FIRST_COMPLETED)

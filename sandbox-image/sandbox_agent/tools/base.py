@@ -4,7 +4,8 @@ A tool module exposes `async def run(args: dict[str, Any], ctx: ToolContext) -> 
 `args` were already validated (and defaulted) by the control plane against the tool's schema.
 A failure the model should read is raised as `ToolError(message)` with the exact text.
 Everything that touches the filesystem goes through `ctx.io(...)` (it runs in a thread whose
-filesystem identity is the tool user's), and every program through `ctx.run(...)`.
+filesystem identity is the tool user's) or, for short bounded work, `ctx.io_now(...)` (the same identity
+on the loop's thread), and every program through `ctx.run(...)`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class Runner(Protocol):
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         """Runs a blocking filesystem function with the tool user's filesystem identity."""
+        ...
+
+    def io_now(self, fn: Callable[..., T], *args: Any) -> T:
+        """The same on the event loop's own thread: only for short, bounded work (a small file, a short
+        command's scan), where the trip to an io thread and back costs more than the work itself."""
         ...
 
     async def run(self, argv: list[str], *, cwd: str, abort: asyncio.Event | None = None) -> ProcessResult:
@@ -129,6 +135,9 @@ class ToolContext:
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.runner.io(fn, *args)
+
+    def io_now(self, fn: Callable[..., T], *args: Any) -> T:
+        return self.runner.io_now(fn, *args)
 
     @property
     def file_times(self) -> FileTimes:

@@ -46,7 +46,10 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         timeout = ctx.extra.get("default_timeout_ms", DEFAULT_TIMEOUT_MS)
     workdir = resolve(ctx, args.get("workdir") or ctx.directory)
 
-    found, shell, refusal = await ctx.io(_prepare, command, workdir, ctx.directory, ctx.worktree)
+    prepare = (command, workdir, ctx.directory, ctx.worktree)
+    found, shell, refusal = (
+        ctx.io_now(_prepare, *prepare) if len(command) <= SCAN_NOW_CHARS else await ctx.io(_prepare, *prepare)
+    )
     if found.external_dirs:
         globs = [d.rstrip("/") + "/*" for d in found.external_dirs]
         await ctx.ask("external_directory", globs, globs, {})
@@ -174,6 +177,11 @@ def spawn_refusal(workdir: str, shell: str) -> str | None:
         return None
     name, text = LIBUV_ERRORS.get(code, (errno.errorcode.get(code, "UNKNOWN"), os.strerror(code).lower()))
     return f"{name}: {text}, posix_spawn '{shell}'"
+
+
+SCAN_NOW_CHARS = 4096
+"""A command up to this long is scanned on the loop's thread (`ctx.io_now`): parsing it takes well under
+a millisecond; a longer script goes to an io thread."""
 
 
 def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Scan, str, str | None]:

@@ -117,7 +117,12 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     await ctx.ask("read", [path], ["*"], {})
 
     walk_root = ctx.directory if _strictly_inside(ctx.directory, path) else None
-    found = await ctx.io(_load, path, offset, limit, walk_root, frozenset(ctx.state.loaded_instructions))
+    loaded_before = frozenset(ctx.state.loaded_instructions)
+    info = ctx.io_now(_stat, path)
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= READ_NOW_BYTES:
+        found = ctx.io_now(_load, path, offset, limit, walk_root, loaded_before)
+    else:
+        found = await ctx.io(_load, path, offset, limit, walk_root, loaded_before)
 
     if isinstance(found, _Missing):
         message = f"File not found: {path}"
@@ -198,7 +203,18 @@ def _directory_output(path: str, title: str, entries: list[str], offset: int, li
     })
 
 
-# --- everything below runs in ctx.io (the tool user's filesystem identity) ---
+# --- everything below runs in ctx.io or ctx.io_now (the tool user's filesystem identity) ---
+
+READ_NOW_BYTES = 64 * 1024
+"""A regular file up to this size is read on the loop's thread (`ctx.io_now`), larger ones in an io thread."""
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
 
 def _load(path: str, offset: int, limit: int, walk_root: str | None,
           already_loaded: frozenset[str]) -> _Missing | _Directory | _Media | _Binary | _Text:

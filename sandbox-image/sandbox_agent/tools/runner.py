@@ -29,13 +29,39 @@ IO_THREADS = 4
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def _become_tool_user(uid: int, gid: int) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libc()
     libc.setfsgid(gid)
     libc.setfsuid(uid)
     # Both calls return the previous value; asking again with an invalid id reports the current one.
     if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
         raise AgentError(f"could not take the tool user's filesystem identity ({uid}:{gid})")
+
+
+def _as_tool_user(uid: int, gid: int, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` on this thread with the tool user's filesystem identity, then the thread's own again.
+
+    setfsuid/setfsgid act on the calling thread only (the raw calls, not glibc's all-threads setuid), so
+    the agent's other threads keep theirs; on the event loop's thread nothing else runs until `fn` returns.
+    """
+    libc = _libc()
+    own_gid = libc.setfsgid(gid)
+    own_uid = libc.setfsuid(uid)
+    try:
+        if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
+            raise AgentError(f"could not take the tool user's filesystem identity ({uid}:{gid})")
+        return fn(*args)
+    finally:
+        libc.setfsuid(own_uid)
+        libc.setfsgid(own_gid)
+        if libc.setfsuid(-1) != own_uid or libc.setfsgid(-1) != own_gid:
+            # Never go on serving with the tool user's identity on the agent's own thread.
+            os._exit(70)
 
 
 class ToolRunner:
@@ -52,6 +78,12 @@ class ToolRunner:
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def io_now(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._identity.uid is None:
+            return fn(*args)
+        gid = self._identity.gid if self._identity.gid is not None else self._identity.uid
+        return _as_tool_user(self._identity.uid, gid, fn, *args)
 
     def _program(self, name: str) -> str:
         return name if "/" in name else _find_program(name, self._env.get("PATH", DEFAULT_PATH))

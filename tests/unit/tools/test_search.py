@@ -270,6 +270,9 @@ class CannedRun:
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.real.io(fn, *args)
 
+    def io_now(self, fn: Callable[..., T], *args: Any) -> T:
+        return self.real.io_now(fn, *args)
+
     async def run(self, argv: list[str], *, cwd: str, abort: asyncio.Event | None = None) -> ProcessResult:
         self.argv = argv
         return self.result
