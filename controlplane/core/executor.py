@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controlplane.core import permission, truncation
+from controlplane.core.abort import on_abort
 from controlplane.core.asks import AskScope, CallAsks, PermissionGate
 from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.doom_loop import DoomLoopDetector
@@ -121,9 +122,16 @@ class ToolExecutor:
         # which hands the call to the sandbox, goes first on the loop, ahead of the stream's writes.
         emit(StateChanged(CallStatus.PENDING))
         emit(StateChanged(CallStatus.RUNNING))
-        stopper = asyncio.ensure_future(abort.wait())
+        settled = asyncio.get_running_loop().create_future()
+
+        def settle(*_: object) -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        work.add_done_callback(settle)
+        stop_watching = on_abort(abort, settle)
         try:
-            await asyncio.wait([work, stopper], return_when=asyncio.FIRST_COMPLETED)
+            await settled
             if not work.done():
                 self.gate.cancel_call(scope.session_id, call.call_id, ABORTED)
                 with contextlib.suppress(TimeoutError):
@@ -154,7 +162,8 @@ class ToolExecutor:
             traced.failed("error", exc)
             return "error", f"{type(exc).__name__}: {exc}"
         finally:
-            stopper.cancel()
+            stop_watching()
+            work.remove_done_callback(settle)
             if not work.done():
                 work.cancel()
         traced.completed(result.output, result.metadata.get("truncated") is True, aborted=abort.is_set())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controlplane.core import permission, project_config
+from controlplane.core.abort import AbortSignal
 from controlplane.core.asks import PermissionGate, Reply
 from controlplane.core.custom_tools import custom_tool
 from controlplane.core.events import EventBus
@@ -195,7 +196,7 @@ class ToolRuntime:
             services=self._services(tenant, session, home, registry, custom),
             on_sandbox_lost=functools.partial(self._sessions.report_lost, session_id),
         )
-        running = RunningCall(session_id, call_id, asyncio.Queue(), asyncio.Event())
+        running = RunningCall(session_id, call_id, asyncio.Queue(), AbortSignal())
         self._calls[key] = running
         request = CallRequest(session_id, tool, args_json, call_id, message_id)
         bus = self.bus

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from controlplane.core.abort import on_abort
 from controlplane.core.asks import CallAsks
 from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
 from controlplane.core.hooks import DEFAULT_TIMEOUT_S
@@ -43,11 +44,14 @@ class AgentToolCalls(SandboxCalls):
         else:
             run = await self._agent.run_builtin(call)
 
-        async def forward_abort() -> None:
-            await ctx.abort.wait()
-            await run.abort("aborted")
+        forwarding: set[asyncio.Task[None]] = set()
 
-        watcher = asyncio.ensure_future(forward_abort())
+        def forward_abort() -> None:
+            task = asyncio.ensure_future(run.abort("aborted"))
+            forwarding.add(task)
+            task.add_done_callback(forwarding.discard)
+
+        stop_watching = on_abort(ctx.abort, forward_abort)
         finished = False
         refused: ToolError | None = None
         try:
@@ -77,9 +81,10 @@ class AgentToolCalls(SandboxCalls):
                         raise refused
                     raise ToolError(event.message)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            stop_watching()
+            for task in list(forwarding):  # an abort being forwarded reaches the agent before any cancel
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if not finished:
                 run.cancel()
         raise ToolError("the sandbox ended the tool call without a result")
