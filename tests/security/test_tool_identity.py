@@ -104,3 +104,28 @@ async def test_bash_scans_short_and_long_commands_and_the_agent_stays_itself(doc
         assert _agent_fs_ids(str(sandbox.details["container_id"])) == ("0", "0")
     finally:
         await client.delete_session(session.id)
+
+
+async def test_write_and_edit_act_as_the_tool_user(docker_plane: Plane) -> None:
+    """Small files are loaded and stored on the loop thread: as the tool user, never as the agent."""
+    client = docker_plane.client
+    session = await client.create_session(workspace_archive=tar_of({"notes.txt": "one\n"}))
+    try:
+        read = await client.execute_tool(session.id, "read", {"filePath": "/workspace/notes.txt"})
+        assert read.error is None
+        edited = await client.execute_tool(session.id, "edit", {
+            "filePath": "/workspace/notes.txt", "oldString": "one", "newString": "two",
+        })
+        assert edited.error is None, edited.error
+        written = await client.execute_tool(session.id, "write", {"filePath": "/workspace/new.txt", "content": "x\n"})
+        assert written.error is None, written.error
+        owners = await _bash(client, session.id, "stat -c '%u %n' new.txt notes.txt && cat notes.txt")
+        assert owners == "1000 new.txt\n1000 notes.txt\ntwo\n"
+
+        refused = await client.execute_tool(session.id, "write", {"filePath": "/root/planted.txt", "content": "x"})
+        assert refused.error is not None
+        assert "permission denied" in refused.error.lower() or "EACCES" in refused.error
+        sandbox = await docker_plane.plane.sessions._provider.get(session.sandbox_id)
+        assert _agent_fs_ids(str(sandbox.details["container_id"])) == ("0", "0")
+    finally:
+        await client.delete_session(session.id)

@@ -54,6 +54,33 @@ def load(path: str) -> OnDisk:
     return OnDisk("file", b"".join(chunks).decode("utf-8", errors="replace"), info.st_mtime_ns)
 
 
+NOW_BYTES = 64 * 1024
+"""A regular file (or a text to write) up to this size is handled on the loop's thread (`ctx.io_now`)."""
+
+
+async def load_file(ctx: ToolContext, path: str) -> OnDisk:
+    """`load` as the tool user: on the loop's thread for a small regular file, a directory or nothing there."""
+    info = ctx.io_now(_stat, path)
+    if info is None or stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_size <= NOW_BYTES):
+        return ctx.io_now(load, path)
+    return await ctx.io(load, path)
+
+
+async def store_file(ctx: ToolContext, path: str, text: str) -> None:
+    """`store` as the tool user: on the loop's thread for a small text (a file it replaces was loaded first)."""
+    if len(text) <= NOW_BYTES // 4:  # at most 4 UTF-8 bytes per character
+        ctx.io_now(store, path, text)
+    else:
+        await ctx.io(store, path, text)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
+
 def store(path: str, text: str) -> None:
     """Writes UTF-8 text (runs through `ctx.io`), creating missing parent directories as upstream does on ENOENT."""
     data = _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")  # Node writes a lone surrogate as U+FFFD
@@ -151,7 +178,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             before, after = "", new
             meta = await asyncio.to_thread(lambda: edit_metadata(path, before, after, normalise=False))
         else:
-            disk = await ctx.io(load, path)
+            disk = await load_file(ctx, path)
             if disk.kind == "missing":
                 raise ToolError(f"File {path} not found")
             if disk.kind == "directory":
@@ -165,7 +192,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
             after, meta = await asyncio.to_thread(compute)
         await ask_edit(ctx, path, meta["diff"])
-        await ctx.io(store, path, after)
+        await store_file(ctx, path, after)
         ctx.file_times.read(path, time.time())
     await ctx.metadata(None, {"diff": meta["diff"], "filediff": meta["filediff"], "diagnostics": {}})
     return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata=meta)

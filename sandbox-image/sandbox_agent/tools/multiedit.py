@@ -22,9 +22,9 @@ from sandbox_agent.tools.edit import (
     assert_read,
     edit_args,
     edit_metadata,
-    load,
+    load_file,
     required_path,
-    store,
+    store_file,
 )
 from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
 
@@ -52,7 +52,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     first_old = edit_args(edits[0])[0]
     await assert_external_directory(ctx, path)
     async with ctx.file_times.lock(path):
-        disk = await ctx.io(load, path)
+        disk = await load_file(ctx, path)
         if disk.kind == "directory":
             raise ToolError(f"Path is a directory, not a file: {path}")
         # Only the first edit meets the file as it is on disk: after it, the content is the tool's own.
@@ -67,7 +67,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
         final, results, combined = await asyncio.to_thread(compute)
         await ask_edit(ctx, path, combined["diff"])
-        await ctx.io(store, path, final)
+        await store_file(ctx, path, final)
         ctx.file_times.read(path, time.time())
     await ctx.metadata(None, {"diff": combined["diff"], "filediff": combined["filediff"], "diagnostics": {}})
     return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata={"results": results, **combined})

@@ -8,7 +8,7 @@ from typing import Any
 
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.diffs import unified_diff
-from sandbox_agent.tools.edit import ask_edit, assert_read, load, store
+from sandbox_agent.tools.edit import ask_edit, assert_read, load_file, store_file
 from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
 
 WROTE = "Wrote file successfully."
@@ -21,7 +21,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     path = as_given(ctx, str(args.get("filePath") or ""))
     await assert_external_directory(ctx, path)
     async with ctx.file_times.lock(path):
-        disk = await ctx.io(load, path)
+        disk = await load_file(ctx, path)
         if disk.kind == "directory":
             raise ToolError(_DIRECTORY)
         exists = disk.kind == "file"
@@ -29,7 +29,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             assert_read(ctx, path, disk.mtime_ns)
         diff = await asyncio.to_thread(unified_diff, path, disk.content, content)
         await ask_edit(ctx, path, diff)
-        await ctx.io(store, path, content)
+        await store_file(ctx, path, content)
         ctx.file_times.read(path, time.time())
     return ToolOutput(title=relative_to_worktree(ctx, path), output=WROTE,
                       metadata={"diagnostics": {}, "filepath": path, "exists": exists})
