@@ -37,6 +37,7 @@ from controlplane.store.base import AuditWriter, Store, describe, hash_token, op
 from controlplane.telemetry import setup as telemetry
 from controlplane.tools import catalog
 from controlplane.tools.websearch import SearchConfig
+from sandbox_agent.gc_tuning import tune_after_startup
 
 log = logging.getLogger(__name__)
 ENDPOINT_FILE = "endpoint"
@@ -200,6 +201,7 @@ async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
 async def serve(settings: Settings) -> None:
     """Runs until SIGINT or SIGTERM."""
     plane = await start(settings)
+    tune_after_startup()
     print(f"control plane serving on {plane.address} (data dir {settings.data_dir})", flush=True)
     done = asyncio.Event()
     loop = asyncio.get_running_loop()

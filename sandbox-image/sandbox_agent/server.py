@@ -18,6 +18,7 @@ from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
+from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.tool_calls import ToolCalls
@@ -363,6 +364,7 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
+        tune_after_startup()
     if ready is not None:
         ready.set()
     try:

@@ -65,6 +65,7 @@ from controlplane.core.tool import PermissionAsk
 from controlplane.sandbox.provider import Sandbox
 from controlplane.store.sqlite import AuditWriter, SqliteStore
 from controlplane.v1 import tool_pb2
+from sandbox_agent.gc_tuning import tune_after_startup
 
 IMAGE = "ocsb-sandbox:latest"
 WARM_TARGET_MS = 30.0
@@ -653,6 +654,7 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
     planes: list[Plane] = []
     data_dirs: list[Path] = []
     wall = time.perf_counter()
+    tune_after_startup()  # as `controlplane serve` does once its plane is up
     print(f"benchmark {prefix}: samples {counts}", file=sys.stderr, flush=True)
     env = await environment()
     try:

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from controlplane.core.execution import BuiltinCall, CommandSpec, Exited, RunAsk, RunFailed, RunResult
 from controlplane.sandbox.provider import SandboxAgent
+from sandbox_agent.gc_tuning import tune_after_startup
 from tests.archives import tar_of
 from tests.planes import running_plane
 
@@ -99,6 +100,7 @@ async def measure(quick: bool) -> list[str]:
         client = plane.client
         files = {".opencode/tool/double.ts": TOOL_TS, "five.txt": READ_TEXT}
         session = await client.create_session(workspace_archive=tar_of(files))
+        tune_after_startup()  # as `controlplane serve` does once its plane is up
         ids = itertools.count()
         sandbox = await plane.plane.sessions._provider.get(session.sandbox_id)
         container = sandbox.details.get("container_id") or session.sandbox_id
