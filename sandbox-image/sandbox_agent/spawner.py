@@ -37,6 +37,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,12 +173,20 @@ def _spawn(request: dict[str, Any], fds: list[int]) -> int:
     raise failure or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
 
 
-def _candidates(name: str, env: dict[str, str]) -> list[str]:
-    """Where `name` may be: itself when it has a slash, else each existing file of that name on env's PATH."""
+def _candidates(name: str, env: dict[str, str]) -> Iterator[str]:
+    """Where `name` may be, in order: itself when it has a slash, else each file of that name on env's PATH
+    (the first directory's entry when there is none, for the error)."""
     if "/" in name:
-        return [name]
-    found = [os.path.join(directory, name) for directory in os.get_exec_path(env)]
-    return [path for path in found if os.path.isfile(path)] or found[:1]
+        yield name
+        return
+    paths = [os.path.join(directory, name) for directory in os.get_exec_path(env)]
+    found = False
+    for path in paths:
+        if os.path.isfile(path):
+            found = True
+            yield path
+    if not found and paths:
+        yield paths[0]
 
 
 def _close_on_exec_all() -> None:

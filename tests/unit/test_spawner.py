@@ -285,6 +285,26 @@ async def test_spawn_errors_keep_their_texts(public_dir: Path) -> None:
     assert out == b"still fine\n"
 
 
+async def test_a_bare_name_is_searched_on_the_commands_own_path_as_execvp_does(public_dir: Path) -> None:
+    first, second = public_dir / "first", public_dir / "second"
+    first.mkdir(mode=0o755)
+    second.mkdir(mode=0o755)
+    (first / "tool").write_text("#!/bin/sh\necho first\n")
+    (first / "tool").chmod(0o644)  # not executable: skipped, the next one on PATH runs
+    (second / "tool").write_text("#!/bin/sh\necho second\n")
+    (second / "tool").chmod(0o755)
+    env = {"PATH": f"{public_dir / 'none'}:{first}:{second}:/usr/bin:/bin"}
+    out, _, done = await collect(await Execution.start(spec("", argv=["tool"], env=env), NOBODY, 1 << 20))
+    assert (out, done.exit_code) == (b"second\n", 0)
+    (second / "tool").unlink()
+    with pytest.raises(SpawnError, match=r"^cannot run 'tool': permission denied$"):
+        await Execution.start(spec("", argv=["tool"], env=env), NOBODY, 1 << 20)
+    with pytest.raises(SpawnError, match=r"^cannot run 'nowhere': no such file or directory$"):
+        await Execution.start(spec("", argv=["nowhere"], env=env), NOBODY, 1 << 20)
+    with pytest.raises(SpawnError, match=r"^cannot run 'true': no such file or directory$"):
+        await Execution.start(spec("", argv=["true"], env={"PATH": ""}), NOBODY, 1 << 20)
+
+
 async def test_many_quick_spawns_leave_no_zombie_and_no_fd() -> None:
     await run("true")
     fds = open_fds()
