@@ -1,12 +1,17 @@
 """Entry point of the sandbox image: `python3 -m sandbox_agent`."""
 
 import asyncio
+import os
 
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 
 
 def main() -> None:
+    # Docker gives root its supplementary group 0. The agent's own access comes from its uid; the
+    # filesystem identity it takes for the tool user (fsuid/fsgid) keeps the process's groups, so they
+    # are dropped before any thread exists: a root-group-readable file stays closed to the tool user.
+    os.setgroups([])
     asyncio.run(serve(AgentConfig.from_env()))
 
 

@@ -32,12 +32,14 @@ async def _read(client: AsyncClient, session_id: str, path: str) -> tuple[str, s
 
 
 def _agent_fs_ids(container_id: str) -> tuple[str, str]:
-    """The agent main thread's filesystem uid and gid, from its /proc status (fourth column of Uid/Gid)."""
+    """The agent main thread's filesystem uid and gid, from its /proc status (fourth column of Uid/Gid);
+    the agent holds no supplementary group (the tool user's filesystem identity would keep it)."""
     container = docker.from_env().containers.get(container_id)
     top = container.top(ps_args="-eo pid,args")["Processes"]
     agent = next(int(row[0]) for row in top if row[1].startswith("python3 -m sandbox_agent"))
     with open(f"/proc/{agent}/status") as f:
         status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    assert status["Groups"].strip() == ""
     return status["Uid"].split()[3], status["Gid"].split()[3]
 
 
