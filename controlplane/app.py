@@ -41,6 +41,8 @@ from sandbox_agent.gc_tuning import tune_after_startup
 
 log = logging.getLogger(__name__)
 ENDPOINT_FILE = "endpoint"
+DEFAULT_TOKEN_PREFIX = "ocsb_"
+"""Starts every generated default-tenant token."""
 
 
 def build_provider(settings: Settings, store: Store) -> SandboxProvider:
@@ -127,7 +129,9 @@ async def bootstrap_tenants(settings: Settings, store: Store) -> None:
     tokens = await store.tenant_tokens()
     if tokens and settings.token_file.exists():
         return
-    token = secrets.token_urlsafe(32)
+    # A URL-safe token starts with "-" one time in 64, which a command line's `--token TOKEN` then reads
+    # as an option; the prefix also lets secret scanners recognise it.
+    token = DEFAULT_TOKEN_PREFIX + secrets.token_urlsafe(32)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(settings.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

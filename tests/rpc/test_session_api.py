@@ -11,6 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from controlplane.app import DEFAULT_TOKEN_PREFIX
 from controlplane.client import AsyncClient
 from controlplane.v1 import sandbox_pb2, session_pb2, session_pb2_grpc
 from tests.planes import Plane, running_plane
@@ -107,6 +108,9 @@ async def test_default_tenant_token_file_is_private() -> None:
         token_file = plane.plane.settings.token_file
         assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
         assert (await plane.client.list_sessions()) == []
+        # Never a leading "-": `controlplane ... --token TOKEN` would take it for an option.
+        assert token_file.read_text().startswith(DEFAULT_TOKEN_PREFIX)
+        assert not DEFAULT_TOKEN_PREFIX.startswith("-")
 
 
 async def test_idle_sessions_expire() -> None:
