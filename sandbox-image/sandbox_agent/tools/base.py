@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+IO_NOW_BYTES = 64 * 1024
+"""A regular file (or a text to write) up to this size is handled on the loop's thread (`io_now`)."""
+
+
+def stat_or_none(path: str) -> os.stat_result | None:
+    """os.stat, or None where the path cannot be stat'ed (run it through `io` or `io_now`)."""
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):
+        return None
+
+
 class ToolError(AgentError):
     """The tool call failed; `str(exc)` is exactly what the model reads."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
+from sandbox_agent.tools.base import IO_NOW_BYTES, ToolContext, ToolError, ToolOutput, stat_or_none
 from sandbox_agent.tools.diffs import count_changes, unified_diff
 from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
 from sandbox_agent.tools.replacers import IDENTICAL, replace
@@ -54,31 +54,20 @@ def load(path: str) -> OnDisk:
     return OnDisk("file", b"".join(chunks).decode("utf-8", errors="replace"), info.st_mtime_ns)
 
 
-NOW_BYTES = 64 * 1024
-"""A regular file (or a text to write) up to this size is handled on the loop's thread (`ctx.io_now`)."""
-
-
 async def load_file(ctx: ToolContext, path: str) -> OnDisk:
     """`load` as the tool user: on the loop's thread for a small regular file, a directory or nothing there."""
-    info = ctx.io_now(_stat, path)
-    if info is None or stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_size <= NOW_BYTES):
+    info = ctx.io_now(stat_or_none, path)
+    if info is None or stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_size <= IO_NOW_BYTES):
         return ctx.io_now(load, path)
     return await ctx.io(load, path)
 
 
 async def store_file(ctx: ToolContext, path: str, text: str) -> None:
     """`store` as the tool user: on the loop's thread for a small text (a file it replaces was loaded first)."""
-    if len(text) <= NOW_BYTES // 4:  # at most 4 UTF-8 bytes per character
+    if len(text) <= IO_NOW_BYTES // 4:  # at most 4 UTF-8 bytes per character
         ctx.io_now(store, path, text)
     else:
         await ctx.io(store, path, text)
-
-
-def _stat(path: str) -> os.stat_result | None:
-    try:
-        return os.stat(path)
-    except (OSError, ValueError):
-        return None
 
 
 def store(path: str, text: str) -> None:

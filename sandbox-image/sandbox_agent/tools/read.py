@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sandbox_agent.tools.base import Attachment, ToolContext, ToolError, ToolOutput
+from sandbox_agent.tools.base import IO_NOW_BYTES, Attachment, ToolContext, ToolError, ToolOutput, stat_or_none
 from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix
 from sandbox_agent.tools.paths import (
     as_given,
@@ -118,8 +118,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     walk_root = ctx.directory if _strictly_inside(ctx.directory, path) else None
     loaded_before = frozenset(ctx.state.loaded_instructions)
-    info = ctx.io_now(_stat, path)
-    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= READ_NOW_BYTES:
+    info = ctx.io_now(stat_or_none, path)
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= IO_NOW_BYTES:
         found = ctx.io_now(_load, path, offset, limit, walk_root, loaded_before)
     else:
         found = await ctx.io(_load, path, offset, limit, walk_root, loaded_before)
@@ -204,16 +204,6 @@ def _directory_output(path: str, title: str, entries: list[str], offset: int, li
 
 
 # --- everything below runs in ctx.io or ctx.io_now (the tool user's filesystem identity) ---
-
-READ_NOW_BYTES = 64 * 1024
-"""A regular file up to this size is read on the loop's thread (`ctx.io_now`), larger ones in an io thread."""
-
-
-def _stat(path: str) -> os.stat_result | None:
-    try:
-        return os.stat(path)
-    except (OSError, ValueError):
-        return None
 
 
 def _load(path: str, offset: int, limit: int, walk_root: str | None,

@@ -34,12 +34,23 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def _become_tool_user(uid: int, gid: int) -> None:
+def _take_identity(uid: int, gid: int) -> tuple[int, int]:
+    """Sets this thread's filesystem uid and gid; returns the previous ones (the calls return them)."""
     libc = _libc()
-    libc.setfsgid(gid)
-    libc.setfsuid(uid)
-    # Both calls return the previous value; asking again with an invalid id reports the current one.
-    if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
+    own_gid = libc.setfsgid(gid)
+    own_uid = libc.setfsuid(uid)
+    return own_uid, own_gid
+
+
+def _holds_identity(uid: int, gid: int) -> bool:
+    # Asked with an invalid id, each call changes nothing and reports the current value.
+    libc = _libc()
+    return bool(libc.setfsuid(-1) == uid and libc.setfsgid(-1) == gid)
+
+
+def _become_tool_user(uid: int, gid: int) -> None:
+    _take_identity(uid, gid)
+    if not _holds_identity(uid, gid):
         raise AgentError(f"could not take the tool user's filesystem identity ({uid}:{gid})")
 
 
@@ -49,17 +60,14 @@ def _as_tool_user(uid: int, gid: int, fn: Callable[..., T], *args: Any) -> T:
     setfsuid/setfsgid act on the calling thread only (the raw calls, not glibc's all-threads setuid), so
     the agent's other threads keep theirs; on the event loop's thread nothing else runs until `fn` returns.
     """
-    libc = _libc()
-    own_gid = libc.setfsgid(gid)
-    own_uid = libc.setfsuid(uid)
+    own = _take_identity(uid, gid)
     try:
-        if libc.setfsuid(-1) != uid or libc.setfsgid(-1) != gid:
+        if not _holds_identity(uid, gid):
             raise AgentError(f"could not take the tool user's filesystem identity ({uid}:{gid})")
         return fn(*args)
     finally:
-        libc.setfsuid(own_uid)
-        libc.setfsgid(own_gid)
-        if libc.setfsuid(-1) != own_uid or libc.setfsgid(-1) != own_gid:
+        _take_identity(*own)
+        if not _holds_identity(*own):
             # Never go on serving with the tool user's identity on the agent's own thread.
             os._exit(70)
 
