@@ -36,6 +36,20 @@ async def test_session_is_ready_and_tools_run_as_the_tool_uid(docker_plane: Plan
     assert facts["Seccomp"].strip() == "2"
 
 
+async def test_bash_is_the_static_build_of_the_same_version(docker_plane: Plane) -> None:
+    """Commands start faster without the dynamic loader; nothing else about bash may change."""
+    session = await docker_plane.client.create_session()
+    run = docker_plane.client.run
+    linked = await run(session.id, ["ldd", "/bin/bash"])
+    assert b"not a dynamic executable" in linked.stdout + linked.stderr
+    static = (await run(session.id, ["/bin/bash", "--version"])).stdout.splitlines()[0]
+    dynamic = (await run(session.id, ["/usr/bin/bash.dynamic", "--version"])).stdout.splitlines()[0]
+    assert static == dynamic
+    assert static.startswith(b"GNU bash, version 5.")
+    tilde = await run(session.id, ["/bin/bash", "-c", "echo ~root; echo $BASH"])
+    assert tilde.stdout == b"/root\n/bin/bash\n"  # user lookups (NSS) still work in the static build
+
+
 async def test_container_is_hardened(docker_plane: Plane) -> None:
     session = await docker_plane.client.create_session()
     attrs = container_of(docker_plane, session.sandbox_id).attrs
