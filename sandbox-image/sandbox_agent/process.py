@@ -535,20 +535,40 @@ def _read_stat(pid: int) -> _Stat | None:
 
 def _forks_refused() -> int | None:
     """Forks the container's pids limit refused so far; None where no pids cgroup is visible (tests on a host)."""
-    for path in PIDS_EVENTS:
+    return cgroup_counter(PIDS_EVENTS, b"max")
+
+
+_answering: dict[tuple[str, ...], str] = {}
+"""For each list of candidate files, the one that answered last (the others do not exist on this host)."""
+
+
+def cgroup_counter(paths: tuple[str, ...], name: bytes) -> int | None:
+    """The `name VALUE` line of the first of `paths` that has one (cgroup v1 and v2 name their files apart).
+
+    Read with os.open: this runs on the loop's thread for every command, and a buffered open costs
+    several times more in /sys.
+    """
+    known = _answering.get(paths)
+    for path in (known, *paths) if known else paths:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             continue
         try:
-            for line in os.read(fd, 256).splitlines():
-                name, _, count = line.partition(b" ")
-                if name == b"max":
-                    return int(count)
-        except (OSError, ValueError):
-            return None
+            text = os.read(fd, 4096)
+        except OSError:
+            continue
         finally:
             os.close(fd)
+        for line in text.splitlines():
+            key, _, value = line.partition(b" ")
+            if key == name:
+                try:
+                    count = int(value)
+                except ValueError:
+                    return None
+                _answering[paths] = path
+                return count
     return None
 
 

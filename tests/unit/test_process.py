@@ -6,11 +6,12 @@ import asyncio
 import gc
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from sandbox_agent.errors import SpawnError
-from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity, cgroup_counter
 
 ME = Identity(None, None)
 
@@ -132,3 +133,19 @@ async def test_an_execution_dropped_after_stop_releases_its_fds() -> None:
     del execution
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_cgroup_counter_reads_whichever_file_exists_and_remembers_it(tmp_path: Path) -> None:
+    v2, v1 = tmp_path / "memory.events", tmp_path / "memory.oom_control"
+    paths = (str(v2), str(v1))
+    assert cgroup_counter(paths, b"oom_kill") is None  # neither file: no counter
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    assert cgroup_counter(paths, b"oom_kill") == 3
+    v1.write_text("oom_kill 4\n")
+    assert cgroup_counter(paths, b"oom_kill") == 4  # the file that answered is read first now
+    v1.unlink()
+    v2.write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 5\n")
+    assert cgroup_counter(paths, b"oom_kill") == 5  # the remembered file went away: the others still count
+    v2.write_text("oom_kill many\n")
+    assert cgroup_counter(paths, b"oom_kill") is None
+    assert cgroup_counter(paths, b"absent") is None

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from sandbox_agent.errors import SpawnError
-from sandbox_agent.process import Chunk, Execution, Exit
+from sandbox_agent.process import Chunk, Execution, Exit, cgroup_counter
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.bash_scan import Scan, scan
 from sandbox_agent.tools.paths import resolve
@@ -108,16 +108,7 @@ ext4 refuses writes while it still counts a few hundred KiB free (kept for its o
 
 def oom_kills() -> int | None:
     """OOM kills in the sandbox's memory cgroup so far; None where no counter is readable."""
-    for path in OOM_COUNTERS:
-        try:
-            with open(path) as counters:
-                for line in counters:
-                    name, _, value = line.partition(" ")
-                    if name == "oom_kill":
-                        return int(value)
-        except (OSError, ValueError):
-            continue
-    return None
+    return cgroup_counter(OOM_COUNTERS, b"oom_kill")
 
 
 def memory_limit_mib() -> int | None:
