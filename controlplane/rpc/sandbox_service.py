@@ -47,8 +47,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             seq = 0
             async for event in stream.events():
                 seq += 1
+                finished = isinstance(event, Exited)  # before the write: a client gone during it cancels nothing
                 yield convert.exec_event(seq, event)
-                finished = isinstance(event, Exited)
         except SandboxLostError as exc:
             await self._sessions.report_lost(session_id, str(exc))
             await abort_with(context, exc)

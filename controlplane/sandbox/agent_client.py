@@ -165,10 +165,13 @@ class _SharedCall:
                     break
                 domain = self._domain(item.event) if item.HasField("event") else None
                 if domain is not None:
-                    yield domain
                     if self._is_last(domain):
+                        # Settled before the yield: a consumer that stops at the last event leaves this
+                        # generator to be closed later, and that must not cancel a call that is over.
                         finished = True
+                        yield domain
                         return
+                    yield domain
                 if item.done:
                     finished = True
                     break

@@ -14,7 +14,7 @@ from controlplane.core.asks import _snapshot
 from controlplane.core.execution import BuiltinCall, RunAsk, RunEvent, RunFailed, RunMetadata, RunResult
 from controlplane.core.permission import Rule
 from controlplane.errors import SandboxLostError
-from controlplane.sandbox.agent_client import GrpcBuiltinRun, GrpcSandboxAgent, StreamedBuiltinRun
+from controlplane.sandbox.agent_client import GrpcBuiltinRun, GrpcSandboxAgent, StreamedBuiltinRun, _SharedStream
 from controlplane.sandbox.provider import BuiltinRun
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
@@ -120,6 +120,39 @@ async def test_cancelling_one_call_stops_it_and_spares_the_others(agent: Agent) 
     after = await collect(await client.run_builtin(bash("echo after")))  # the stream still serves new calls
     assert isinstance(after[-1], RunResult)
     assert after[-1].output == "after\n"
+
+
+async def test_a_consumer_that_stops_at_the_result_cancels_nothing(agent: Agent,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor returns at the result and leaves the generator to be closed later: that close must not send
+    the agent a cancel for a call that is over (one wasted message each way per call)."""
+    client, _, _ = agent
+    await client.health()
+    cancels: list[bool] = []
+    forget = _SharedStream.forget
+
+    def spy(self: _SharedStream, number: int, *, cancel: bool) -> None:
+        cancels.append(cancel)
+        forget(self, number, cancel=cancel)
+
+    monkeypatch.setattr(_SharedStream, "forget", spy)
+    for command in ("echo one", "exit 3"):
+        run = await client.run_builtin(bash(command))
+        seen = run.events()
+        assert isinstance(seen, AsyncGenerator)
+        async for event in seen:
+            if isinstance(event, RunAsk):
+                await run.answer(event.ask_id, True)
+            elif isinstance(event, RunResult | RunFailed):
+                break
+        await seen.aclose()
+    assert cancels == [False, False]
+    unfinished = await client.run_builtin(bash("sleep 30"))
+    seen = unfinished.events()
+    assert isinstance(seen, AsyncGenerator)
+    assert isinstance(await anext(seen), RunAsk)
+    await seen.aclose()  # a consumer that leaves before the end does cancel
+    assert cancels == [False, False, True]
 
 
 async def test_a_lost_agent_fails_every_call_on_the_stream(agent: Agent) -> None:
