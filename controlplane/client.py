@@ -189,6 +189,8 @@ class AsyncClient:
     async def run(self, session_id: str, argv: Iterable[str] = (), **kwargs: Any) -> Completed:
         """Runs a command to completion and collects its output."""
         out, err = bytearray(), bytearray()
+        completed: Completed | None = None
+        # Read on past `exited`: `exec` ends right after it, instead of being closed later by a task of its own.
         async for event in self.exec(session_id, argv, **kwargs):
             kind = event.WhichOneof("event")
             if kind == "stdout":
@@ -197,8 +199,10 @@ class AsyncClient:
                 err += event.stderr
             elif kind == "exited":
                 e = event.exited
-                return Completed(e.exit_code, bytes(out), bytes(err), e.signal, e.timed_out, e.aborted)
-        raise RuntimeError("the command's stream ended without an exit status")
+                completed = Completed(e.exit_code, bytes(out), bytes(err), e.signal, e.timed_out, e.aborted)
+        if completed is None:
+            raise RuntimeError("the command's stream ended without an exit status")
+        return completed
 
     # -- tools ----------------------------------------------------------------------------------
 

@@ -54,7 +54,10 @@ class AgentToolCalls(SandboxCalls):
         stop_watching = on_abort(ctx.abort, forward_abort)
         finished = False
         refused: ToolError | None = None
+        outcome: ToolResult | ToolError | None = None
         try:
+            # The loop runs on past the last event: the events end right after it, and a generator left
+            # suspended would be closed later by a task of its own.
             async for event in run.events():
                 if rules is not None and asks is not None and isinstance(run, ReportsAllowed):
                     # Asks the agent allowed itself are audited before whatever came after them.
@@ -73,13 +76,12 @@ class AgentToolCalls(SandboxCalls):
                 elif isinstance(event, RunResult):
                     finished = True
                     attachments = [Attachment(mime, url, name) for mime, url, name in event.attachments]
-                    return ToolResult(event.title, event.output, dict(event.metadata), attachments)
+                    outcome = ToolResult(event.title, event.output, dict(event.metadata), attachments)
                 elif isinstance(event, RunFailed):
                     finished = True
                     # A refusal keeps its type (denied, rejected, corrected) for the audit and the caller.
-                    if refused is not None and str(refused) == event.message:
-                        raise refused
-                    raise ToolError(event.message)
+                    outcome = refused if refused is not None and str(refused) == event.message else ToolError(
+                        event.message)
         finally:
             stop_watching()
             for task in list(forwarding):  # an abort being forwarded reaches the agent before any cancel
@@ -87,7 +89,11 @@ class AgentToolCalls(SandboxCalls):
                     await task
             if not finished:
                 run.cancel()
-        raise ToolError("the sandbox ended the tool call without a result")
+        if isinstance(outcome, ToolError):
+            raise outcome
+        if outcome is None:
+            raise ToolError("the sandbox ended the tool call without a result")
+        return outcome
 
     async def save_output(self, name: str, content: str) -> str:
         return await self._agent.save_output(name, content.encode())
