@@ -78,6 +78,7 @@ oracle-record: venv  ## record upstream OpenCode v1.2.27's answers to tests/orac
 clean-containers:  ## remove every container and volume any local control plane left behind
 	docker ps -aq --filter label=ocsb.managed=true | xargs -r docker rm -f
 	docker volume ls -q --filter label=ocsb.managed=true | xargs -r docker volume rm -f
+	docker volume ls -q --filter name=ocsb- | grep -E '^ocsb-.+-[0-9a-f]{12}-ws$$' | xargs -r docker volume rm -f
 
 .PHONY: cluster-up cluster-down test-cluster bench-cluster
 cluster-up: engine  ## a two-node swarm on this machine (second dockerd in netns ocsb-worker); needs root

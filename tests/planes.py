@@ -74,7 +74,12 @@ def instance_containers(instance: str) -> list[Any]:
 
 
 def instance_volumes(instance: str) -> list[Any]:
-    return docker.from_env().volumes.list(filters={"label": f"ocsb.instance={instance}"})
+    """The instance's volumes: by label, and by name (the engine makes a mount's missing volume without labels)."""
+    client = docker.from_env()
+    labelled = client.volumes.list(filters={"label": f"ocsb.instance={instance}"})
+    named = [v for v in client.volumes.list(filters={"name": f"ocsb-{instance}-"})
+             if (v.name or "").startswith(f"ocsb-{instance}-")]
+    return list({v.name: v for v in [*labelled, *named]}.values())
 
 
 def remove_instance_leftovers(instance: str) -> int:
@@ -84,7 +89,7 @@ def remove_instance_leftovers(instance: str) -> int:
     for container in client.containers.list(all=True, filters={"label": f"ocsb.instance={instance}"}):
         container.remove(force=True)
         left += 1
-    for volume in client.volumes.list(filters={"label": f"ocsb.instance={instance}"}):
+    for volume in instance_volumes(instance):
         volume.remove(force=True)
         left += 1
     return left

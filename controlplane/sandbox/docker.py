@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfi
 from controlplane.core.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import SandboxDirs
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.provider import (
@@ -45,6 +47,8 @@ LABEL_INSTANCE = "ocsb.instance"
 LABEL_SANDBOX = "ocsb.sandbox"
 LABEL_SESSION = "ocsb.session"
 LABEL_IMAGE = "ocsb.image"
+_SANDBOX_ID = re.compile(r"[0-9a-f]{12}")
+"""How `_create` names sandboxes (secrets.token_hex(6)); a volume name is only trusted as ours with one."""
 AGENT_CAPS = ["SETUID", "SETGID", "KILL"]
 """All the agent keeps: switching to the tool uid and stopping tool process groups."""
 WORKSPACE = "/workspace"
@@ -195,15 +199,16 @@ class DockerSandboxProvider(SandboxProvider):
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
+        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant)
         try:
-            container = await asyncio.to_thread(self._create_container, sandbox_id, session_id, resources, tenant)
+            container = await asyncio.shield(creating)
             agent = GrpcSandboxAgent(f"unix:{self._dirs.socket_path(sandbox_id)}", sandbox_id)
             sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
             self._live[sandbox_id] = sandbox
             await self._wait_ready(sandbox, container)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
-            await asyncio.shield(self.destroy(sandbox_id))
+            await asyncio.shield(after(creating, self.destroy(sandbox_id)))
             raise
         return sandbox
 
@@ -307,11 +312,8 @@ class DockerSandboxProvider(SandboxProvider):
                 if record.state == "claimed" and sandbox_id in live:
                     report.lost.append(sandbox_id)
                 await self.destroy(sandbox_id)
-        volumes = await asyncio.to_thread(
-            self._client.volumes.list, filters={"label": f"{LABEL_INSTANCE}={self._instance}"}
-        )
-        for volume in volumes:
-            if (volume.attrs.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:
+        for volume in await asyncio.to_thread(self._instance_volumes):
+            if self._volume_owner(volume) not in kept:
                 await asyncio.to_thread(volume.remove, force=True)
                 report.removed.append(volume.name or "")
         disks = self._disks
@@ -324,6 +326,23 @@ class DockerSandboxProvider(SandboxProvider):
                 await asyncio.to_thread(self._dirs.remove, sandbox_id)
                 report.removed.append(sandbox_id)
         return report
+
+    def _instance_volumes(self) -> list[Any]:
+        """This instance's volumes: by label, and by name for one the engine made for a mount without labels."""
+        labelled = self._client.volumes.list(filters={"label": f"{LABEL_INSTANCE}={self._instance}"})
+        named = [v for v in self._client.volumes.list(filters={"name": f"ocsb-{self._instance}-"})
+                 if self._volume_owner(v) is not None]
+        return list({v.name: v for v in [*labelled, *named]}.values())
+
+    def _volume_owner(self, volume: Any) -> str | None:
+        """The sandbox a volume of this instance belongs to (its label, else its name); None: not ours."""
+        labels = volume.attrs.get("Labels") or {}
+        if labels.get(LABEL_INSTANCE) == self._instance:
+            return str(labels.get(LABEL_SANDBOX, ""))
+        name = volume.name or ""
+        prefix, suffix = f"ocsb-{self._instance}-", "-ws"
+        middle = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
+        return middle if _SANDBOX_ID.fullmatch(middle) else None
 
     async def _adopt(
         self, container: Container, record: SandboxRecord, live: Mapping[str, str], report: ReconcileReport

@@ -40,6 +40,7 @@ from controlplane.sandbox.docker import (
     LABEL_SESSION,
     WORKSPACE,
 )
+from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.provider import (
     PoolStats,
@@ -434,18 +435,18 @@ class SwarmSandboxProvider(SandboxProvider):
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
+        creating: asyncio.Future[str] | None = None
         try:
             excluded = await self._prepare_dirs(sandbox_id)
-            service_id = await asyncio.to_thread(
-                self._create_service, sandbox_id, session_id, resources, tenant, excluded
-            )
+            creating = in_thread(self._create_service, sandbox_id, session_id, resources, tenant, excluded)
+            service_id = await asyncio.shield(creating)
             placement = await self._wait_placed(sandbox_id, service_id)
             remote = await self._connect(sandbox_id, placement.node, service_id)
             await remote.sandbox.agent.health(timeout_s=max(1.0, self._config.start_timeout_s))
             await self._release_other_dirs(sandbox_id, placement.node)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
-            await asyncio.shield(self.destroy(sandbox_id))
+            await asyncio.shield(after(creating, self.destroy(sandbox_id)))
             raise
         return remote.sandbox
 

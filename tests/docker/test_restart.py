@@ -36,6 +36,9 @@ async def test_sigkill_restart_adopts_sessions_and_removes_orphans() -> None:
         orphan = engine.containers.create("ocsb-sandbox:latest", entrypoint=["sleep", "600"], labels=labels,
                                           network_mode="none", name=f"ocsb-{instance}-0rphan000000")
         (data_dir / "sandboxes" / "0rphan000000").mkdir(parents=True)
+        # A workspace volume the engine made for a mount (no labels), and one that only looks like ours.
+        engine.volumes.create(name=f"ocsb-{instance}-0123456789ab-ws")
+        engine.volumes.create(name=f"ocsb-{instance}-not-a-sandbox-ws")
         process.kill()
 
         target = await process.start()
@@ -47,6 +50,10 @@ async def test_sigkill_restart_adopts_sessions_and_removes_orphans() -> None:
             assert orphan.name not in names
             assert not (data_dir / "sandboxes" / "0rphan000000").exists()
             assert all("0rphan" not in v.name for v in instance_volumes(instance))
+            left = {v.name for v in instance_volumes(instance)}
+            assert f"ocsb-{instance}-0123456789ab-ws" not in left
+            assert f"ocsb-{instance}-not-a-sandbox-ws" in left
+            engine.volumes.get(f"ocsb-{instance}-not-a-sandbox-ws").remove()
             await client.delete_session(kept.id)
         await process.stop()
         # A graceful stop drops the warm pool; the deleted session left nothing.

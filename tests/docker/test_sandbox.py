@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
+import threading
+import time
+from typing import Any
 
 import docker
 import grpc
 import pytest
 from docker.models.containers import Container
 
+from controlplane.sandbox.docker import DockerSandboxProvider
 from controlplane.v1 import session_pb2
 from tests.planes import Plane, instance_containers, instance_volumes
 
@@ -188,6 +192,54 @@ def _archive() -> bytes:
         climb.size = 3
         tar.addfile(climb, io.BytesIO(b"pwn"))
     return buf.getvalue()
+
+
+async def test_a_creation_cancelled_during_its_engine_calls_leaves_nothing(
+    docker_plane: Plane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine calls go on in their thread after the caller gave up (a shutdown cancels a pool refill). Removing
+    the sandbox under them used to let the engine create the workspace volume again, unlabeled, for the
+    container's mount, and the container after its own removal: both leaked."""
+    provider = docker_plane.plane.sessions._provider
+    assert isinstance(provider, DockerSandboxProvider)
+    create_container = provider._create_container
+    entered, returned = threading.Event(), threading.Event()
+    ids: list[str] = []
+
+    def slow_engine(sandbox_id: str, *args: Any) -> Any:
+        ids.append(sandbox_id)
+        entered.set()
+        time.sleep(0.5)
+        try:
+            return create_container(sandbox_id, *args)
+        finally:
+            returned.set()
+
+    monkeypatch.setattr(provider, "_create_container", slow_engine)
+    creating = asyncio.ensure_future(provider._create_pooled())
+    assert await asyncio.to_thread(entered.wait, 10)
+    creating.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await creating
+    engine = docker.from_env()
+    name, volume = provider._name(ids[0]), provider._volume(ids[0])
+
+    def leftovers() -> list[str]:
+        found = [str(c.name) for c in engine.containers.list(all=True, filters={"name": name})]
+        return found + [str(v.name) for v in engine.volumes.list(filters={"name": volume})]
+
+    try:
+        assert await asyncio.to_thread(returned.wait, 30)
+        for _ in range(200):  # the removal follows the engine calls in the background
+            if not leftovers():
+                break
+            await asyncio.sleep(0.05)
+        assert leftovers() == []
+    finally:
+        for container in engine.containers.list(all=True, filters={"name": name}):
+            container.remove(force=True)
+        for leaked in engine.volumes.list(filters={"name": volume}):
+            leaked.remove(force=True)
 
 
 async def test_workspace_upload_keeps_files_and_blocks_symlink_escape(docker_plane: Plane) -> None:
