@@ -81,6 +81,8 @@ class SessionManager:
         self._touch_written: dict[str, float] = {}
         """When each session's activity was last written to the store (at most every TOUCH_WRITE_INTERVAL_S)."""
         self._reaper: asyncio.Task[None] | None = None
+        self._ending: set[asyncio.Future[Session]] = set()
+        """Sessions being ended (sandbox removal, final state): awaited by `close`."""
         self._background: set[asyncio.Task[None]] = set()
         self._end_listeners: list[Callable[[str], None]] = []
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
@@ -134,6 +136,8 @@ class SessionManager:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        if self._ending:  # sessions being ended when their callers went away finish before the engine closes
+            await asyncio.wait(list(self._ending))
         for session_id, at in list(self._touched.items()):
             await self._store.touch_session(session_id, at)
         await self._provider.close()
@@ -185,9 +189,16 @@ class SessionManager:
             await asyncio.shield(self._provider.destroy(sandbox.id))
             raise
         # Stored only now: a restart in between finds a claimed sandbox of no known session and removes it.
+        # Held first: a caller gone during the write (shielded, it still lands) leaves a READY session this
+        # plane serves and reaps when idle, not one the store has and no plane holds.
         session.state = SessionState.READY
-        await self._store.put_session(session)
         self._live[session.id] = session
+        try:
+            await asyncio.shield(self._store.put_session(session))
+        except Exception:
+            self._live.pop(session.id, None)
+            await asyncio.shield(self._provider.destroy(sandbox.id))
+            raise
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
                          sandboxID=session.sandbox_id)
         return replace(session)
@@ -325,13 +336,29 @@ class SessionManager:
     async def _end(self, session: Session, state: SessionState, message: str) -> Session:
         # A READY session this plane does not hold is another plane's: its owner removes the sandbox
         # when it sees the new state (`_sync_with_store`).
-        foreign = self._live.pop(session.id, None) is None and session.state == SessionState.READY
+        held = self._live.pop(session.id, None)
+        foreign = held is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)
+        # Shielded and tracked: a caller that gives up (a client's deadline, the reaper at shutdown) must not
+        # leave the sandbox removed halfway, or the store saying READY of a session no plane holds any more.
+        ending = asyncio.ensure_future(self._wind_up(session, state, message, foreign, held))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+        return await asyncio.shield(ending)
+
+    async def _wind_up(
+        self, session: Session, state: SessionState, message: str, foreign: bool, held: Session | None
+    ) -> Session:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
-            await self._provider.destroy(session.sandbox_id)
+            try:
+                await self._provider.destroy(session.sandbox_id)
+            except Exception:
+                if held is not None:
+                    self._live.setdefault(session.id, held)  # still this plane's: a delete or the reaper retries
+                raise
         return await self._finish(session, state, message)
 
     async def _finish(self, session: Session, state: SessionState, message: str) -> Session:
@@ -377,7 +404,11 @@ class SessionManager:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, ended.state, f"its parent session {session.id} ended ({ended.status_message})")
         if session.sandbox_id and not session.parent_id:
-            await self._provider.destroy(session.sandbox_id)
+            try:
+                await self._provider.destroy(session.sandbox_id)
+            except Exception:
+                self._live.setdefault(session.id, session)  # still here: the next look at the store retries
+                raise
         for listener in self._end_listeners:
             listener(session.id)
         kind = "session.deleted" if ended.state == SessionState.DELETED else "session.failed"
@@ -396,7 +427,11 @@ class SessionManager:
                 reason = f"expired: idle for {self._policy.idle_timeout_s:g} s"
             else:
                 continue
-            await self._end(session, SessionState.DELETED, reason)
+            try:
+                await self._end(session, SessionState.DELETED, reason)
+            except Exception:  # the engine or the store failed for this one: the others still expire
+                log.exception("ending expired session %s failed; retried next round", session.id)
+                continue
             ended.append(session.id)
         return ended
 
@@ -405,7 +440,7 @@ class SessionManager:
             await asyncio.sleep(self._policy.reap_interval_s)
             try:
                 await self.reap_expired()
-            except ControlPlaneError:
+            except Exception:  # any failure: lifetimes must keep being enforced, next round tries again
                 log.exception("reaping expired sessions failed")
 
 

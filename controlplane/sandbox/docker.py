@@ -26,7 +26,7 @@ from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfi
 from controlplane.core.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.engine_calls import after, in_thread
+from controlplane.sandbox.engine_calls import Cleanups, after, in_thread
 from controlplane.sandbox.layout import SandboxDirs
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.provider import (
@@ -77,6 +77,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._dirs = SandboxDirs(data_dir)
         self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
         self._live: dict[str, Sandbox] = {}
+        self._cleanups = Cleanups()
         self._attached: dict[str, Sandbox] = {}
         """Other control planes' sandboxes this one has reached (see `attach`)."""
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
@@ -120,6 +121,7 @@ class DockerSandboxProvider(SandboxProvider):
 
     async def close(self) -> None:
         await self._pool.close()
+        await self._cleanups.wait()
         for sandbox in [*self._live.values(), *self._attached.values()]:
             await sandbox.agent.close()
         self._live.clear()
@@ -133,9 +135,13 @@ class DockerSandboxProvider(SandboxProvider):
         if resources == self._defaults:
             sandbox = await self._pool.take()
             if sandbox is not None:
-                await self._ledger.claim_sandbox(sandbox.id, session_id)
-                labels = self._labels(sandbox.id, session_id) | {"ocsb.tenant": tenant}
-                await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
+                try:
+                    await self._ledger.claim_sandbox(sandbox.id, session_id)
+                    labels = self._labels(sandbox.id, session_id) | {"ocsb.tenant": tenant}
+                    await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
+                except BaseException:  # out of the pool and in no session: nothing else would remove it
+                    await asyncio.shield(self._cleanups.start(self.destroy(sandbox.id)))
+                    raise
                 sandbox.from_pool = True
                 return sandbox
         return await self._create(session_id, resources, tenant)
@@ -208,7 +214,7 @@ class DockerSandboxProvider(SandboxProvider):
             await self._wait_ready(sandbox, container)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
-            await asyncio.shield(after(creating, self.destroy(sandbox_id)))
+            await asyncio.shield(self._cleanups.start(after(creating, self.destroy(sandbox_id))))
             raise
         return sandbox
 

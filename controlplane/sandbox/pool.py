@@ -81,7 +81,12 @@ class WarmPool:
         while self._ready:
             sandbox = self._ready.popleft()
             self._kick()
-            if await self._check(sandbox):
+            try:
+                healthy = await self._check(sandbox)
+            except BaseException:  # taken out of the pool and not handed over: nobody else would remove it
+                await asyncio.shield(self._discard(sandbox.id))
+                raise
+            if healthy:
                 self.hits += 1
                 spans.pool_hits.add(1)
                 return sandbox

@@ -40,7 +40,7 @@ from controlplane.sandbox.docker import (
     LABEL_SESSION,
     WORKSPACE,
 )
-from controlplane.sandbox.engine_calls import after, in_thread
+from controlplane.sandbox.engine_calls import Cleanups, after, in_thread
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.provider import (
     PoolStats,
@@ -135,6 +135,7 @@ class SwarmSandboxProvider(SandboxProvider):
         self._pki: RelayPki | None = None
         self._relays: dict[str, _NodeRelay] = {}
         self._live: dict[str, _Remote] = {}
+        self._cleanups = Cleanups()
         self._attached: dict[str, _Remote] = {}
         """Other control planes' sandboxes this one has reached (see `attach`); their owners manage them."""
         self._attaching = asyncio.Lock()
@@ -193,6 +194,7 @@ class SwarmSandboxProvider(SandboxProvider):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._pool.close()
+        await self._cleanups.wait()
         for remote in [*self._live.values(), *self._attached.values()]:
             await remote.close()
         self._live.clear()
@@ -216,7 +218,11 @@ class SwarmSandboxProvider(SandboxProvider):
         if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
             sandbox = await self._pool.take()
             if sandbox is not None:
-                await self._ledger.claim_sandbox(sandbox.id, session_id)
+                try:
+                    await self._ledger.claim_sandbox(sandbox.id, session_id)
+                except BaseException:  # out of the pool and in no session: nothing else would remove it
+                    await asyncio.shield(self._cleanups.start(self.destroy(sandbox.id)))
+                    raise
                 sandbox.from_pool = True
                 return sandbox
         return await self._create(session_id, resources, tenant)
@@ -446,7 +452,7 @@ class SwarmSandboxProvider(SandboxProvider):
             await self._release_other_dirs(sandbox_id, placement.node)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
-            await asyncio.shield(after(creating, self.destroy(sandbox_id)))
+            await asyncio.shield(self._cleanups.start(after(creating, self.destroy(sandbox_id))))
             raise
         return remote.sandbox
 
@@ -571,10 +577,14 @@ class SwarmSandboxProvider(SandboxProvider):
         await asyncio.gather(*(self._ping(n, r) for n, r in self._relays.items()))
         if not self._live and not self._attached:
             return
+        # Taken before the engine is asked: a sandbox that joins meanwhile is not in the answer, and is not lost.
+        known = [(registry, list(registry.items())) for registry in (self._live, self._attached)]
         tasks = await asyncio.to_thread(self._api.tasks, filters={"desired-state": "running"})
         running = {t.get("ServiceID") for t in tasks if (t.get("Status") or {}).get("State") == "running"}
-        for registry in (self._live, self._attached):
-            for sandbox_id, remote in list(registry.items()):
+        for registry, entries in known:
+            for sandbox_id, remote in entries:
+                if registry.get(sandbox_id) is not remote:
+                    continue  # ended or replaced while the engine answered
                 relay = self._relays.get(remote.node)
                 reason = ""
                 if relay is None or relay.failures >= self._config.relay_failures:
