@@ -355,9 +355,11 @@ class SessionManager:
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
             try:
                 await self._provider.destroy(session.sandbox_id)
-            except Exception:
+            except Exception as exc:
                 if held is not None:
                     self._live.setdefault(session.id, held)  # still this plane's: a delete or the reaper retries
+                # Said here too: a caller that went away no longer reports it.
+                log.warning("removing the sandbox of session %s failed, it stays held: %s", session.id, exc)
                 raise
         return await self._finish(session, state, message)
 

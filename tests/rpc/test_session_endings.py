@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import pytest
@@ -27,20 +27,30 @@ def parts(plane: Plane) -> tuple[SessionManager, SandboxProvider]:
     return sessions, sessions._provider
 
 
+def before_destroy(provider: SandboxProvider, monkeypatch: pytest.MonkeyPatch,
+                   first: Callable[[str], Awaitable[None]]) -> None:
+    """The provider's sandbox removal, with `first` run before it (it may fail or take its time)."""
+    destroy = provider.destroy
+
+    async def destroy_after(sandbox_id: str) -> None:
+        await first(sandbox_id)
+        await destroy(sandbox_id)
+
+    monkeypatch.setattr(provider, "destroy", destroy_after)
+
+
 async def test_a_failed_sandbox_removal_keeps_the_session_and_the_reaper_retries(
     plane: Plane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sessions, provider = parts(plane)
     session = await plane.client.create_session()
-    destroy = provider.destroy
     failures = [RuntimeError("engine unreachable")]  # not a ControlPlaneError: once it killed the reaper
 
-    async def flaky(sandbox_id: str) -> None:
+    async def fail_once(_: str) -> None:
         if failures:
             raise failures.pop()
-        await destroy(sandbox_id)
 
-    monkeypatch.setattr(provider, "destroy", flaky)
+    before_destroy(provider, monkeypatch, fail_once)
     clock = sessions._clock
     monkeypatch.setattr(sessions, "_clock", lambda: clock() + 10**7)  # long past every lifetime
     assert await sessions.reap_expired() == []
@@ -60,15 +70,13 @@ async def test_a_delete_whose_caller_goes_away_still_finishes(
 ) -> None:
     sessions, provider = parts(plane)
     session = await plane.client.create_session()
-    destroy = provider.destroy
     removing = asyncio.Event()
 
-    async def slow(sandbox_id: str) -> None:
+    async def slowly(_: str) -> None:
         removing.set()
         await asyncio.sleep(0.2)  # an engine taking its time to remove a container
-        await destroy(sandbox_id)
 
-    monkeypatch.setattr(provider, "destroy", slow)
+    before_destroy(provider, monkeypatch, slowly)
     tenant = sessions._live[session.id].tenant
     deleting = asyncio.ensure_future(sessions.delete(tenant, session.id))
     await removing.wait()
@@ -89,19 +97,17 @@ async def test_a_failed_final_write_leaves_no_sandbox(plane: Plane, monkeypatch:
     store = sessions._store
     put_session = store.put_session
     destroyed: list[str] = []
-    destroy = provider.destroy
 
     async def refuse_ready(session: Session) -> None:
         if session.state == SessionState.READY:
             raise OSError("disk full")
         await put_session(session)
 
-    async def watched(sandbox_id: str) -> None:
+    async def note(sandbox_id: str) -> None:
         destroyed.append(sandbox_id)
-        await destroy(sandbox_id)
 
     monkeypatch.setattr(store, "put_session", refuse_ready)
-    monkeypatch.setattr(provider, "destroy", watched)
+    before_destroy(provider, monkeypatch, note)
     before = set(sessions._live)
     with pytest.raises(grpc.aio.AioRpcError):
         await plane.client.create_session()
