@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import secrets
 import time
@@ -80,6 +81,8 @@ class DockerSandboxProvider(SandboxProvider):
         self._cleanups = Cleanups()
         self._attached: dict[str, Sandbox] = {}
         """Other control planes' sandboxes this one has reached (see `attach`)."""
+        self._attached_sockets: dict[str, str] = {}
+        """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
 
     # -- naming ---------------------------------------------------------------------------------
@@ -126,6 +129,7 @@ class DockerSandboxProvider(SandboxProvider):
             await sandbox.agent.close()
         self._live.clear()
         self._attached.clear()
+        self._attached_sockets.clear()
         await asyncio.to_thread(self._client.close)
 
     def pool_stats(self) -> PoolStats:
@@ -155,9 +159,17 @@ class DockerSandboxProvider(SandboxProvider):
     async def attach(self, sandbox_id: str) -> Sandbox:
         """Another control plane's container on this engine: its agent socket is found through the
         container's own bind mount, so the two planes need not share a data dir."""
-        known = self._live.get(sandbox_id) or self._attached.get(sandbox_id)
+        known = self._live.get(sandbox_id)
         if known is not None:
             return known
+        attached = self._attached.get(sandbox_id)
+        if attached is not None and self._socket_left(sandbox_id):
+            return attached
+        # A new attachment: first drop those whose owners removed their sandboxes (the socket went with the
+        # agent dir), so that channels do not pile up over the life of the process.
+        for gone_id in [i for i in self._attached if not self._socket_left(i)]:
+            await self._attached.pop(gone_id).agent.close()
+            self._attached_sockets.pop(gone_id, None)
         containers = await asyncio.to_thread(
             self._client.containers.list, filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_SANDBOX}={sandbox_id}"]}
         )
@@ -168,10 +180,15 @@ class DockerSandboxProvider(SandboxProvider):
         sources = [m.get("Source", "") for m in mounts if m.get("Destination") == AGENT_DIR]
         if not sources:
             raise SandboxLostError(f"sandbox {sandbox_id}: its container has no agent directory")
-        agent = GrpcSandboxAgent(f"unix:{Path(sources[0]) / 'agent.sock'}", sandbox_id)
+        socket = str(Path(sources[0]) / "agent.sock")
+        agent = GrpcSandboxAgent(f"unix:{socket}", sandbox_id)
         sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
         self._attached[sandbox_id] = sandbox
+        self._attached_sockets[sandbox_id] = socket
         return sandbox
+
+    def _socket_left(self, sandbox_id: str) -> bool:
+        return os.path.exists(self._attached_sockets.get(sandbox_id, ""))
 
     async def destroy(self, sandbox_id: str) -> None:
         sandbox = self._live.pop(sandbox_id, None)

@@ -22,6 +22,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import load_settings
+from controlplane.sandbox.docker import DockerSandboxProvider
 from controlplane.v1 import session_pb2, tool_pb2
 from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp
 
@@ -176,6 +177,15 @@ async def test_docker_planes_with_their_own_data_dirs_share_a_session(pg_url: st
             assert _container_exists(container)  # B leaves A's container to A
             await a.plane.sessions.reap_expired()
             assert not _container_exists(container)
+            # B's channel to the removed sandbox goes when B next attaches one: they do not pile up.
+            provider = b.plane.sessions._provider
+            assert isinstance(provider, DockerSandboxProvider)
+            attached = provider._attached
+            assert created.sandbox_id in attached
+            second = await a.client.create_session()
+            assert (await b.client.execute_tool(second.id, "bash", bash("echo again"))).output == "again\n"
+            assert set(attached) == {second.sandbox_id}
+            await a.client.delete_session(second.id)
     finally:
         shutil.rmtree(dir_a, ignore_errors=True)
         shutil.rmtree(dir_b, ignore_errors=True)
