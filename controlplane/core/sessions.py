@@ -16,6 +16,7 @@ from typing import Protocol
 from controlplane.core import workspace_archive
 from controlplane.core.events import EventBus
 from controlplane.core.models import Resources, Session, SessionState
+from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -81,9 +82,9 @@ class SessionManager:
         self._touch_written: dict[str, float] = {}
         """When each session's activity was last written to the store (at most every TOUCH_WRITE_INTERVAL_S)."""
         self._reaper: asyncio.Task[None] | None = None
-        self._ending: set[asyncio.Future[Session]] = set()
+        self._ending = TrackedTasks()
         """Sessions being ended (sandbox removal, final state): awaited by `close`."""
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = TrackedTasks()
         self._end_listeners: list[Callable[[str], None]] = []
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
 
@@ -136,8 +137,7 @@ class SessionManager:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        if self._ending:  # sessions being ended when their callers went away finish before the engine closes
-            await asyncio.wait(list(self._ending))
+        await self._ending.wait()  # sessions whose callers went away finish ending before the engine closes
         for session_id, at in list(self._touched.items()):
             await self._store.touch_session(session_id, at)
         await self._provider.close()
@@ -323,9 +323,7 @@ class SessionManager:
                 self._touch(session.parent_id)
         if last_written is None or now - last_written >= TOUCH_WRITE_INTERVAL_S:
             self._touch_written[session_id] = now
-            task = asyncio.get_running_loop().create_task(self._store.touch_session(session_id, now))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._background.start(self._store.touch_session(session_id, now))
 
     def _root(self, session: Session) -> Session:
         """The session that owns `session`'s sandbox."""
@@ -342,10 +340,7 @@ class SessionManager:
         self._touch_written.pop(session.id, None)
         # Shielded and tracked: a caller that gives up (a client's deadline, the reaper at shutdown) must not
         # leave the sandbox removed halfway, or the store saying READY of a session no plane holds any more.
-        ending = asyncio.ensure_future(self._wind_up(session, state, message, foreign, held))
-        self._ending.add(ending)
-        ending.add_done_callback(self._ending.discard)
-        return await asyncio.shield(ending)
+        return await self._ending.run(self._wind_up(session, state, message, foreign, held))
 
     async def _wind_up(
         self, session: Session, state: SessionState, message: str, foreign: bool, held: Session | None
@@ -353,15 +348,20 @@ class SessionManager:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
-            try:
-                await self._provider.destroy(session.sandbox_id)
-            except Exception as exc:
-                if held is not None:
-                    self._live.setdefault(session.id, held)  # still this plane's: a delete or the reaper retries
-                # Said here too: a caller that went away no longer reports it.
-                log.warning("removing the sandbox of session %s failed, it stays held: %s", session.id, exc)
-                raise
+            await self._remove_sandbox(session, held)
         return await self._finish(session, state, message)
+
+    async def _remove_sandbox(self, session: Session, held: Session | None) -> None:
+        """Removes the session's sandbox; if that fails, the session is held again, so that the next delete, look
+        at the store or reaper round tries again."""
+        try:
+            await self._provider.destroy(session.sandbox_id)
+        except Exception as exc:
+            if held is not None:
+                self._live.setdefault(session.id, held)
+            # Said here too: a caller that went away no longer reports it.
+            log.warning("removing the sandbox of session %s failed, it stays held: %s", session.id, exc)
+            raise
 
     async def _finish(self, session: Session, state: SessionState, message: str) -> Session:
         session.state = state
@@ -406,11 +406,7 @@ class SessionManager:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, ended.state, f"its parent session {session.id} ended ({ended.status_message})")
         if session.sandbox_id and not session.parent_id:
-            try:
-                await self._provider.destroy(session.sandbox_id)
-            except Exception:
-                self._live.setdefault(session.id, session)  # still here: the next look at the store retries
-                raise
+            await self._remove_sandbox(session, session)
         for listener in self._end_listeners:
             listener(session.id)
         kind = "session.deleted" if ended.state == SessionState.DELETED else "session.failed"

@@ -25,9 +25,10 @@ from docker.types import Mount
 
 from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig
 from controlplane.core.models import Resources
+from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.engine_calls import Cleanups, after, in_thread
+from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import SandboxDirs
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.provider import (
@@ -78,7 +79,8 @@ class DockerSandboxProvider(SandboxProvider):
         self._dirs = SandboxDirs(data_dir)
         self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
         self._live: dict[str, Sandbox] = {}
-        self._cleanups = Cleanups()
+        self._cleanups = TrackedTasks()
+        """Removals whose callers went away: awaited before the engine client closes."""
         self._attached: dict[str, Sandbox] = {}
         """Other control planes' sandboxes this one has reached (see `attach`)."""
         self._attached_sockets: dict[str, str] = {}
@@ -144,7 +146,7 @@ class DockerSandboxProvider(SandboxProvider):
                     labels = self._labels(sandbox.id, session_id) | {"ocsb.tenant": tenant}
                     await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
                 except BaseException:  # out of the pool and in no session: nothing else would remove it
-                    await asyncio.shield(self._cleanups.start(self.destroy(sandbox.id)))
+                    await self._cleanups.run(self.destroy(sandbox.id))
                     raise
                 sandbox.from_pool = True
                 return sandbox
@@ -231,7 +233,7 @@ class DockerSandboxProvider(SandboxProvider):
             await self._wait_ready(sandbox, container)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
-            await asyncio.shield(self._cleanups.start(after(creating, self.destroy(sandbox_id))))
+            await self._cleanups.run(after(creating, self.destroy(sandbox_id)))
             raise
         return sandbox
 

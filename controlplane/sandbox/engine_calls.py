@@ -33,21 +33,3 @@ async def after(call: asyncio.Future[Any] | None, cleanup: Awaitable[None]) -> N
             pass
     await cleanup
 
-
-class Cleanups:
-    """Removals that outlive the caller that started them (it was cancelled): the provider waits for them
-    before it closes its engine client, so a shutdown does not cut one off halfway."""
-
-    def __init__(self) -> None:
-        self._running: set[asyncio.Future[None]] = set()
-
-    def start(self, cleanup: Awaitable[None]) -> asyncio.Future[None]:
-        """Runs `cleanup` as a task of its own; await the result through `asyncio.shield`."""
-        task = asyncio.ensure_future(cleanup)
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        return task
-
-    async def wait(self) -> None:
-        if self._running:
-            await asyncio.wait(list(self._running))

@@ -27,6 +27,7 @@ from docker.types import ConfigReference, Mount, SecretReference
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.models import Resources, Session, SessionState
+from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox import swarm_relay
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
@@ -40,7 +41,7 @@ from controlplane.sandbox.docker import (
     LABEL_SESSION,
     WORKSPACE,
 )
-from controlplane.sandbox.engine_calls import Cleanups, after, in_thread
+from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.provider import (
     PoolStats,
@@ -135,7 +136,8 @@ class SwarmSandboxProvider(SandboxProvider):
         self._pki: RelayPki | None = None
         self._relays: dict[str, _NodeRelay] = {}
         self._live: dict[str, _Remote] = {}
-        self._cleanups = Cleanups()
+        self._cleanups = TrackedTasks()
+        """Removals whose callers went away: awaited before the engine client closes."""
         self._attached: dict[str, _Remote] = {}
         """Other control planes' sandboxes this one has reached (see `attach`); their owners manage them."""
         self._attaching = asyncio.Lock()
@@ -221,7 +223,7 @@ class SwarmSandboxProvider(SandboxProvider):
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
                 except BaseException:  # out of the pool and in no session: nothing else would remove it
-                    await asyncio.shield(self._cleanups.start(self.destroy(sandbox.id)))
+                    await self._cleanups.run(self.destroy(sandbox.id))
                     raise
                 sandbox.from_pool = True
                 return sandbox
@@ -452,7 +454,7 @@ class SwarmSandboxProvider(SandboxProvider):
             await self._release_other_dirs(sandbox_id, placement.node)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
-            await asyncio.shield(self._cleanups.start(after(creating, self.destroy(sandbox_id))))
+            await self._cleanups.run(after(creating, self.destroy(sandbox_id)))
             raise
         return remote.sandbox
 

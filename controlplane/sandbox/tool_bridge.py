@@ -52,7 +52,6 @@ class AgentToolCalls(SandboxCalls):
             task.add_done_callback(forwarding.discard)
 
         stop_watching = on_abort(ctx.abort, forward_abort)
-        finished = False
         refused: ToolError | None = None
         outcome: ToolResult | ToolError | None = None
         try:
@@ -74,11 +73,9 @@ class AgentToolCalls(SandboxCalls):
                 elif isinstance(event, RunMetadata):
                     await ctx.metadata(event.title, event.metadata)
                 elif isinstance(event, RunResult):
-                    finished = True
                     attachments = [Attachment(mime, url, name) for mime, url, name in event.attachments]
                     outcome = ToolResult(event.title, event.output, dict(event.metadata), attachments)
                 elif isinstance(event, RunFailed):
-                    finished = True
                     # A refusal keeps its type (denied, rejected, corrected) for the audit and the caller.
                     outcome = refused if refused is not None and str(refused) == event.message else ToolError(
                         event.message)
@@ -87,7 +84,7 @@ class AgentToolCalls(SandboxCalls):
             for task in list(forwarding):  # an abort being forwarded reaches the agent before any cancel
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            if not finished:
+            if outcome is None:
                 run.cancel()
         if isinstance(outcome, ToolError):
             raise outcome
