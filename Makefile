@@ -18,7 +18,7 @@ test: venv image postgres proto-check lint type  ## every test, Docker ones incl
 venv: $(VENV_STAMP)
 $(VENV_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q --disable-pip-version-check hatchling editables
+	$(PY) -m pip install -q --disable-pip-version-check hatchling editables setuptools wheel
 	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[dev]'
 	touch $@
 
