@@ -729,6 +729,7 @@ SECTIONS = (
     ("tracing overhead", "tests.bench.tracing_bench"),
     ("under attack", "tests.bench.attack_bench"),
     ("tool-call path", "tests.bench.toolpath_bench"),
+    ("floors", "tests.bench.floor_bench"),
     ("grpc engine", "tests.bench.grpc_engine_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
