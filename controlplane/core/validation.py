@@ -51,7 +51,7 @@ def validate(
     it receives a pydantic ValidationError whose errors are zod's issues (type = zod code).
     """
     node = object_node(model)
-    value, issues = _run(node, args)
+    value, issues = _run(node, js_parsed(args))
     if not issues:
         assert isinstance(value, dict)
         return value
@@ -80,6 +80,24 @@ class Issue:
 def zod_error_string(issues: list[Issue]) -> str:
     """`String(zodError)`: `JSON.stringify(issues, null, 2)`."""
     return js_json([i.final() for i in issues], indent=2)
+
+
+def js_parsed(value: Any) -> Any:
+    """`value` as JavaScript's `JSON.parse` holds it: an integer beyond the safe range becomes the nearest double.
+
+    Upstream never sees 12345678901234567890, only 12345678901234567000: what it echoes (todowrite's output, a
+    `read` offset in a message) and the bounds it checks are about that double, so ours must be too.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        try:
+            return float(value)
+        except OverflowError:  # past the largest double: JSON.parse gives Infinity
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, list):
+        return [js_parsed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: js_parsed(v) for k, v in value.items()}
+    return value
 
 
 def _validation_error(model: type[BaseModel], args: Any, issues: list[Issue]) -> ValidationError:

@@ -54,6 +54,11 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             "TERM": "dumb",
             # A login environment has it; without it bash looks the user up in the password database.
             "SHELL": "/bin/bash",
+            # Upstream's process sets these for itself, and every command, server and plugin it starts inherits
+            # them (scripts look for them to know an agent runs them); the agent stands in for its process.
+            "OPENCODE": "1",
+            "AGENT": "1",
+            "OPENCODE_PID": str(os.getpid()),
         }
 
     def _spawn_background(self, work: Coroutine[Any, Any, Any] | asyncio.Task[Any]) -> None:

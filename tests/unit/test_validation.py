@@ -131,6 +131,15 @@ def test_integral_float_for_int_becomes_int() -> None:
     assert all(type(v) is int for v in result.values())
 
 
+def test_integers_past_the_safe_range_become_doubles() -> None:
+    """JSON.parse gives upstream doubles, so 2**53 + 1 reaches a tool (and its echo) as 2**53."""
+    args = {"command": "x", "description": "d", "timeout": -(2**53 + 1), "extra": [12345678901234567890, 10**400]}
+    result = validate("bash", model_for("bash"), args)
+    assert result["timeout"] == -(2**53)
+    assert type(result["timeout"]) is float
+    assert js_json(result["extra"]) == "[\n  12345678901234567000,\n  null\n]"  # Infinity is null in JSON
+
+
 @pytest.mark.parametrize("args", [None, [], "x", 3, True])
 def test_non_object_arguments(args: Any) -> None:
     with pytest.raises(ToolError) as caught:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import codecs
 import errno
-import math
 import os
 import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from sandbox_agent.errors import SpawnError
 from sandbox_agent.process import Chunk, Execution, Exit, cgroup_counter
-from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
+from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput, js_number
 from sandbox_agent.tools.bash_scan import Scan, scan
 from sandbox_agent.tools.paths import resolve
 
@@ -44,7 +42,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raise ToolError(f"Invalid timeout value: {js_number(timeout)}. Timeout must be a positive number.")
     if timeout is None:
         timeout = ctx.extra.get("default_timeout_ms", DEFAULT_TIMEOUT_MS)
-    workdir = resolve(ctx, args.get("workdir") or ctx.directory)
+    given_workdir = args.get("workdir") or ctx.directory
+    workdir = resolve(ctx, given_workdir)
 
     prepare = (command, workdir, ctx.directory, ctx.worktree)
     found, shell, refusal = (
@@ -56,6 +55,10 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if found.patterns:
         await ctx.ask("bash", found.patterns, found.always, {})
 
+    invalid = null_byte_refusal(command, given_workdir)
+    if invalid:
+        # Node's spawn checks its arguments before anything else, throwing before the initial metadata.
+        raise ToolError(invalid)
     initial = {"output": "", "description": description}
     if refusal:
         refusal = await ctx.io(spawn_refusal, workdir, shell)  # the asks may have waited: look again
@@ -155,8 +158,29 @@ LIBUV_ERRORS = {
 """How Node (libuv) names the errors a spawn's chdir can meet."""
 
 
+def null_byte_refusal(command: str, workdir: str) -> str | None:
+    """The error upstream's spawn gives for a NUL in the command (checked first) or in the working directory,
+    which it passes on as given, before resolving it."""
+    if "\0" in command:
+        return f"The argument 'file' must be a string without null bytes. Received {js_quoted(command)}"
+    if "\0" in workdir:
+        return ("The property 'options.cwd' must be a string or Uint8Array without null bytes. "
+                f"Received {js_quoted(workdir)}")
+    return None
+
+
+def js_quoted(text: str) -> str:
+    """A string as the runtime's argument errors show it, observed from v1.2.27: in single quotes, or in double
+    quotes with `"` escaped when it holds a single quote; nothing else (backslash, control characters) is escaped."""
+    if "'" not in text:
+        return f"'{text}'"
+    return '"' + text.replace('"', '\\"') + '"'
+
+
 def spawn_refusal(workdir: str, shell: str) -> str | None:
     """The error Node's spawn gives when it cannot enter `workdir` (upstream's tool fails with its text)."""
+    if "\0" in workdir:
+        return None  # not a path the system can look up: null_byte_refusal reports it
     try:
         info = os.stat(workdir)
         code = 0 if stat.S_ISDIR(info.st_mode) else errno.ENOTDIR
@@ -187,7 +211,7 @@ def _prepare(command: str, cwd: str, directory: str, worktree: str) -> tuple[Sca
 @dataclass
 class _Done:
     exit_code: int | None
-    """None when the command was killed by a signal or stopped by us, like Node's `exitCode`."""
+    """None when the command was killed by a signal (a stop of ours included), like Node's `exitCode`."""
     timed_out: bool = False
     aborted: bool = False
 
@@ -246,7 +270,8 @@ async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
     # A stop that came after the command had already exited killed nothing: it is not reported.
     stopped = end.timed_out or end.aborted
     return output.text(), _Done(
-        exit_code=None if stopped or end.signal else end.exit_code,
+        # A command that handles the SIGTERM and exits on its own keeps its status, as Node's `exitCode` does.
+        exit_code=None if end.signal else end.exit_code,
         timed_out=stopped and flags.timed_out,
         aborted=stopped and flags.aborted,
     )
@@ -338,25 +363,3 @@ class _Throttle:
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
-
-
-def js_number(value: object) -> str:
-    """`value` as JavaScript's String(number) writes it: 5 not 5.0, 1e+21, 1.5e-7, Infinity."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int) and abs(value) < 2**53:
-        return str(value)
-    number = float(value)
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
-    if number == 0:
-        return "0"
-    text = repr(number)
-    if 1e-6 <= abs(number) < 1e21:
-        # The shortest round-trip digits, zero-filled: 2**60 is "1152921504606847000" in JS.
-        return format(Decimal(text).normalize(), "f")
-    mantissa, _, exponent = text.partition("e")
-    power = int(exponent)
-    return f"{mantissa}e{'+' if power > 0 else '-'}{abs(power)}"

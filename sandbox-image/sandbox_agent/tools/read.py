@@ -11,7 +11,15 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sandbox_agent.tools.base import IO_NOW_BYTES, Attachment, ToolContext, ToolError, ToolOutput, stat_or_none
+from sandbox_agent.tools.base import (
+    IO_NOW_BYTES,
+    Attachment,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    js_number,
+    stat_or_none,
+)
 from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix
 from sandbox_agent.tools.paths import (
     as_given,
@@ -33,34 +41,36 @@ BINARY_EXTENSIONS = frozenset({
     ".xlsx", ".ppt", ".pptx", ".odt", ".ods", ".odp", ".bin", ".dat", ".obj", ".o", ".a", ".lib", ".wasm",
     ".pyc", ".pyo",
 })
-# Extension -> mime of every file sent as an attachment: the extensions Bun's own table (what upstream asks
-# for a file's type) maps to image/* or application/pdf, with its exact mime strings (e.g. .bmp is
-# image/x-ms-bmp, .ico image/x-icon). svg, svgz and fbs are image types there too but are read as text.
+# Extension -> mime of every file sent as an attachment, as v1.2.27's read tool reports them when executed
+# (not Bun.file().type, which says image/x-ms-bmp for .bmp and image/x-icon for .ico). svg, svgz and fbs are
+# image types there too but are read as text.
 MEDIA_TYPES = {
     ".3ds": "image/x-3ds", ".apng": "image/apng", ".avci": "image/avci", ".avcs": "image/avcs", ".avif": "image/avif",
-    ".azv": "image/vnd.airzip.accelerator.azv", ".b16": "image/vnd.pco.b16", ".bmp": "image/x-ms-bmp",
-    ".btif": "image/prs.btif", ".cgm": "image/cgm", ".cmx": "image/x-cmx", ".dds": "image/vnd.ms-dds",
-    ".djv": "image/vnd.djvu", ".djvu": "image/vnd.djvu", ".drle": "image/dicom-rle", ".dwg": "image/vnd.dwg",
+    ".azv": "image/vnd.airzip.accelerator.azv", ".b16": "image/vnd.pco.b16", ".bmp": "image/bmp",
+    ".btf": "image/prs.btif", ".btif": "image/prs.btif", ".cgm": "image/cgm", ".cmx": "image/x-cmx",
+    ".dds": "image/vnd.ms-dds", ".dib": "image/bmp", ".djv": "image/vnd.djvu", ".djvu": "image/vnd.djvu",
+    ".dng": "image/x-adobe-dng", ".dpx": "image/dpx", ".drle": "image/dicom-rle", ".dwg": "image/vnd.dwg",
     ".dxf": "image/vnd.dxf", ".emf": "image/emf", ".exr": "image/aces", ".fh": "image/x-freehand",
     ".fh4": "image/x-freehand", ".fh5": "image/x-freehand", ".fh7": "image/x-freehand", ".fhc": "image/x-freehand",
-    ".fits": "image/fits", ".fpx": "image/vnd.fpx", ".fst": "image/vnd.fst", ".g3": "image/g3fax",
-    ".gif": "image/gif", ".heic": "image/heic", ".heics": "image/heic-sequence", ".heif": "image/heif",
-    ".heifs": "image/heif-sequence", ".hej2": "image/hej2k", ".ico": "image/x-icon", ".ief": "image/ief",
+    ".fits": "image/fits", ".fpx": "image/vnd.fpx", ".fst": "image/vnd.fst", ".g3": "image/g3fax", ".gif": "image/gif",
+    ".heic": "image/heic", ".heics": "image/heic-sequence", ".heif": "image/heif", ".heifs": "image/heif-sequence",
+    ".hej2": "image/hej2k", ".ico": "image/vnd.microsoft.icon", ".ief": "image/ief", ".jfif": "image/pjpeg",
     ".jhc": "image/jphc", ".jls": "image/jls", ".jng": "image/x-jng", ".jp2": "image/jp2", ".jpe": "image/jpeg",
-    ".jpeg": "image/jpeg", ".jpf": "image/jpx", ".jpg": "image/jpeg", ".jpg2": "image/jp2", ".jph": "image/jph",
-    ".jpx": "image/jpx", ".jxr": "image/jxr", ".jxra": "image/jxra", ".jxrs": "image/jxrs", ".jxs": "image/jxs",
-    ".jxsc": "image/jxsc", ".jxsi": "image/jxsi", ".jxss": "image/jxss", ".ktx": "image/ktx", ".ktx2": "image/ktx2",
-    ".mdi": "image/vnd.ms-modi", ".mmr": "image/vnd.fujixerox.edmics-mmr", ".npx": "image/vnd.net-fpx",
-    ".pbm": "image/x-portable-bitmap", ".pct": "image/x-pict", ".pcx": "image/x-pcx", ".pdf": "application/pdf",
-    ".pgm": "image/x-portable-graymap", ".pic": "image/x-pict", ".png": "image/png",
-    ".pnm": "image/x-portable-anymap", ".ppm": "image/x-portable-pixmap", ".psd": "image/vnd.adobe.photoshop",
-    ".pti": "image/prs.pti", ".ras": "image/x-cmu-raster", ".rgb": "image/x-rgb",
-    ".rlc": "image/vnd.fujixerox.edmics-rlc", ".sgi": "image/sgi", ".sid": "image/x-mrsid-image", ".t38": "image/t38",
-    ".tap": "image/vnd.tencent.tap", ".tfx": "image/tiff-fx", ".tga": "image/x-tga", ".tif": "image/tiff",
-    ".tiff": "image/tiff", ".uvg": "image/vnd.dece.graphic", ".uvi": "image/vnd.dece.graphic",
-    ".uvvg": "image/vnd.dece.graphic", ".uvvi": "image/vnd.dece.graphic", ".vtf": "image/vnd.valve.source.texture",
-    ".wbmp": "image/vnd.wap.wbmp", ".wdp": "image/vnd.ms-photo", ".webp": "image/webp", ".wmf": "image/wmf",
-    ".xbm": "image/x-xbitmap", ".xif": "image/vnd.xiff", ".xpm": "image/x-xpixmap", ".xwd": "image/x-xwindowdump",
+    ".jpeg": "image/jpeg", ".jpf": "image/jpx", ".jpg": "image/jpeg", ".jpg2": "image/jp2", ".jpgm": "image/jpm",
+    ".jph": "image/jph", ".jpm": "image/jpm", ".jpx": "image/jpx", ".jxl": "image/jxl", ".jxr": "image/jxr",
+    ".jxra": "image/jxra", ".jxrs": "image/jxrs", ".jxs": "image/jxs", ".jxsc": "image/jxsc", ".jxsi": "image/jxsi",
+    ".jxss": "image/jxss", ".ktx": "image/ktx", ".ktx2": "image/ktx2", ".mdi": "image/vnd.ms-modi",
+    ".mmr": "image/vnd.fujixerox.edmics-mmr", ".npx": "image/vnd.net-fpx", ".pbm": "image/x-portable-bitmap",
+    ".pct": "image/x-pict", ".pcx": "image/vnd.zbrush.pcx", ".pdf": "application/pdf",
+    ".pgm": "image/x-portable-graymap", ".pic": "image/x-pict", ".png": "image/png", ".pnm": "image/x-portable-anymap",
+    ".ppm": "image/x-portable-pixmap", ".psd": "image/vnd.adobe.photoshop", ".pti": "image/prs.pti",
+    ".ras": "image/x-cmu-raster", ".rgb": "image/x-rgb", ".rlc": "image/vnd.fujixerox.edmics-rlc", ".sgi": "image/sgi",
+    ".sid": "image/x-mrsid-image", ".t38": "image/t38", ".tap": "image/vnd.tencent.tap", ".tfx": "image/tiff-fx",
+    ".tga": "image/x-tga", ".tif": "image/tiff", ".tiff": "image/tiff", ".uvg": "image/vnd.dece.graphic",
+    ".uvi": "image/vnd.dece.graphic", ".uvvg": "image/vnd.dece.graphic", ".uvvi": "image/vnd.dece.graphic",
+    ".vtf": "image/vnd.valve.source.texture", ".wbmp": "image/vnd.wap.wbmp", ".wdp": "image/vnd.ms-photo",
+    ".webp": "image/webp", ".wmf": "image/wmf", ".xbm": "image/x-xbitmap", ".xif": "image/vnd.xiff",
+    ".xpm": "image/x-xpixmap", ".xwd": "image/x-xwindowdump",
 }
 SAMPLE_SIZE = 4096
 CHUNK_SIZE = 1 << 20
@@ -101,10 +111,10 @@ class _Text:
 
 
 async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    if args.get("offset") is not None and args["offset"] < 1:  # before the whole-number check, as upstream
+        raise ToolError("offset must be greater than or equal to 1")
     offset = _whole(args.get("offset"), "offset")
     limit = _whole(args.get("limit"), "limit")
-    if offset is not None and offset < 1:
-        raise ToolError("offset must be greater than or equal to 1")
     offset = 1 if offset is None else offset
     limit = DEFAULT_LIMIT if limit is None else limit
 
@@ -145,7 +155,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raise ToolError(f"Cannot read binary file: {path}")
 
     if found.count < offset and not (found.count == 0 and offset == 1):
-        raise ToolError(f"Offset {offset} is out of range for this file ({found.count} lines)")
+        raise ToolError(f"Offset {js_number(offset)} is out of range for this file ({found.count} lines)")
     ctx.file_times.read(path, time.time())
     loaded = [where for where, _ in found.instructions]
     ctx.state.loaded_instructions.update(loaded)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sandbox_agent.tools import bash
-from sandbox_agent.tools.base import ToolContext, ToolError
-from sandbox_agent.tools.bash import cap_output, js_number
+from sandbox_agent.tools.base import ToolContext, ToolError, js_number
+from sandbox_agent.tools.bash import cap_output
 
 from .conftest import Asked, Recorder
 

@@ -1,4 +1,4 @@
-"""Review cases for `read`: attachment mime types as Bun names them, and absolute paths kept as the model wrote them."""
+"""Review cases for `read`: attachment mime types as v1.2.27 names them, and absolute paths kept as written."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ MakeCtx = Callable[..., ToolContext]
 
 
 @pytest.mark.parametrize(("name", "mime"), [
-    ("icon.bmp", "image/x-ms-bmp"),
-    ("favicon.ico", "image/x-icon"),
+    ("icon.bmp", "image/bmp"),
+    ("favicon.ico", "image/vnd.microsoft.icon"),
     ("sprite.tga", "image/x-tga"),
     ("scan.PBM", "image/x-portable-bitmap"),
     ("photo.JPG", "image/jpeg"),
     ("doc.pdf", "application/pdf"),
 ])
-async def test_attachment_mime_is_buns_name_for_the_extension(make_ctx: MakeCtx, project: Path, name: str,
-                                                              mime: str) -> None:
+async def test_attachment_mime_is_upstreams_name_for_the_extension(make_ctx: MakeCtx, project: Path, name: str,
+                                                                    mime: str) -> None:
     data = bytes(range(256)) * 3
     (project / name).write_bytes(data)
     result = await read.run({"filePath": str(project / name)}, make_ctx())
@@ -36,9 +36,9 @@ async def test_attachment_mime_is_buns_name_for_the_extension(make_ctx: MakeCtx,
     assert result.metadata == {"preview": f"{kind} read successfully", "truncated": False, "loaded": []}
 
 
-@pytest.mark.parametrize("name", ["notes.jxl", "shape.svgz"])
-async def test_extensions_bun_does_not_call_images_are_read_as_files(make_ctx: MakeCtx, project: Path,
-                                                                      name: str) -> None:
+@pytest.mark.parametrize("name", ["photo.cr2", "shape.svgz"])
+async def test_extensions_upstream_does_not_call_images_are_read_as_files(make_ctx: MakeCtx, project: Path,
+                                                                           name: str) -> None:
     (project / name).write_text("plain\n")
     result = await read.run({"filePath": str(project / name)}, make_ctx())
     assert result.attachments == []
