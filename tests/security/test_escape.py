@@ -8,6 +8,7 @@ this machine's loopback and docker0 bridge address.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -150,8 +151,12 @@ class _Counting(asyncio.DatagramProtocol):
 
 
 def docker0_address() -> str:
-    gateway = docker.from_env().networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
-    return str(gateway)
+    """The host's address on Docker's default bridge. Some engines list no `Gateway` for it; the bridge then
+    has the subnet's first address, as Docker gives it."""
+    config = docker.from_env().networks.get("bridge").attrs["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return str(config["Gateway"])
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 @pytest.fixture
