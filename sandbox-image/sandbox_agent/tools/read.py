@@ -111,9 +111,10 @@ class _Text:
 
 
 async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    if args.get("offset") is not None and args["offset"] < 1:  # before the whole-number check, as upstream
+    given = args.get("offset")
+    if given is not None and given < 1:  # before the whole-number check, as upstream
         raise ToolError("offset must be greater than or equal to 1")
-    offset = _whole(args.get("offset"), "offset")
+    offset = _whole(given, "offset")
     limit = _whole(args.get("limit"), "limit")
     offset = 1 if offset is None else offset
     limit = DEFAULT_LIMIT if limit is None else limit
