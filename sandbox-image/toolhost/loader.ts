@@ -3,6 +3,7 @@
 import { statSync } from "node:fs"
 import { basename, extname } from "node:path"
 import { z } from "zod"
+import { pluginClient } from "./client.ts"
 import { type Recording, UNTRACED, unixMs } from "./tracing.ts"
 
 export type Problem = { origin: string; message: string }
@@ -206,7 +207,7 @@ export class Registry {
                             worktree: string, state: FileState): Promise<void> {
     const input = {
       directory, worktree, project: { id: "sandbox", worktree }, serverUrl: new URL("http://localhost:0"),
-      client: undefined, $: Bun.$.cwd(directory),
+      client: await pluginClient(directory), $: Bun.$.cwd(directory),
     }
     const seen = new Set<unknown>()
     for (const [name, value] of sortedExports(module)) {

@@ -104,7 +104,7 @@ async def test_ids_follow_file_stems_sorted_exports_and_plugin_keys(listing: too
         # .opencode/tools/*: the .mjs file is not scanned; dated.ts and stale-record.ts fail to load.
         "legacy",
         # plugin tools last, with their map keys verbatim; a module's plugin functions in export-name order.
-        "kit_files", "kit-status", "kit_second",
+        "logbook_ask", "kit_files", "kit-status", "kit_second",
     ]
     origin = "/workspace/.opencode"
     assert {t: d.origin for t, d in tools.items() if t.startswith("multi")} == dict.fromkeys(
@@ -236,6 +236,15 @@ async def test_every_tool_of_a_file_and_of_a_plugin_runs(docker_plane: Plane, se
     assert status.result is not None
     assert status.result.title == "status"
     assert result_metadata(status) == {"healthy": True, "truncated": False}
+
+
+async def test_plugins_get_a_client_that_logs_and_answers_without_a_server(docker_plane: Plane,
+                                                                           session_id: str) -> None:
+    # Upstream hands plugins its SDK client; one that logs while starting must load here too.
+    assert await output_of(docker_plane, session_id, "logbook_ask", {}) == (
+        "toast=true sessions=none "
+        "error=the OpenCode server API is not available to plugins in the sandbox (GET /session)"
+    )
 
 
 async def test_module_patterns_resolve_in_the_sandbox(docker_plane: Plane, session_id: str) -> None:

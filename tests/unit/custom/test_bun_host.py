@@ -448,7 +448,7 @@ PLUGIN = """
             args: { verbose: tool.schema.boolean().optional() },
             async execute(args) {
               return JSON.stringify({ directory, worktree, project, serverUrl: String(serverUrl),
-                                      client: client === undefined, who, args })
+                                      client: typeof client?.app?.log === "function", who, args })
             },
           }),
         },
@@ -542,3 +542,36 @@ async def test_a_dead_host_is_restarted_and_reloaded(sandbox: Sandbox, bun_host:
     assert second != first
     assert int(pidfile.read_text()) == second  # the file was imported again by the new host
     assert bun_host.restarts == 1
+
+
+LOGGING_PLUGIN = """
+    export const Logged = async ({ client }) => {
+      await client.app.log({ body: { service: "logged", level: "info", message: "ready" } })
+      await client.tui.showToast({ body: { message: "hello", variant: "info" } })
+      return {
+        tool: {
+          sessions: {
+            description: "asks the server for its sessions",
+            args: {},
+            async execute() {
+              const answer = await client.session.list()
+              let thrown = ""
+              try { await client.session.list({ throwOnError: true }) } catch (error) { thrown = error.message }
+              return JSON.stringify({ data: answer.data ?? null, error: answer.error, thrown })
+            },
+          },
+        },
+      }
+    }
+"""
+
+
+async def test_plugins_get_an_sdk_client_that_logs_and_refuses_the_rest(sandbox: Sandbox,
+                                                                          bun_host: ToolHost) -> None:
+    plugin = sandbox.write(".opencode/plugin/logged.js", LOGGING_PLUGIN)
+    loaded = await bun_host.load([HostFile(plugin, "plugin")], str(sandbox.project), str(sandbox.project))
+    assert (list(loaded.load_errors), [t.id for t in loaded.tools]) == ([], ["sessions"])
+    refused = "the OpenCode server API is not available to plugins in the sandbox (GET /session)"
+    assert json.loads((await sandbox.call(bun_host, "sessions", {})).output) == {
+        "data": None, "error": {"name": "UnknownError", "data": {"message": refused}}, "thrown": refused,
+    }
