@@ -70,6 +70,8 @@ function isZodSchema(value: unknown): value is z.ZodType {
 }
 
 function objectSchema(args: unknown): z.ZodObject {
+  // Upstream builds `z.object(def.args)`, which takes a missing shape as an empty one.
+  if (args === undefined || args === null) return z.object({})
   if (isZodSchema(args)) {
     if ((args as { _zod: { def: { type: string } } })._zod.def.type !== "object") {
       throw new Error("args must be a zod raw shape or a z.object(...)")
@@ -88,7 +90,9 @@ function notATool(value: unknown): string | undefined {
   const candidate = value as Record<string, unknown>
   if (typeof candidate.execute !== "function") return "no execute function"
   if (typeof candidate.description !== "string") return "no description"
-  if (typeof candidate.args !== "object" || candidate.args === null) return "no args"
+  if (candidate.args !== undefined && candidate.args !== null && typeof candidate.args !== "object") {
+    return `args that are a ${typeof candidate.args}`
+  }
   return undefined
 }
 
@@ -99,7 +103,9 @@ function makeTool(id: string, definition: Record<string, unknown>, origin: strin
   return {
     id, description: definition.description as string, parameters, origin, source,
     initMs: Math.round((performance.now() - startedMs) * 1000) / 1000,
-    schema, declared: new Set(Object.keys(schema.shape)), execute: definition.execute as Execute,
+    schema, declared: new Set(Object.keys(schema.shape)),
+    // Called on its definition, as upstream's `def.execute(args, ctx)` is: `this` is the definition.
+    execute: (args, ctx) => (definition.execute as Execute).call(definition, args, ctx),
   }
 }
 

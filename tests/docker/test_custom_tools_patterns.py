@@ -102,7 +102,7 @@ async def test_ids_follow_file_stems_sorted_exports_and_plugin_keys(listing: too
         "runtime",
         "shapes",
         # .opencode/tools/*: the .mjs file is not scanned; dated.ts and stale-record.ts fail to load.
-        "legacy",
+        "legacy", "shelf",
         # plugin tools last, with their map keys verbatim; a module's plugin functions in export-name order.
         "logbook_ask", "kit_files", "kit-status", "kit_second",
     ]
@@ -157,6 +157,9 @@ async def test_zod_features_become_the_json_schema_zod_gives(listing: tool_pb2.L
         "separator": {"default": " ", "type": "string"},
     }
     assert schema_of(listing, "context-probe") == {
+        "$schema": SCHEMA, "type": "object", "properties": {}, "additionalProperties": False,
+    }
+    assert schema_of(listing, "shelf") == {  # no `args` at all: an empty object, as upstream's z.object(undefined)
         "$schema": SCHEMA, "type": "object", "properties": {}, "additionalProperties": False,
     }
     assert schema_of(listing, "kit_files")["properties"] == {
@@ -373,6 +376,12 @@ async def test_thrown_errors_become_the_call_error(docker_plane: Plane, session_
 async def test_runtime_apis(docker_plane: Plane, session_id: str, use: str, output: str) -> None:
     assert await output_of(docker_plane, session_id, "runtime", {"use": use}) == output
 
+
+
+async def test_execute_is_called_on_its_definition(docker_plane: Plane, session_id: str) -> None:
+    # `this` inside execute is the definition object, as upstream calls `def.execute(args, ctx)`.
+    assert await output_of(docker_plane, session_id, "shelf", {}) == "shelf: jar,tin (given {})"
+    assert await output_of(docker_plane, session_id, "shelf", {"extra": 1}) == 'shelf: jar,tin (given {"extra":1})'
 
 
 async def test_other_spellings_of_execute(docker_plane: Plane, session_id: str) -> None:
