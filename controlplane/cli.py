@@ -30,6 +30,7 @@ from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import Settings, load_settings
 from controlplane.errors import ControlPlaneError
 from controlplane.v1 import session_pb2, tool_pb2
+from sandbox_agent import event_loop
 
 STATE_NAMES = {v: k for k, v in session_pb2.Session.State.items()}
 
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-            asyncio.run(app.serve(_settings(args)))
+            event_loop.run(app.serve(_settings(args)))
             return 0
         if args.command == "session":
             return asyncio.run(_session_cmd(args, *_create_inputs(args)))

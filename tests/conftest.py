@@ -7,10 +7,12 @@ import os
 # execs at once, so they are not needed; the sandbox image sets the same.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from sandbox_agent import event_loop
 from tests.planes import Plane, running_plane
 
 
@@ -26,3 +28,17 @@ async def local_plane() -> AsyncIterator[Plane]:
     """A control plane whose sandboxes are in-process agents (fast, no isolation)."""
     async with running_plane("local") as plane:
         yield plane
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item,
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The tests run on the loop `controlplane serve` and the agent run on (uvloop's, where installed).
+
+    Tests that fence the network in (the egress guard patches asyncio's loop, which uvloop's does not
+    share) stay on asyncio's loop.
+    """
+    factory = event_loop.loop_factory()
+    if factory is None or "guard" in getattr(item, "fixturenames", ()):
+        return {"asyncio": asyncio.new_event_loop}
+    return {"uvloop": factory}

@@ -1,8 +1,8 @@
 """Entry point of the sandbox image: `python3 -m sandbox_agent`."""
 
-import asyncio
 import os
 
+from sandbox_agent import event_loop
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 
@@ -12,7 +12,7 @@ def main() -> None:
     # filesystem identity it takes for the tool user (fsuid/fsgid) keeps the process's groups, so they
     # are dropped before any thread exists: a root-group-readable file stays closed to the tool user.
     os.setgroups([])
-    asyncio.run(serve(AgentConfig.from_env()))
+    event_loop.run(serve(AgentConfig.from_env()))
 
 
 if __name__ == "__main__":

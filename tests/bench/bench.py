@@ -65,6 +65,7 @@ from controlplane.core.tool import PermissionAsk
 from controlplane.sandbox.provider import Sandbox
 from controlplane.store.sqlite import AuditWriter, SqliteStore
 from controlplane.v1 import tool_pb2
+from sandbox_agent import event_loop
 from sandbox_agent.gc_tuning import tune_after_startup
 
 IMAGE = "ocsb-sandbox:latest"
@@ -762,7 +763,7 @@ def main() -> int:
     asyncio_errors = AsyncioErrorCounter(show=args.verbose)
     logging.getLogger("asyncio").addFilter(asyncio_errors)
     try:
-        asyncio.run(run(args, asyncio_errors))
+        event_loop.run(run(args, asyncio_errors))  # the loop `controlplane serve` runs on
     except Exception:
         logging.getLogger(__name__).exception("benchmark failed")
     return 0  # benchmarks report, they do not gate
