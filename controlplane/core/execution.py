@@ -91,6 +91,8 @@ class CustomListing:
     """(name, description) of the session's skills, in upstream's order, before any permission filter."""
     skill_dirs: list[str] = field(default_factory=list)
     """Where the session's skills are (upstream's `Skill.dirs()`): its agents read there without asking."""
+    config_json: str = ""
+    """The session's opencode.json as the project plugins' `config` hooks left it; empty when no plugin has one."""
 
 
 @dataclass(frozen=True)

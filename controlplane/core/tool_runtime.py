@@ -8,6 +8,7 @@ registering (`list`, `multiedit`), so clients can drive every implemented tool d
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -122,9 +123,10 @@ class ToolRuntime:
 
     async def list_tools(self, tenant: str, session_id: str, provider_id: str, model_id: str,
                          agent_name: str) -> ToolListing:
-        session = await self._sessions.get(tenant, session_id)
+        stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        custom = await self._custom_listing(session, sandbox, refresh=True)
+        custom = await self._custom_listing(stored, sandbox, refresh=True)
+        session = configured(stored, custom)
         agent = await self._agent(session, sandbox, agent_name, custom)
         policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
         mcp = await self._mcp_source(session, sandbox)
@@ -172,9 +174,10 @@ class ToolRuntime:
 
     async def start_call(self, tenant: str, session_id: str, tool: str, args_json: str, call_id: str,
                          message_id: str, agent_name: str) -> RunningCall:
-        session = await self._sessions.get(tenant, session_id)
+        stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        custom = await self._custom_listing(session, sandbox, refresh=session_id not in self._custom)
+        custom = await self._custom_listing(stored, sandbox, refresh=session_id not in self._custom)
+        session = configured(stored, custom)
         agent = await self._agent(session, sandbox, agent_name, custom)
         call_id = call_id or ascending("call")
         key = (session_id, call_id)
@@ -184,7 +187,11 @@ class ToolRuntime:
         registry = self._registry.for_session(_config(session.config_json))
         tools = self._executable(custom, mcp, registry)
         if tool not in tools and tool.lower() not in tools:
-            custom = await self._custom_listing(session, sandbox, refresh=True)  # a tool file added since
+            custom = await self._custom_listing(stored, sandbox, refresh=True)  # a tool file added since
+            if configured(stored, custom).config_json != session.config_json:
+                session = configured(stored, custom)
+                agent = await self._agent(session, sandbox, agent_name, custom)
+                registry = self._registry.for_session(_config(session.config_json))
             tools = self._executable(custom, mcp, registry)
         caller = self._caller_scope(tenant, session, agent)
         tools = {tool_id: bound(info, caller) for tool_id, info in tools.items()}
@@ -366,6 +373,15 @@ class ToolRuntime:
         self.subtasks.forget_session(session_id)
         self.questions.forget_session(session_id)
         self._executor.doom_loop.forget_session(session_id)
+
+
+def configured(session: Session, custom: CustomListing) -> Session:
+    """The session as its calls see it: its opencode.json as the project plugins' `config` hooks left it
+    (agents, permission rules, MCP servers and the rest, as upstream's plugin init changes its live config).
+    The stored session keeps the config it was created with, which is what the hooks start from each time."""
+    if not custom.config_json or custom.config_json == session.config_json:
+        return session
+    return dataclasses.replace(session, config_json=custom.config_json)
 
 
 def _with_extra(builtins: list[ToolInfo], listing: CustomListing, mcp: McpSource | None) -> list[ToolInfo]:

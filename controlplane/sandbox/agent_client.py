@@ -474,6 +474,7 @@ class GrpcSandboxAgent(SandboxAgent):
             hooks=list(r.hooks),
             skills=[(s.name, s.description) for s in r.skills],
             skill_dirs=list(r.skill_dirs),
+            config_json=r.config_json,
         )
 
     async def run_plugin_hook(

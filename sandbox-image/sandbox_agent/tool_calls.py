@@ -224,8 +224,10 @@ class ToolCalls:
         with tracing.span(trace, "sandbox.list_custom_tools") as span:
             worktree = await self._runner.io(find_worktree, self._workspace)
             listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
+            effective = json.loads(listing.config_json) if listing.config_json else config
             scan = await self._runner.io(functools.partial(
-                scan_skills, self._workspace, worktree, env=env, config=config if isinstance(config, dict) else {},
+                scan_skills, self._workspace, worktree, env=env,
+                config=effective if isinstance(effective, dict) else {},
             ))
             if span is not None:
                 span.set("sandbox.tools", len(listing.tools))
@@ -244,6 +246,7 @@ class ToolCalls:
             skills=[agent_pb2.SkillInfo(name=s.name, description=s.description, location=s.location)
                     for s in scan.skills],
             skill_dirs=scan.dirs,
+            config_json=listing.config_json,
         )
 
     async def save_output(self, name: str, content: bytes) -> str:

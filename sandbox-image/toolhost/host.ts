@@ -26,13 +26,18 @@ async function load(request: Request): Promise<void> {
   const recording = new Recording(traceOf(request))
   const result = await registry.load(request.files as FileSpec[], String(request.directory ?? process.cwd()),
                                      String(request.worktree ?? request.directory ?? process.cwd()), recording)
+  const session = request.config
+  const configured = await registry.configure(
+    typeof session === "object" && session !== null && !Array.isArray(session) ? session as Record<string, unknown> : {},
+  )
   send({
     id: request.id, type: "loaded",
     tools: result.tools.map((tool) => ({
       id: tool.id, description: tool.description, parameters: tool.parameters, origin: tool.origin,
       source: tool.source, init_ms: tool.initMs,
     })),
-    load_errors: result.errors, hooks: result.hooks, notes: result.notes, ...recording.field(),
+    load_errors: [...result.errors, ...configured.errors], hooks: result.hooks, notes: result.notes,
+    ...(configured.config === undefined ? {} : { config: configured.config }), ...recording.field(),
   })
 }
 

@@ -35,6 +35,7 @@ type FileState = {
 }
 
 export type LoadResult = { tools: HostTool[]; errors: Problem[]; notes: Problem[]; hooks: string[] }
+export type Configured = { config?: string; errors: Problem[] }
 
 export const PLUGIN_INIT_LIMIT_MS = 10_000
 
@@ -159,6 +160,38 @@ export class Registry {
       for (const [name, value] of Object.entries(plugin.hooks)) if (name !== "tool" && typeof value === "function") hooks.add(name)
     }
     return { tools: [...tools.values()], errors, notes, hooks: [...hooks].sort() }
+  }
+
+  /**
+   * Runs the plugins' `config` hooks in load order on a copy of the session's opencode.json, as upstream's
+   * plugin init does on its live config; returns the result as JSON, or no config when no plugin has the
+   * hook. A hook that throws or times out is reported and the next one runs on what the config is by then.
+   */
+  async configure(session: Record<string, unknown>): Promise<Configured> {
+    const hooks = this.plugins.filter((p) => typeof p.hooks.config === "function")
+    if (hooks.length === 0) return { errors: [] }
+    const config: Record<string, unknown> = structuredClone(session)
+    // Upstream's loaded config always has these, so plugins add to them without checking.
+    config.agent ??= {}
+    config.mode ??= {}
+    config.plugin ??= []
+    const errors: Problem[] = []
+    for (const plugin of hooks) {
+      try {
+        const hook = plugin.hooks.config as (config: unknown) => unknown
+        await withTimeout(Promise.resolve(hook.call(plugin.hooks, config)), PLUGIN_INIT_LIMIT_MS, "config hook")
+      } catch (error) {
+        errors.push({ origin: plugin.origin, message: `config hook: ${messageOf(error)}` })
+      }
+    }
+    try {
+      const text = JSON.stringify(config)
+      if (typeof text !== "string" || !text.startsWith("{")) throw new Error("the config is no longer an object")
+      return { config: text, errors }
+    } catch (error) {
+      errors.push({ origin: hooks[0].origin, message: `config hook: the config cannot be kept: ${messageOf(error)}` })
+      return { errors }
+    }
   }
 
   private async loadFile(file: FileSpec, version: string, directory: string, worktree: string,

@@ -1189,6 +1189,11 @@ class ListCustomToolsResponse(_message.Message):
     SPANS_FIELD_NUMBER: _builtins.int
     SKILLS_FIELD_NUMBER: _builtins.int
     SKILL_DIRS_FIELD_NUMBER: _builtins.int
+    CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    config_json: _builtins.str
+    """The session's opencode.json (config_json) as the project plugins' `config` hooks left it, which
+    upstream runs once at plugin init on its live config; empty when no plugin has the hook.
+    """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
         """In registry order: tool files by config dir then file name, then plugin tools; one entry per id
@@ -1224,10 +1229,11 @@ class ListCustomToolsResponse(_message.Message):
         spans: _abc.Iterable[Global___SpanRecord] | None = ...,
         skills: _abc.Iterable[Global___SkillInfo] | None = ...,
         skill_dirs: _abc.Iterable[_builtins.str] | None = ...,
+        config_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hooks", b"hooks", "load_errors", b"load_errors", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "hooks", b"hooks", "load_errors", b"load_errors", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,8 @@ class Loaded:
     load_errors: list[LoadError]
     hooks: list[str]
     notes: list[LoadError]
+    config_json: str = ""
+    """The session's opencode.json as the plugins' `config` hooks left it; empty when no plugin has one."""
 
 
 @dataclass(frozen=True)
@@ -165,10 +167,11 @@ class ToolHost:
 
     # -- public requests ------------------------------------------------------------------------
 
-    async def load(self, files: list[HostFile], directory: str, worktree: str) -> Loaded:
+    async def load(self, files: list[HostFile], directory: str, worktree: str,
+                   config: Mapping[str, Any] | None = None) -> Loaded:
         body: Message = {
             "type": "load", "files": [{"path": f.path, "kind": f.kind} for f in files],
-            "directory": directory, "worktree": worktree,
+            "directory": directory, "worktree": worktree, "config": dict(config or {}),
         }
         process = await self._running()
         self._last_load = body
@@ -363,7 +366,8 @@ def _loaded(reply: Message) -> Loaded:
         for t in reply.get("tools") or []
     ]
     return Loaded(tools=tools, load_errors=_problems(reply.get("load_errors")),
-                  hooks=[str(h) for h in reply.get("hooks") or []], notes=_problems(reply.get("notes")))
+                  hooks=[str(h) for h in reply.get("hooks") or []], notes=_problems(reply.get("notes")),
+                  config_json=str(reply.get("config") or ""))
 
 
 def _problems(items: list[Message] | None) -> list[LoadError]:

@@ -9,6 +9,7 @@ an id wins in the place where the id first appeared (JS object key order).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -40,6 +41,8 @@ class CustomListing:
     tools: list[HostTool] = field(default_factory=list)
     load_errors: list[LoadError] = field(default_factory=list)
     hooks: list[str] = field(default_factory=list)
+    config_json: str = ""
+    """The session's opencode.json after the plugins' `config` hooks; empty when no plugin has one."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class CustomTools:
             scan = await self._runner.io(self._scan, dict(config), dict(env), worktree)
             if scan.fingerprint == self._fingerprint:
                 return self._listing
-            self._listing = await self._load(scan)
+            self._listing = await self._load(scan, config)
             self._fingerprint = scan.fingerprint
             return self._listing
 
@@ -103,9 +106,10 @@ class CustomTools:
         plugins, plugin_problems = discovery.plugin_files(dirs, specs, self._workspace, allowed_roots=roots)
         everything = [*tools, *plugins]
         key = discovery.fingerprint(everything) + "|" + "|".join(f"{p.origin}:{p.message}" for p in problems)
+        key += "|" + json.dumps(config, sort_keys=True)  # the plugins' `config` hooks start from it
         return _Scan(tools, plugins, [*problems, *plugin_problems], key)
 
-    async def _load(self, scan: _Scan) -> CustomListing:
+    async def _load(self, scan: _Scan, config: Mapping[str, Any]) -> CustomListing:
         order = {f.path: i for i, f in enumerate([*scan.tool_files, *scan.plugin_files])}
         js = [f for f in scan.tool_files if not f.path.endswith(".py")] + list(scan.plugin_files)
         py = [f for f in scan.tool_files if f.path.endswith(".py")]
@@ -115,22 +119,24 @@ class CustomTools:
         if js and bun is None:
             problems += [LoadError(f.path, "Bun is not available in this sandbox") for f in js]
         elif bun is not None and (js or self._bun is not None):
-            loaded.append((bun, await self._load_into(bun, js, problems)))
+            loaded.append((bun, await self._load_into(bun, js, problems, config)))
         if py or self._python is not None:
             python = self._python_host()
-            loaded.append((python, await self._load_into(python, py, problems)))
+            loaded.append((python, await self._load_into(python, py, problems, config)))
         hooks: list[str] = []
         for _, result in loaded:
             problems += result.load_errors
             hooks += [h for h in result.hooks if h not in hooks]
         winners = merge_definitions([(host, result.tools, result.notes) for host, result in loaded], order)
         self._owners = {tool.id: host for tool, host in winners}
-        return CustomListing([tool for tool, _ in winners], problems, hooks)
+        configured = next((result.config_json for _, result in loaded if result.config_json), "")
+        return CustomListing([tool for tool, _ in winners], problems, hooks, configured)
 
-    async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError]) -> Loaded:
+    async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError],
+                         config: Mapping[str, Any]) -> Loaded:
         try:
             with tracing.child(f"toolhost.load {host.name}", {"sandbox.files": len(files)}):
-                return await host.load(list(files), self._workspace, self._worktree)
+                return await host.load(list(files), self._workspace, self._worktree, config)
         except ToolError as exc:
             problems += [LoadError(f.path, f"the {host.name} tool host failed: {exc}") for f in files]
             return Loaded([], [], [], [])
