@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.client import AsyncClient, Session
+from sandbox_agent import event_loop
 from tests.planes import Plane, running_plane
 from tests.security.test_resources import HOLDING_BOMB, RunningCall, agent_health_latency, container_id
 
@@ -173,5 +174,5 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=list(ATTACKS), help="one attack instead of all")
     parser.add_argument("--aborts", type=int, help="aborts per attack (default 2 with --quick, else 10)")
     options = parser.parse_args()
-    for line in asyncio.run(section(options.quick, options.only, options.aborts)):
+    for line in event_loop.run(section(options.quick, options.only, options.aborts)):
         print(line)

@@ -33,6 +33,7 @@ from typing import Any
 from controlplane.client import AsyncClient
 from controlplane.config import ResourcesConfig
 from controlplane.sandbox.provider import SandboxProvider
+from sandbox_agent import event_loop
 from tests.bench.bench import Row
 from tests.cluster.support import Cluster, running_cluster, swarm_plane
 from tests.planes import running_plane
@@ -220,7 +221,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     wall = time.perf_counter()
-    for line in asyncio.run(section(args.quick)):
+    for line in event_loop.run(section(args.quick)):
         print(line, flush=True)
     print(f"  (section wall time {time.perf_counter() - wall:.1f} s)")
     return 0

@@ -38,6 +38,7 @@ from typing import Any
 from controlplane.client import AsyncClient
 from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunResult
 from controlplane.sandbox.provider import SandboxAgent
+from sandbox_agent import event_loop
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane
 
@@ -352,7 +353,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     quick = parser.parse_args().quick
-    for line in asyncio.run(section(quick)):
+    for line in event_loop.run(section(quick)):
         print(line)
 
 

@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from sandbox_agent import event_loop
 from tests.planes import running_plane
 
 PUBLIC_SHAPES = {"exec": 2, "read": 4, "bash": 6}
@@ -123,7 +124,8 @@ async def main():
     print("ready", flush=True)
     await server.wait_for_termination()
 
-asyncio.run(main())
+from sandbox_agent import event_loop
+event_loop.run(main())  # the agent's loop
 """
 
 
@@ -201,7 +203,7 @@ async def section(quick: bool) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
-    for line in asyncio.run(section(parser.parse_args().quick)):
+    for line in event_loop.run(section(parser.parse_args().quick)):
         print(line)
 
 

@@ -21,6 +21,8 @@ import sys
 import time
 from collections.abc import AsyncIterator
 
+from sandbox_agent import event_loop
+
 ENGINES = {
     "grpcio default (EventEngine threads)": "",
     "our choice (poller, grpc_poller.py)": None,
@@ -121,9 +123,9 @@ def main() -> None:
     parser.add_argument("--child", type=int, metavar="CALLS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(asyncio.run(_measure(args.child))))
+        print(json.dumps(event_loop.run(_measure(args.child))))
         return
-    for line in asyncio.run(section(args.quick)):
+    for line in event_loop.run(section(args.quick)):
         print(line)
 
 

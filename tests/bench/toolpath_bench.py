@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from controlplane.core.execution import BuiltinCall, CommandSpec, Exited, RunAsk, RunFailed, RunResult
 from controlplane.sandbox.provider import SandboxAgent
+from sandbox_agent import event_loop
 from sandbox_agent.gc_tuning import tune_after_startup
 from tests.archives import tar_of
 from tests.planes import running_plane
@@ -179,7 +180,7 @@ async def section(quick: bool) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
-    for line in asyncio.run(section(parser.parse_args().quick)):
+    for line in event_loop.run(section(parser.parse_args().quick)):
         print(line)
 
 

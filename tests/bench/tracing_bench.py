@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox_agent import event_loop
+
 TARGET_P99_MS = 0.5
 REPO = Path(__file__).resolve().parents[2]
 
@@ -193,9 +195,9 @@ async def section(quick: bool) -> list[str]:
 
 def main() -> None:
     if len(sys.argv) >= 3 and sys.argv[1] == "--child":
-        print(json.dumps(asyncio.run(_child(int(sys.argv[2])))))
+        print(json.dumps(event_loop.run(_child(int(sys.argv[2])))))
         return
-    for line in asyncio.run(section("--quick" in sys.argv)):
+    for line in event_loop.run(section("--quick" in sys.argv)):
         print(line)
 
 
