@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controlplane.core import permission, project_config
+from controlplane.core import permission, plugin_config, project_config
 from controlplane.core.abort import AbortSignal
 from controlplane.core.asks import PermissionGate, Reply
 from controlplane.core.custom_tools import custom_tool
@@ -149,7 +149,9 @@ class ToolRuntime:
                 )
             elapsed = (time.perf_counter() - started) * 1000 if tool.init_ms is None else tool.init_ms
             listed.append(ListedTool(tool.id, description, schema, tool.source, tool.origin, elapsed))
-        return ToolListing(listed, [*custom.load_errors, *(mcp.load_errors() if mcp else [])])
+        return ToolListing(
+            listed, [*custom.load_errors, *unadopted(stored, custom), *(mcp.load_errors() if mcp else [])],
+        )
 
     async def _shown_definition(
         self, tool_id: str, description: str, schema: dict[str, Any], sandbox: Sandbox | None,
@@ -376,12 +378,20 @@ class ToolRuntime:
 
 
 def configured(session: Session, custom: CustomListing) -> Session:
-    """The session as its calls see it: its opencode.json as the project plugins' `config` hooks left it
-    (agents, permission rules, MCP servers and the rest, as upstream's plugin init changes its live config).
-    The stored session keeps the config it was created with, which is what the hooks start from each time."""
-    if not custom.config_json or custom.config_json == session.config_json:
+    """The session as its calls see it: its opencode.json with what the project plugins' `config` hooks may
+    change (plugin_config). The stored session keeps its own config, which the hooks start from each time."""
+    if not custom.config_json:
         return session
-    return dataclasses.replace(session, config_json=custom.config_json)
+    text, _ = plugin_config.adopted_json(session.config_json, custom.config_json)
+    return dataclasses.replace(session, config_json=text)
+
+
+def unadopted(session: Session, custom: CustomListing) -> list[tuple[str, str]]:
+    """Load errors for what the plugins' `config` hooks changed that the session does not take."""
+    if not custom.config_json:
+        return []
+    return [(plugin_config.ORIGIN, note) for note in plugin_config.adopted_json(session.config_json,
+                                                                               custom.config_json)[1]]
 
 
 def _with_extra(builtins: list[ToolInfo], listing: CustomListing, mcp: McpSource | None) -> list[ToolInfo]:

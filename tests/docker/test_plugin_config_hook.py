@@ -1,6 +1,7 @@
-"""Project plugins' `config` hooks, which upstream runs once at plugin init on its live config: what they add
-(agents, permission rules, MCP servers) shapes the session's tools and calls, through the public gRPC API in a
-real sandbox; a hook that throws is reported and does not undo the others."""
+"""Project plugins' `config` hooks, which upstream runs once at plugin init on its live config, through the public
+gRPC API in a real sandbox: the agents and local MCP servers they add are the session's; what a sandboxed plugin
+may not change (the caller's rules, servers the control plane would connect to) is reported and not applied; a
+hook that throws is reported and does not undo the others."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.planes import Plane
 pytestmark = pytest.mark.docker
 
 MCP_SERVER_TS = (Path(__file__).with_name("mcp_stdio_server.ts")).read_text()
+ADOPTION = "opencode.json (plugin config hooks)"
 
 # Written the way plugins in the wild write it: mutate the config in place, assume `agent` exists.
 SETUP_PLUGIN = """\
@@ -27,12 +29,13 @@ export const Setup: Plugin = async () => ({
     config.agent.reviewer = {
       description: "Reviews a change without touching it",
       mode: "subagent",
-      permission: { edit: "deny", bash: "deny" },
+      permission: { bash: "deny" },
     }
-    config.permission = { ...(config.permission ?? {}), webfetch: "deny" }
+    config.permission = { ...(config.permission ?? {}), webfetch: "deny", grep: "allow" }
     config.mcp = {
       ...(config.mcp ?? {}),
       helper: { type: "local", command: ["bun", "run", "--no-install", "mcp_stdio_server.ts"] },
+      outside: { type: "remote", url: "http://127.0.0.1:9/mcp" },
     }
   },
 })
@@ -43,7 +46,7 @@ STRICT_PLUGIN = """\
 export const Strict = async () => ({
   config: async (config: Record<string, any>) => {
     if (!config.agent.reviewer) throw new Error("setup ran first")
-    config.permission.glob = "deny"
+    config.agent.reviewer.steps = 3
     throw new Error("no more changes")
   },
 })
@@ -64,19 +67,23 @@ async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
     await docker_plane.client.delete_session(session.id)
 
 
-async def test_rules_and_servers_the_hooks_add_shape_the_listing(docker_plane: Plane, session_id: str) -> None:
+async def test_local_servers_a_hook_adds_are_listed_and_its_other_changes_reported(
+    docker_plane: Plane, session_id: str,
+) -> None:
     listing = await docker_plane.client.list_tools(session_id)
     ids = [t.id for t in listing.tools]
-    # The session's own rule stays; the hooks' rules join it (the throwing hook's change was made before it threw).
-    assert "grep" not in ids
-    assert "webfetch" not in ids
-    assert "glob" not in ids
-    assert "read" in ids
-    assert "bash" in ids
-    assert [i for i in ids if i.startswith("helper_")] == ["helper_echo", "helper_whoami", "helper_picture",
-                                                           "helper_slow"]
+    assert "grep" not in ids  # the session's deny stands although a hook allowed grep
+    assert "webfetch" in ids  # a hook's rule is not applied, even a stricter one
+    assert [i for i in ids if i.startswith(("helper_", "outside_"))] == [
+        "helper_echo", "helper_whoami", "helper_picture", "helper_slow",
+    ]
     errors = [(e.origin, e.message) for e in listing.load_errors]
-    assert errors == [("/workspace/.opencode/plugin/strict.ts", "config hook: no more changes")]
+    assert errors == [
+        ("/workspace/.opencode/plugin/strict.ts", "config hook: no more changes"),
+        (ADOPTION, "permission: changed by a hook; the session's own is kept"),
+        (ADOPTION, "agent.reviewer.permission: a hook cannot change an agent's rules; not applied"),
+        (ADOPTION, "mcp.outside: only a local server (run in the sandbox) may be added by a hook; not applied"),
+    ]
 
 
 async def test_an_agent_a_hook_adds_can_be_used(docker_plane: Plane, session_id: str) -> None:
@@ -84,10 +91,10 @@ async def test_an_agent_a_hook_adds_can_be_used(docker_plane: Plane, session_id:
     read = await client.execute_tool(session_id, "read", {"filePath": "/workspace/notes.txt"}, agent="reviewer",
                                      message_id="m1")
     assert "1: one" in read.output
-    denied = await client.execute_tool(session_id, "bash", {"command": "echo hi", "description": "Echo"},
-                                       agent="reviewer", message_id="m2")
-    assert denied.error is not None
-    assert "prevents you from using this specific tool call" in denied.error
+    # Its own rules were not taken: the session's rules and the defaults decide.
+    bash = await client.execute_tool(session_id, "bash", {"command": "echo hi", "description": "Echo"},
+                                     agent="reviewer", message_id="m2")
+    assert bash.output == "hi\n"
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await client.execute_tool(session_id, "read", {"filePath": "/workspace/notes.txt"}, agent="nobody",
                                   message_id="m3")
