@@ -45,6 +45,7 @@ import math
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -170,13 +171,13 @@ def progress(message: str) -> None:
 
 
 async def docker_cli(*args: str, check: bool = True) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "docker", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"docker {' '.join(args)} failed ({proc.returncode}): {err.decode(errors='replace')}")
-    return out.decode()
+    # subprocess.run starts the CLI with vfork; uvloop's subprocesses fork the whole bench process, which
+    # would slow the baselines down (and flatter the ratios against them).
+    done = await asyncio.to_thread(subprocess.run, ["docker", *args], capture_output=True, check=False)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)} failed ({done.returncode}): "
+                           f"{done.stderr.decode(errors='replace')}")
+    return done.stdout.decode()
 
 
 async def leftovers(instance: str) -> tuple[list[str], list[str]]:
