@@ -80,11 +80,33 @@ def _agents(own: Any, hooked: Any, notes: list[str]) -> dict[str, Any]:
         for key in RULE_KEYS:
             if key in section and section.get(key) != mine.get(key):
                 notes.append(f"agent.{name}.{key}: a hook cannot change an agent's rules; not applied")
-        taken = {k: v for k, v in section.items() if k not in RULE_KEYS}
+        taken = _checked(name, {k: v for k, v in section.items() if k not in RULE_KEYS}, notes)
         merged = merge_deep(taken, {k: v for k, v in mine.items() if k not in RULE_KEYS})
         merged.update({k: mine[k] for k in RULE_KEYS if k in mine})
         result[name] = merged
     return result
+
+
+def _checked(name: str, fields: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """An agent's fields from a hook, less those the platform would refuse (one bad field must not fail
+    every call of the session)."""
+    kept = {}
+    for key, value in fields.items():
+        expected = AGENT_FIELDS.get(key)
+        if expected is not None and not expected[0](value):
+            notes.append(f"agent.{name}.{key}: must be {expected[1]}; not applied")
+            continue
+        kept[key] = value
+    return kept
+
+
+AGENT_FIELDS: dict[str, tuple[Any, str]] = {
+    "mode": (lambda v: v in ("primary", "subagent", "all"), "primary, subagent or all"),
+    "description": (lambda v: isinstance(v, str), "a string"),
+    "hidden": (lambda v: isinstance(v, bool), "true or false"),
+    "disable": (lambda v: isinstance(v, bool), "true or false"),
+}
+"""What the platform checks of an agent's settings (controlplane.core.permission.builtin_agents)."""
 
 
 def _servers(own: Any, hooked: Any, notes: list[str]) -> dict[str, Any]:

@@ -38,6 +38,8 @@ export type LoadResult = { tools: HostTool[]; errors: Problem[]; notes: Problem[
 export type Configured = { config?: string; errors: Problem[] }
 
 export const PLUGIN_INIT_LIMIT_MS = 10_000
+/** The most the config the hooks leave may weigh as JSON; more is not kept (it travels in every listing). */
+export const CONFIG_LIMIT_CHARS = 1 << 20
 
 export function messageOf(error: unknown): string {
   if (error instanceof AggregateError && error.errors.length > 0) {
@@ -187,6 +189,7 @@ export class Registry {
     try {
       const text = JSON.stringify(config)
       if (typeof text !== "string" || !text.startsWith("{")) throw new Error("the config is no longer an object")
+      if (text.length > CONFIG_LIMIT_CHARS) throw new Error(`it is larger than ${CONFIG_LIMIT_CHARS} characters`)
       return { config: text, errors }
     } catch (error) {
       errors.push({ origin: hooks[0].origin, message: `config hook: the config cannot be kept: ${messageOf(error)}` })

@@ -86,3 +86,14 @@ def test_json_in_and_out() -> None:
     assert notes == ()
     assert adopted_json(own, "[1, 2]") == (own, ("the config the hooks left is not a JSON object; "
                                                  "the session's own is kept",))
+
+
+def test_agent_settings_the_platform_would_refuse_are_left_out() -> None:
+    added = {"odd": {"mode": "sometimes", "description": 7, "hidden": "yes", "prompt": "Be odd"}}
+    config, notes = adopt({}, hooked({}, agent=added))
+    assert config == {"agent": {"odd": {"prompt": "Be odd"}}}
+    assert notes == [
+        "agent.odd.mode: must be primary, subagent or all; not applied",
+        "agent.odd.description: must be a string; not applied",
+        "agent.odd.hidden: must be true or false; not applied",
+    ]

@@ -509,6 +509,47 @@ async def test_a_throwing_plugin_is_a_load_error(sandbox: Sandbox, bun_host: Too
     assert loaded.hooks == []
 
 
+async def test_config_hooks_run_in_load_order_on_a_copy_of_the_sessions_config(
+    sandbox: Sandbox, bun_host: ToolHost,
+) -> None:
+    first = sandbox.write(".opencode/plugin/a.ts", """
+        export const A = async () => ({ config: async (config: any) => {
+          config.agent.helper = { description: "Helps", mode: "subagent" }
+          config.seen = [...(config.seen ?? []), "a"]
+        } })
+    """)
+    second = sandbox.write(".opencode/plugin/b.ts", """
+        export const B = async () => ({ config(config: any) { config.seen.push("b"); throw new Error("enough") } })
+    """)
+    files = [HostFile(first, "plugin"), HostFile(second, "plugin")]
+    session = {"permission": {"bash": "ask"}, "mode": {"old": {}}}
+    loaded = await bun_host.load(files, str(sandbox.project), "/", session)
+    assert json.loads(loaded.config_json) == {
+        "permission": {"bash": "ask"}, "mode": {"old": {}}, "agent": {"helper": {"description": "Helps",
+                                                                                 "mode": "subagent"}},
+        "plugin": [], "seen": ["a", "b"],
+    }
+    assert [(e.origin, e.message) for e in loaded.load_errors] == [(second, "config hook: enough")]
+    assert session == {"permission": {"bash": "ask"}, "mode": {"old": {}}}  # the hooks worked on a copy
+
+    again = await bun_host.load(files, str(sandbox.project), "/", session)  # each load starts from the session's
+    assert json.loads(again.config_json)["seen"] == ["a", "b"]
+
+
+async def test_no_config_hook_no_config_and_an_oversized_one_is_not_kept(sandbox: Sandbox, bun_host: ToolHost) -> None:
+    quiet = sandbox.write(".opencode/plugin/quiet.ts", "export const Quiet = async () => ({})\n")
+    loaded = await bun_host.load([HostFile(quiet, "plugin")], str(sandbox.project), "/", {"x": 1})
+    assert loaded.config_json == ""
+    big = sandbox.write(".opencode/plugin/big.ts", """
+        export const Big = async () => ({ config: async (config: any) => { config.blob = "x".repeat(2 ** 21) } })
+    """)
+    loaded = await bun_host.load([HostFile(big, "plugin")], str(sandbox.project), "/", {})
+    assert loaded.config_json == ""
+    assert [(e.origin, e.message) for e in loaded.load_errors] == [
+        (big, "config hook: the config cannot be kept: it is larger than 1048576 characters"),
+    ]
+
+
 async def test_concurrent_calls_share_one_host(sandbox: Sandbox, bun_host: ToolHost) -> None:
     path = sandbox.tool("sleepy.ts", """
         export const nap = {
