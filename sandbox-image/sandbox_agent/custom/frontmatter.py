@@ -19,11 +19,25 @@ _KEY_LINE = re.compile(
 _BLOCK_HEADER = re.compile(r"^(?P<style>[|>])(?P<a>[+-]?)(?P<indent>[1-9]?)(?P<b>[+-]?)[ \t]*(?:#.*)?$")
 _NULL = re.compile(r"^(?:~|null|Null|NULL)$")
 _BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_INT = re.compile(r"^[-+]?(?:0b[01_]+|0x[0-9a-fA-F_]+|0o[0-7_]+|[0-9][0-9_]*)$")
-_FLOAT = re.compile(
-    r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+# js-yaml 3's implicit int (no `0o`; `017` is octal; `1:30` is base 60), float and timestamp resolvers.
+_INT = re.compile(
+    r"^[-+]?(?:0|0b[01_]*[01][01_]*|0x[0-9a-fA-F_]*[0-9a-fA-F][0-9a-fA-F_]*|0[0-7_]*[0-7][0-7_]*"
+    r"|[1-9][0-9_]*(?::[0-5]?[0-9])*)$"
 )
-_TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}.*)?$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:0|[1-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_TIMESTAMP = re.compile(
+    r"^(?:[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}"
+    r"(?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?)$"
+)
+# A `:` that makes a plain scalar a mapping key, which js-yaml rejects in a value.
+_MAPPING_COLON = re.compile(r":(?:[ \t]|$)")
+# upstream's `fallbackSanitization` (config/markdown.ts), applied when the first parse fails.
+_FALLBACK_MATTER = re.compile(r"^---\r?\n([\s\S]*?)\r?\n---")
+_FALLBACK_KEY = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_]*)\s*:\s*([^\n\r\u2028\u2029]*)$")
+_JS_SPACE = " \t\n\r\v\f\xa0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff" + "".join(map(chr, range(0x2000, 0x200B)))
 _ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r",
             "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0", "L": "\u2028",
             "P": "\u2029"}
@@ -46,10 +60,42 @@ def parse_frontmatter(text: str) -> tuple[dict[str, object], str]:
     indented continuation lines folded with spaces); 'single' and "double" quoted values (with YAML
     escapes); `|` and `>` block scalars with chomping and indentation indicators; comments and blank
     lines. Plain values that YAML reads as null become None; numbers, booleans, dates, flow collections
-    and nested blocks become NOT_A_STRING. As upstream's fallback does, a plain value containing ": " is
-    taken verbatim. `---json` frontmatter is parsed as JSON. Anchors, aliases and tags are rejected.
+    and nested blocks become NOT_A_STRING. `---json` frontmatter is parsed as JSON. Anchors, aliases and
+    tags are rejected. When parsing fails, the text is parsed once more after upstream's fallback
+    sanitization (a top-level `key: value` whose value holds a ":" becomes a `|-` block), as upstream does.
     """
-    text = text.removeprefix("\ufeff")
+    text = text.removeprefix("\ufeff")  # Bun's file text() drops it before upstream sees the text
+    try:
+        return _parse(text)
+    except FrontmatterError:
+        sanitized = fallback_sanitization(text)
+        if sanitized == text:
+            raise
+        return _parse(sanitized)
+
+
+def fallback_sanitization(text: str) -> str:
+    """Upstream's `fallbackSanitization`: quote-free `key: a: b` lines of the frontmatter become `key: |-` blocks."""
+    match = _FALLBACK_MATTER.match(text)
+    if match is None:
+        return text
+    matter = match[1]
+    result: list[str] = []
+    for line in re.split(r"\r?\n", matter):
+        trimmed = line.strip(_JS_SPACE)
+        entry = _FALLBACK_KEY.match(line)
+        if trimmed.startswith("#") or not trimmed or re.match(r"\s", line) or entry is None:
+            result.append(line)
+            continue
+        value = entry[2].strip(_JS_SPACE)
+        if value in ("", ">", "|") or value.startswith(('"', "'")) or ":" not in value:
+            result.append(line)
+            continue
+        result += [f"{entry[1]}: |-", f"  {value}"]
+    return text.replace(matter, "\n".join(result), 1)
+
+
+def _parse(text: str) -> tuple[dict[str, object], str]:
     if not text.startswith("---") or text[3:4] == "-":
         return {}, text
     rest = text[3:]
@@ -101,11 +147,17 @@ def _yaml_mapping(matter: str) -> dict[str, object]:
         key = _scalar_key(match["key"])
         if key in data:
             raise FrontmatterError(f'duplicated mapping key "{key}"')
+        value = (match["value"] or "").strip()
+        if value.startswith("#"):
+            value = ""
         block: list[str] = []
-        while index < len(lines) and (not lines[index].strip() or lines[index][0] in " \t"):
+        while index < len(lines) and (not lines[index].strip() or lines[index][0] in " \t"
+                                      or (not value and re.match(r"-(?:[ \t]|$)", lines[index]))):
             block.append(lines[index])
             index += 1
-        data[key] = _value((match["value"] or "").strip(), block)
+        if any(line[:1] == "\t" and line.strip() for line in block):
+            raise FrontmatterError("tab characters must not be used in indentation")
+        data[key] = _value(value, block)
     return data
 
 
@@ -130,19 +182,23 @@ def _value(value: str, block: list[str]) -> object:
         return _block_scalar(value, block)
     if value[0] in "&*!":
         raise FrontmatterError(f"anchors, aliases and tags are not supported: {value!r}")
-    if value[0] in "@`":
+    if value[0] in "@`%,]}" or re.match(r"[-?:](?:[ \t]|$)", value):
         raise FrontmatterError(f"a plain value cannot start with {value[0]!r}")
     if value[0] in "[{":
         return NOT_A_STRING
     if value[0] in "\"'":
-        return _quoted(" ".join([value, *(line.strip() for line in block)]).strip())
-    if ": " in value or value.endswith(":"):
-        return value
+        return _quoted(value, block)
+    first = _strip_comment(value)
+    if _MAPPING_COLON.search(first):
+        raise FrontmatterError(f"a plain value cannot hold a mapping: {value!r}")
     continued = [_strip_comment(line.strip()) for line in block]
     for line in continued:
-        if ": " in line or line.endswith(":"):
+        if _MAPPING_COLON.search(line):
             raise FrontmatterError(f"bad indentation of a mapping entry: {line!r}")
-    plain = _fold_plain([_strip_comment(value), *continued])
+    body_lines = [value.strip(), *(line.strip() for line in block if line.strip())]
+    if any(re.search(r"(?:^|[ \t])#", line) for line in body_lines[:-1]):
+        raise FrontmatterError("a comment cannot be followed by more of a plain value")
+    plain = _fold_plain([first, *continued])
     if _NULL.match(plain):
         return None
     if _BOOL.match(plain) or _INT.match(plain) or _FLOAT.match(plain) or _TIMESTAMP.match(plain):
@@ -167,17 +223,43 @@ def _fold_plain(lines: list[str]) -> str:
     return out
 
 
-def _quoted(text: str) -> str:
-    quote = text[0]
-    if quote == "'":
-        match = re.match(r"'((?:[^']|'')*)'[ \t]*(?:#.*)?$", text)
-        if match is None:
-            raise FrontmatterError(f"unterminated quoted value: {text!r}")
-        return match[1].replace("''", "'")
-    match = re.match(r'"((?:[^"\\]|\\.)*)"[ \t]*(?:#.*)?$', text)
-    if match is None:
-        raise FrontmatterError(f"unterminated quoted value: {text!r}")
-    return _double_quoted(f'"{match[1]}"')
+def _quoted(value: str, block: list[str]) -> str:
+    """A 'single' or "double" quoted scalar, possibly over several lines (folded as YAML flow scalars are)."""
+    text = "\n".join([value, *block])
+    pattern = r"'((?:[^']|'')*)'" if value[0] == "'" else r'"((?:[^"\\]|\\.)*)"'
+    match = re.match(pattern, text, re.S)
+    after = text[match.end():].split("\n") if match else []
+    if (match is None or re.fullmatch(r"(?:[ \t]+(?:#.*)?)?", after[0]) is None
+            or any(line.strip() and not line.lstrip(" \t").startswith("#") for line in after[1:])):
+        raise FrontmatterError(f"unterminated quoted value: {value!r}")
+    if value[0] == "'":
+        return _fold_flow(match[1].split("\n"), escapes=False).replace("''", "'")
+    return _double_quoted('"' + _fold_flow(match[1].split("\n"), escapes=True) + '"')
+
+
+def _fold_flow(lines: list[str], *, escapes: bool) -> str:
+    """Line folding inside quotes: a break is a space, k empty lines are k breaks, `\\` at a line end joins."""
+    out = ""
+    empty = 0
+    joined = False
+    last = len(lines) - 1
+    for index, line in enumerate(lines):
+        escaped_break = escapes and index < last and (len(line) - len(line.rstrip("\\"))) % 2 == 1
+        piece = line if index == 0 else line.lstrip(" \t")
+        if escaped_break:
+            piece = piece[:-1]
+        elif index < last:
+            piece = piece.rstrip(" \t")
+        if index == 0 or joined:
+            out += piece
+        elif not piece and index < last:
+            empty += 1
+            continue
+        else:
+            out += ("\n" * empty if empty else " ") + piece
+        empty = 0
+        joined = escaped_break
+    return out
 
 
 def _double_quoted(text: str) -> str:

@@ -240,3 +240,62 @@ def test_unsupported_or_invalid_yaml_is_an_error(matter: str, message: str) -> N
 def test_other_frontmatter_languages_are_errors() -> None:
     with pytest.raises(FrontmatterError, match='frontmatter language "toml" is not supported'):
         parse_frontmatter("---toml\nname = 'a'\n---\n")
+
+
+# --- patterns met in published SKILL.md files, checked against gray-matter + js-yaml 3 + upstream's fallback ---
+
+
+@pytest.mark.parametrize(("matter", "expected"), [
+    # A plain value holding ": " fails js-yaml; upstream's fallback turns the line into a `|-` block, so the
+    # indented lines after it stay as separate lines (more indentation kept).
+    ("description: Pick me when: the build breaks\n  or a test flakes",
+     "Pick me when: the build breaks\nor a test flakes"),
+    ("description: Pick me when: x\n    deeper\n\n    again", "Pick me when: x\n  deeper\n\n  again"),
+    ("description: Hooks:\n  pre and post", "Hooks:\npre and post"),
+    # When another line sends the parse to the fallback, a value with any ":" keeps its ` #...` text.
+    ("description: docs at http://x.test # see\nwhen: now: later", "docs at http://x.test # see"),
+    # Starts a plain scalar may not have in YAML become text through the fallback when the value has a ":".
+    ("description: `tool` CLI: runs it", "`tool` CLI: runs it"),
+    ("description: @bot says: hi", "@bot says: hi"),
+    ("description: *note* read: this", "*note* read: this"),
+    ("description: | odd: header", "| odd: header"),
+    # Quoted scalars over several lines fold: a break is a space, an empty line a newline.
+    ("description: 'one''s first\n  second\n\n  third'", "one's first second\nthird"),
+    ('description: "first\n  second \\\n  joined\n\n\n  last"', "first second joined\n\nlast"),
+    # A sequence at the key's own indentation belongs to the key.
+    ("description: d\ntags:\n- one\n- two\nextra: e", "d"),
+    ("description: d\nkeys: # comment\n- one", "d"),
+])
+def test_published_skill_patterns(matter: str, expected: str) -> None:
+    data, content = parse_frontmatter(f"---\nname: n\n{matter}\n---\nBody\n")
+    assert data["name"] == "n"
+    assert data["description"] == expected
+    assert content == "Body\n"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("0o17", "0o17"),  # js-yaml 3 has no `0o` octal
+    ("2024-1-1", "2024-1-1"),  # a date needs two-digit month and day
+    ("1:30", NOT_A_STRING),  # base 60
+    ("017", NOT_A_STRING),
+    ("1_000", NOT_A_STRING),
+    (".5", NOT_A_STRING),
+    ("1e3", NOT_A_STRING),
+    ("2001-12-14 21:59:43.10 -5", NOT_A_STRING),
+])
+def test_implicit_types_as_js_yaml_3(value: str, expected: object) -> None:
+    data, _ = parse_frontmatter(f"---\nname: {value}\ndescription: d\n---\n")
+    assert data["name"] == expected
+
+
+@pytest.mark.parametrize("matter", [
+    "description: d\nargument-hint: a: b",  # the fallback only rewrites keys made of [A-Za-z0-9_]
+    "description: %off",
+    "description: ? what",
+    "description: - item",
+    "description: first # note\n  second",
+    "description: first\n\tsecond",
+])
+def test_yaml_js_yaml_rejects_skips_the_skill(matter: str) -> None:
+    with pytest.raises(FrontmatterError):
+        parse_frontmatter(f"---\nname: n\n{matter}\n---\n")
