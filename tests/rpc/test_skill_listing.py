@@ -68,3 +68,25 @@ async def test_a_denied_skill_is_not_listed_and_no_skills_says_so(plane: Plane) 
     assert schema["properties"]["name"]["description"] == "The name of the skill from available_skills"  # type: ignore[index]
     await plane.client.delete_session(session.id)
     await plane.client.delete_session(empty.id)
+
+
+async def test_published_frontmatter_patterns_list_as_upstream_parses_them(plane: Plane) -> None:
+    """An unquoted "a: b" value goes through upstream's fallback (its indented lines kept as lines); a hyphenated
+    key the fallback cannot rewrite skips the skill; CRLF and a zero-indented list parse."""
+    files = {
+        ".opencode/skill/triage/SKILL.md": "---\nname: triage\ndescription: Use when: a bug report arrives\n"
+                                           "  or a test flakes\n---\nSort it first.\n",
+        ".opencode/skill/broken/SKILL.md": "---\nname: broken\ndescription: d\nargument-hint: a: b\n---\nx\n",
+        ".opencode/skill/windows/SKILL.md": "---\r\nname: windows\r\ndescription: 'Folded\r\n  quoted'\r\n"
+                                            "tags:\r\n- a\r\n---\r\nCRLF body\r\n",
+    }
+    session = await plane.client.create_session(workspace_archive=tar_of(files))
+    description, _ = await skill_description(plane, session.id)
+    assert description.endswith(
+        "## Available Skills\n"
+        "- **triage**: Use when: a bug report arrives\nor a test flakes\n"
+        "- **windows**: Folded quoted"
+    ), description
+    out = await plane.client.execute_tool(session.id, "skill", {"name": "windows"})
+    assert out.output.startswith('<skill_content name="windows">\n# Skill: windows\n\nCRLF body\n'), out.output
+    await plane.client.delete_session(session.id)
