@@ -34,10 +34,10 @@ _TIMESTAMP = re.compile(
 )
 # A `:` that makes a plain scalar a mapping key, which js-yaml rejects in a value.
 _MAPPING_COLON = re.compile(r":(?:[ \t]|$)")
-# upstream's `fallbackSanitization` (config/markdown.ts), applied when the first parse fails.
-_FALLBACK_MATTER = re.compile(r"^---\r?\n([\s\S]*?)\r?\n---")
-_FALLBACK_KEY = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_]*)\s*:\s*([^\n\r\u2028\u2029]*)$")
+# A line the second reading may turn into a literal block: an ASCII identifier, a colon, the value.
+_RETRY_ENTRY = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*:\s*(?P<value>[^\n\r\u2028\u2029]*)")
 _JS_SPACE = " \t\n\r\v\f\xa0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff" + "".join(map(chr, range(0x2000, 0x200B)))
+"""What JavaScript's String.prototype.trim removes."""
 _ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r",
             "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0", "L": "\u2028",
             "P": "\u2029"}
@@ -61,38 +61,63 @@ def parse_frontmatter(text: str) -> tuple[dict[str, object], str]:
     escapes); `|` and `>` block scalars with chomping and indentation indicators; comments and blank
     lines. Plain values that YAML reads as null become None; numbers, booleans, dates, flow collections
     and nested blocks become NOT_A_STRING. `---json` frontmatter is parsed as JSON. Anchors, aliases and
-    tags are rejected. When parsing fails, the text is parsed once more after upstream's fallback
-    sanitization (a top-level `key: value` whose value holds a ":" becomes a `|-` block), as upstream does.
+    tags are rejected. A file that does not parse gets a second reading (`second_reading`), as upstream
+    gives it one.
     """
     text = text.removeprefix("\ufeff")  # Bun's file text() drops it before upstream sees the text
     try:
         return _parse(text)
     except FrontmatterError:
-        sanitized = fallback_sanitization(text)
-        if sanitized == text:
+        retried = second_reading(text)
+        if retried == text:
             raise
-        return _parse(sanitized)
+        return _parse(retried)
 
 
-def fallback_sanitization(text: str) -> str:
-    """Upstream's `fallbackSanitization`: quote-free `key: a: b` lines of the frontmatter become `key: |-` blocks."""
-    match = _FALLBACK_MATTER.match(text)
-    if match is None:
+def second_reading(text: str) -> str:
+    """The text upstream parses again when its frontmatter is not valid YAML, as observed from v1.2.27 with
+    published and hand-written SKILL.md files (tests/unit/custom/test_skills.py).
+
+    Only the frontmatter changes: every line that starts at the margin with an ASCII identifier, a colon
+    and an unquoted value holding a colon (other than a lone `|` or `>`) becomes a literal block (`|-`)
+    of that value, so `Use when: x` is text instead of a nested mapping. A value's indented lines then
+    belong to that block. Comments, blank and indented lines, and keys with other characters (a hyphen)
+    stay as they are, so such a file still fails.
+    """
+    bounds = _matter_bounds(text)
+    if bounds is None:
         return text
-    matter = match[1]
-    result: list[str] = []
-    for line in re.split(r"\r?\n", matter):
-        trimmed = line.strip(_JS_SPACE)
-        entry = _FALLBACK_KEY.match(line)
-        if trimmed.startswith("#") or not trimmed or re.match(r"\s", line) or entry is None:
-            result.append(line)
-            continue
-        value = entry[2].strip(_JS_SPACE)
-        if value in ("", ">", "|") or value.startswith(('"', "'")) or ":" not in value:
-            result.append(line)
-            continue
-        result += [f"{entry[1]}: |-", f"  {value}"]
-    return text.replace(matter, "\n".join(result), 1)
+    begin, end = bounds
+    lines = [_as_block(line) or [line] for line in re.split(r"\r?\n", text[begin:end])]
+    return text[:begin] + "\n".join(part for group in lines for part in group) + text[end:]
+
+
+def _matter_bounds(text: str) -> tuple[int, int] | None:
+    """Where the frontmatter's lines are: after the opening `---` line, up to the line break before the
+    first line that starts with `---`."""
+    for opening in ("---\n", "---\r\n"):
+        if text.startswith(opening):
+            begin = len(opening)
+            break
+    else:
+        return None
+    closing = text.find("\n---", begin)
+    if closing < 0:
+        return None
+    return begin, closing - 1 if closing > begin and text[closing - 1] == "\r" else closing
+
+
+def _as_block(line: str) -> list[str] | None:
+    """The two lines `key: |-` and `  value` that stand for `line` on the second reading, or None to keep it."""
+    if not line or line[0].isspace() or line.strip(_JS_SPACE).startswith("#"):
+        return None
+    entry = _RETRY_ENTRY.fullmatch(line)
+    if entry is None:
+        return None
+    value = entry["value"].strip(_JS_SPACE)
+    if ":" not in value or value in (">", "|") or value[0] in "\"'":
+        return None
+    return [f"{entry['key']}: |-", f"  {value}"]
 
 
 def _parse(text: str) -> tuple[dict[str, object], str]:
