@@ -190,8 +190,9 @@ class ToolRuntime:
         tools = self._executable(custom, mcp, registry)
         if tool not in tools and tool.lower() not in tools:
             custom = await self._custom_listing(stored, sandbox, refresh=True)  # a tool file added since
-            if configured(stored, custom).config_json != session.config_json:
-                session = configured(stored, custom)
+            refreshed = configured(stored, custom)
+            if refreshed.config_json != session.config_json:
+                session = refreshed
                 agent = await self._agent(session, sandbox, agent_name, custom)
                 registry = self._registry.for_session(_config(session.config_json))
             tools = self._executable(custom, mcp, registry)
@@ -383,7 +384,7 @@ def configured(session: Session, custom: CustomListing) -> Session:
     if not custom.config_json:
         return session
     text, _ = plugin_config.adopted_json(session.config_json, custom.config_json)
-    return dataclasses.replace(session, config_json=text)
+    return session if text == session.config_json else dataclasses.replace(session, config_json=text)
 
 
 def unadopted(session: Session, custom: CustomListing) -> list[tuple[str, str]]:

@@ -224,10 +224,8 @@ class ToolCalls:
         with tracing.span(trace, "sandbox.list_custom_tools") as span:
             worktree = await self._runner.io(find_worktree, self._workspace)
             listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
-            effective = json.loads(listing.config_json) if listing.config_json else config
             scan = await self._runner.io(functools.partial(
-                scan_skills, self._workspace, worktree, env=env,
-                config=effective if isinstance(effective, dict) else {},
+                scan_skills, self._workspace, worktree, env=env, config=config if isinstance(config, dict) else {},
             ))
             if span is not None:
                 span.set("sandbox.tools", len(listing.tools))
