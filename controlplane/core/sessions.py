@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import secrets
 import time
@@ -13,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from controlplane.core import workspace_archive
+from controlplane.core import project_files, workspace_archive
 from controlplane.core.events import EventBus
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.core.tracked_tasks import TrackedTasks
@@ -154,14 +153,13 @@ class SessionManager:
         # Everything the request alone can be refused for is checked before anything exists: a refused
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = self._resources(spec.resources)
-        await self._check_archive(spec.workspace_archive)
-        if spec.config_json:
-            _check_config_json(spec.config_json)
+        project = await self._check_archive(spec.workspace_archive)
+        config_json = project_files.session_config(project, spec.config_json)
         now = self._clock()
         session = Session(
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=spec.agent or "build",
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
-            labels=dict(spec.labels or {}), config_json=spec.config_json,
+            labels=dict(spec.labels or {}), config_json=config_json,
         )
         try:
             with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
@@ -203,21 +201,24 @@ class SessionManager:
                          sandboxID=session.sandbox_id)
         return replace(session)
 
-    async def _check_archive(self, archive: bytes) -> None:
+    async def _check_archive(self, archive: bytes) -> dict[str, bytes]:
+        """The archive's project config files (project_files), once it is known to be acceptable."""
         if not archive:
-            return
+            return {}
         if len(archive) > self._policy.max_archive_bytes:
             raise ResourceExhaustedError(
                 f"workspace archive is {len(archive)} bytes; the limit is {self._policy.max_archive_bytes}"
             )
         policy = self._policy
         check = functools.partial(
-            workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes
+            workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
+            keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
         )
         if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
-            await asyncio.to_thread(check)  # headers only, but a big (or compressed) archive takes a while
+            stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
         else:
-            check()
+            stats = check()
+        return stats.kept
 
     async def create_child(self, parent_id: str, agent: str, title: str) -> Session:
         """A READY session on the parent's sandbox (no new container), ended with its parent."""
@@ -440,12 +441,3 @@ class SessionManager:
                 await self.reap_expired()
             except Exception:  # any failure: lifetimes must keep being enforced, next round tries again
                 log.exception("reaping expired sessions failed")
-
-
-def _check_config_json(text: str) -> None:
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise InvalidArgumentError(f"config_json is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise InvalidArgumentError("config_json must be a JSON object (an opencode.json document)")

@@ -6,10 +6,12 @@ first turns a hostile archive into one clear error instead of a session with ent
 
 from __future__ import annotations
 
+import builtins
 import io
 import tarfile
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 
@@ -36,6 +38,8 @@ class ArchiveStats:
     entries: int
     bytes: int
     """Declared size of its regular files."""
+    kept: dict[str, builtins.bytes] = field(default_factory=dict)
+    """The regular files `check` was asked to keep, by workspace path (each cut at `keep_bytes` + 1)."""
 
 
 class _Node:
@@ -103,10 +107,16 @@ class _Tree:
         return node
 
 
-def check(archive: bytes, max_entries: int, max_bytes: int) -> ArchiveStats:
+def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str], bool] | None = None,
+          keep_bytes: int = 1 << 20) -> ArchiveStats:
     """Raises InvalidArgumentError naming the first entry that would escape or is not allowed, and
-    ResourceExhaustedError past `max_entries` entries or `max_bytes` of declared file data."""
+    ResourceExhaustedError past `max_entries` entries or `max_bytes` of declared file data.
+
+    The regular files whose workspace path `keep` accepts are read on the way, as extraction would
+    leave them (a later entry of the same path replaces or removes them); reached through a link, they
+    are not."""
     entries = total = 0
+    kept: dict[str, bytes] = {}
     tree = _Tree()
     tree.grant(WALK_STEPS)
     try:
@@ -125,6 +135,8 @@ def check(archive: bytes, max_entries: int, max_bytes: int) -> ArchiveStats:
                     total += member.size
                 tree.grant(WALK_STEPS_PER_ENTRY)
                 _check_member(tree, member)
+                if keep is not None:
+                    _keep(tar, member, keep, keep_bytes, kept)
     except tarfile.TarError as exc:
         raise InvalidArgumentError(f"{PREFIX}not a valid tar archive: {exc}") from exc
     # A later entry can change where an earlier link leads (a link to "a/.." before "a" became a link to ".").
@@ -132,7 +144,19 @@ def check(archive: bytes, max_entries: int, max_bytes: int) -> ArchiveStats:
         if node.link is not None:  # not replaced by a later entry
             tree.grant(WALK_STEPS_PER_ENTRY)
             _check_link_target(tree, name, node.parent or tree.root, node.link)
-    return ArchiveStats(entries, total)
+    return ArchiveStats(entries, total, kept)
+
+
+def _keep(tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Callable[[str], bool], limit: int,
+          kept: dict[str, bytes]) -> None:
+    path = "/".join(p for p in member.name.split("/") if p not in ("", "."))
+    if not keep(path):
+        return
+    body = tar.extractfile(member) if member.isreg() else None
+    if body is None:
+        kept.pop(path, None)
+    else:
+        kept[path] = body.read(limit + 1)
 
 
 def _refuse(name: str, why: str) -> InvalidArgumentError:

@@ -120,9 +120,11 @@ def _as_block(line: str) -> list[str] | None:
     return [f"{entry['key']}: |-", f"  {value}"]
 
 
-def _parse(text: str) -> tuple[dict[str, object], str]:
+def split_matter(text: str) -> tuple[str, str, str] | None:
+    """(language, frontmatter, content) as gray-matter cuts `text` before parsing anything; None when the
+    text has no frontmatter (it does not start with `---`, or with `----`)."""
     if not text.startswith("---") or text[3:4] == "-":
-        return {}, text
+        return None
     rest = text[3:]
     newline = re.search(r"\r?\n", rest)
     language = rest[: newline.start()] if newline else ""
@@ -130,10 +132,16 @@ def _parse(text: str) -> tuple[dict[str, object], str]:
     close = rest.find("\n---")
     matter = rest if close < 0 else rest[:close]
     content = "" if close < 0 else rest[close + 4:]
-    content = content.removeprefix("\r").removeprefix("\n")
+    return language.strip(), matter, content.removeprefix("\r").removeprefix("\n")
+
+
+def _parse(text: str) -> tuple[dict[str, object], str]:
+    parts = split_matter(text)
+    if parts is None:
+        return {}, text
+    kind, matter, content = parts
     if not re.sub(r"(?m)^\s*#[^\n]+", "", matter).strip():
         return {}, content
-    kind = language.strip()
     if kind == "json":
         data = _json_object(matter)
     elif kind in ("", "yaml", "yml"):

@@ -1,0 +1,148 @@
+"""A workspace archive's project config: which files, in which order, and how each is read."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from typing import Any
+
+import pytest
+
+from controlplane.core import project_files, workspace_archive
+from controlplane.core.agent_markdown import parse_agent
+from controlplane.errors import InvalidArgumentError
+from tests.archives import tar_of
+
+
+def config(files: dict[str, str], config_json: str = "") -> dict[str, Any]:
+    text = project_files.session_config({k: v.encode() for k, v in files.items()}, config_json)
+    return json.loads(text) if text else {}
+
+
+def kept(archive: bytes) -> dict[str, bytes]:
+    return workspace_archive.check(archive, 1000, 1 << 30, keep=project_files.wanted).kept
+
+
+def test_layers_merge_from_the_root_files_up_to_the_callers_document() -> None:
+    files = {
+        "opencode.jsonc": '{"model": "a", "permission": {"bash": "ask", "read": "allow"}, "plugin": ["p1"]}',
+        "opencode.json": '{"model": "b", "plugin": ["p2", "p1"]}',
+        ".opencode/opencode.jsonc": '{"permission": {"bash": {"git *": "allow"}}}',
+        ".opencode/opencode.json": '{"agent": {"review": {"description": "from json", "hidden": true}}}',
+        ".opencode/agent/review.md": "---\ndescription: from markdown\n---\nReview.",
+    }
+    merged = config(files, '{"plugin": ["p3"], "agent": {"review": {"hidden": false}}}')
+    assert merged["model"] == "b"
+    assert merged["permission"] == {"bash": {"git *": "allow"}, "read": "allow"}
+    assert merged["plugin"] == ["p1", "p2", "p3"]
+    assert merged["agent"] == {"review": {"description": "from markdown", "hidden": False, "prompt": "Review."}}
+
+
+def test_jsonc_comments_and_trailing_commas_are_read_everywhere() -> None:
+    files = {"opencode.json": '{\n  // rules\n  "permission": {"edit": "deny",}, /* more */\n}'}
+    assert config(files, '{"agent": {"x": {"mode": "subagent",},},}') == {
+        "permission": {"edit": "deny"}, "agent": {"x": {"mode": "subagent"}},
+    }
+    # Alone, a JSONC config_json is stored as plain JSON; a plain one is kept as given.
+    assert json.loads(project_files.session_config({}, '{"a": 1, // c\n}')) == {"a": 1}
+    assert project_files.session_config({}, '{"a":   1}') == '{"a":   1}'
+    assert project_files.session_config({}, "") == ""
+
+
+@pytest.mark.parametrize(("files", "config_json", "message"), [
+    ({"opencode.json": "{nope"}, "", "workspace opencode.json is not valid JSON: "),
+    ({"opencode.json": "[1]"}, "", "workspace opencode.json must be a JSON object (an opencode.json document)"),
+    ({}, "{", "config_json is not valid JSON: "),
+    ({}, '"text"', "config_json must be a JSON object (an opencode.json document)"),
+    ({".opencode/agent/a.md": "---\nmode: main\n---\n"}, "",
+     'workspace .opencode/agent/a.md: `mode` must be primary, subagent or all, not "main"'),
+    ({".opencode/agent/a.md": "---\ntemperature: hot\n---\n"}, "",
+     'workspace .opencode/agent/a.md: `temperature` must be a number, not "hot"'),
+    ({".opencode/agent/a.md": "---\ntools:\n  write: maybe\n---\n"}, "",
+     "workspace .opencode/agent/a.md: `tools` must be an object of true/false values, not {\"write\": \"maybe\"}"),
+    ({".opencode/agent/a.md": "---\npermission:\n  edit: sometimes\n---\n"}, "",
+     "workspace .opencode/agent/a.md: `permission` must be allow, deny, ask or an object of them"),
+    ({".opencode/agent/a.md": "---\n- a\n- b\n---\n"}, "",
+     "workspace .opencode/agent/a.md: the frontmatter must be a mapping of agent settings"),
+    ({".opencode/agent/a.md": "---\nkey: [unclosed\n---\n"}, "",
+     "workspace .opencode/agent/a.md: the frontmatter is not valid YAML: "),
+])
+def test_a_file_that_cannot_be_used_is_named(files: dict[str, str], config_json: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        config(files, config_json)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_markdown_agent_names_come_from_their_path_and_modes_are_primary() -> None:
+    files = {
+        ".opencode/agent/a.md": "just a prompt\n",
+        ".opencode/agents/team/b.md": "---\nmode: subagent\n---\n",
+        ".opencode/mode/c.md": "---\nmode: subagent\n---\nC",
+        ".opencode/modes/d.md": "D",
+        ".opencode/mode/nested/e.md": "not a mode: modes are not nested",
+        ".opencode/agent/notes.txt": "not an agent",
+        "docs/.opencode/agent/f.md": "not the workspace's config dir",
+    }
+    agents = config(files)["agent"]
+    assert agents == {
+        "a": {"prompt": "just a prompt"},
+        "team/b": {"mode": "subagent", "prompt": ""},
+        "c": {"mode": "primary", "prompt": "C"},
+        "d": {"prompt": "D", "mode": "primary"},
+    }
+
+
+def test_an_agents_tools_become_rules_within_its_own_file() -> None:
+    files = {
+        ".opencode/opencode.json": '{"agent": {"r": {"permission": {"edit": "deny", "bash": "ask"}}}}',
+        ".opencode/agent/r.md": "---\ntools:\n  write: true\n  webfetch: false\npermission:\n  bash: deny\n---\n",
+    }
+    assert config(files)["agent"]["r"] == {
+        "permission": {"edit": "allow", "bash": "deny", "webfetch": "deny"}, "prompt": "",
+    }
+
+
+def test_frontmatter_reads_as_gray_matter_reads_it() -> None:
+    data, prompt = parse_agent("x", (
+        "\ufeff---\n"
+        "description: Use when: the user asks\n"  # not YAML; the second reading makes it text
+        "flag: yes\n"  # js-yaml 3 has no yes/no booleans
+        "on: true\n"
+        "when: 2024-05-01\n"
+        "1: one\n"
+        "---\n\n  Body text.\n\n"
+    ))
+    assert data == {"description": "Use when: the user asks", "flag": "yes", "on": True,
+                    "when": "2024-05-01T00:00:00.000Z", "1": "one"}
+    assert prompt == "Body text."
+    assert parse_agent("x", '---json\n{"mode": "all"}\n---\nP') == ({"mode": "all"}, "P")
+    assert parse_agent("x", "---\n---\nP") == ({}, "P")
+    assert parse_agent("x", "---\n# only a comment\n---\nP") == ({}, "P")
+
+
+def test_the_archive_keeps_the_files_as_extraction_leaves_them() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        def add(name: str, data: bytes | None = None, kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            info.size = len(data or b"")
+            tar.addfile(info, io.BytesIO(data or b""))
+        add("./opencode.json", b'{"a": 1}')
+        add(".opencode/agent/x.md", b"first")
+        add(".opencode/agent/x.md", b"second")
+        add(".opencode/agent/gone.md", b"replaced by a link")
+        add(".opencode/agent/gone.md", kind=tarfile.SYMTYPE, link="x.md")
+        add("elsewhere/y.md", b"---\nmode: all\n---\n")
+        add(".opencode/agents", kind=tarfile.SYMTYPE, link="../elsewhere")  # not followed
+        add("src/main.py", b"print()")
+    assert kept(buf.getvalue()) == {"opencode.json": b'{"a": 1}', ".opencode/agent/x.md": b"second"}
+
+
+def test_a_large_file_is_refused_without_being_read_whole() -> None:
+    big = "x" * (project_files.MAX_FILE_BYTES + 10)
+    files = kept(tar_of({".opencode/agent/big.md": big}))
+    assert len(files[".opencode/agent/big.md"]) == project_files.MAX_FILE_BYTES + 1
+    with pytest.raises(InvalidArgumentError, match=r"big\.md is 1048577 bytes; a project config file may have at most"):
+        project_files.session_config(files, "")
