@@ -30,6 +30,14 @@ async def local_plane() -> AsyncIterator[Plane]:
         yield plane
 
 
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def either_plane(request: pytest.FixtureRequest) -> Plane:
+    """The in-process plane, then the shared Docker one: for behaviour that must not depend on where the
+    sandbox runs."""
+    found: Plane = request.getfixturevalue("docker_plane" if request.param == "docker" else "local_plane")
+    return found
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item,
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:

@@ -103,8 +103,7 @@ def _markdown_agents(files: Mapping[str, bytes], pattern: re.Pattern[str], *, pr
         _check_agent(where, config)
         if primary:
             config["mode"] = "primary"
-        name = config.pop("name")
-        agents[str(name)] = config
+        agents[config["name"]] = config
     return agents
 
 

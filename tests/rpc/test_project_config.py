@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 import pytest
 
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane
 
 PROJECT = {
     "opencode.jsonc": '{\n  // the project\'s own rules\n  "permission": {"bash": {"rm *": "deny",},},\n}\n',
@@ -28,17 +26,9 @@ PROJECT = {
 }
 
 
-@pytest.fixture(scope="module")
-async def project_local_plane() -> AsyncIterator[Plane]:
-    async with running_plane("local") as p:
-        yield p
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def plane(request: pytest.FixtureRequest) -> Plane:
-    name = "docker_plane" if request.param == "docker" else "project_local_plane"
-    found: Plane = request.getfixturevalue(name)
-    return found
+@pytest.fixture
+def plane(either_plane: Plane) -> Plane:
+    return either_plane
 
 
 async def task_description(plane: Plane, session_id: str) -> str:

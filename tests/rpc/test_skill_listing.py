@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane
 
 SKILLS = {
     ".opencode/skill/release-notes/SKILL.md": "---\nname: release-notes\ndescription: Writes release notes\n---\n"
@@ -19,18 +18,9 @@ SKILLS = {
 }
 
 
-@pytest.fixture(scope="module")
-async def skills_local_plane() -> AsyncIterator[Plane]:
-    async with running_plane("local") as p:
-        yield p
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def plane(request: pytest.FixtureRequest) -> Plane:
-    """An in-process plane, and the shared Docker one (the skills then live in a real sandbox's workspace)."""
-    name = "docker_plane" if request.param == "docker" else "skills_local_plane"
-    found: Plane = request.getfixturevalue(name)
-    return found
+@pytest.fixture
+def plane(either_plane: Plane) -> Plane:
+    return either_plane
 
 
 async def skill_description(plane: Plane, session_id: str, agent: str = "") -> tuple[str, dict[str, object]]:

@@ -36,7 +36,9 @@ def test_layers_merge_from_the_root_files_up_to_the_callers_document() -> None:
     assert merged["model"] == "b"
     assert merged["permission"] == {"bash": {"git *": "allow"}, "read": "allow"}
     assert merged["plugin"] == ["p1", "p2", "p3"]
-    assert merged["agent"] == {"review": {"description": "from markdown", "hidden": False, "prompt": "Review."}}
+    assert merged["agent"] == {
+        "review": {"description": "from markdown", "hidden": False, "name": "review", "prompt": "Review."},
+    }
 
 
 def test_jsonc_comments_and_trailing_commas_are_read_everywhere() -> None:
@@ -77,6 +79,7 @@ def test_a_file_that_cannot_be_used_is_named(files: dict[str, str], config_json:
 def test_markdown_agent_names_come_from_their_path_and_modes_are_primary() -> None:
     files = {
         ".opencode/agent/a.md": "just a prompt\n",
+        ".opencode/agent/foo.md": "---\nname: My Agent\n---\n",  # the frontmatter's name wins
         ".opencode/agents/team/b.md": "---\nmode: subagent\n---\n",
         ".opencode/mode/c.md": "---\nmode: subagent\n---\nC",
         ".opencode/modes/d.md": "D",
@@ -86,10 +89,11 @@ def test_markdown_agent_names_come_from_their_path_and_modes_are_primary() -> No
     }
     agents = config(files)["agent"]
     assert agents == {
-        "a": {"prompt": "just a prompt"},
-        "team/b": {"mode": "subagent", "prompt": ""},
-        "c": {"mode": "primary", "prompt": "C"},
-        "d": {"prompt": "D", "mode": "primary"},
+        "a": {"name": "a", "prompt": "just a prompt"},
+        "My Agent": {"name": "My Agent", "prompt": ""},
+        "team/b": {"name": "team/b", "mode": "subagent", "prompt": ""},
+        "c": {"name": "c", "mode": "primary", "prompt": "C"},
+        "d": {"name": "d", "prompt": "D", "mode": "primary"},
     }
 
 
@@ -99,7 +103,7 @@ def test_an_agents_tools_become_rules_within_its_own_file() -> None:
         ".opencode/agent/r.md": "---\ntools:\n  write: true\n  webfetch: false\npermission:\n  bash: deny\n---\n",
     }
     assert config(files)["agent"]["r"] == {
-        "permission": {"edit": "allow", "bash": "deny", "webfetch": "deny"}, "prompt": "",
+        "name": "r", "permission": {"edit": "allow", "bash": "deny", "webfetch": "deny"}, "prompt": "",
     }
 
 
