@@ -18,7 +18,6 @@ from typing import Any
 
 import yaml
 
-from controlplane.errors import InvalidArgumentError
 from sandbox_agent.custom.frontmatter import second_reading, split_matter
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -37,26 +36,32 @@ _JsYamlLoader.add_implicit_resolver(
 )
 
 
-def parse_agent(where: str, text: str) -> tuple[dict[str, Any], str]:
-    """(config, prompt) of one markdown agent file; `where` names it in errors.
+def parse_agent(text: str) -> tuple[dict[str, Any], str]:
+    """(config, prompt) of one markdown agent file, as upstream reads it.
 
-    The config is the frontmatter as JSON values (dates as JavaScript would print them, keys as strings);
-    the prompt is the body without surrounding white space.
+    The config is the frontmatter as JSON values (dates stay JsDate strings, keys are strings); the prompt
+    is the body without surrounding white space. A frontmatter that is not a mapping is spread into an
+    object as JavaScript spreads it (a list by index, a string by character). When the frontmatter is not
+    YAML even on its second reading, upstream keeps the file as an agent whose prompt is the whole text.
     """
     text = text.removeprefix("\ufeff")
     try:
         data, body = _read(text)
-    except _NotYamlError as first:
+    except _NotYamlError:
         retried = second_reading(text)
         if retried == text:
-            raise InvalidArgumentError(f"{where}: the frontmatter is not valid YAML: {first}") from None
+            return {}, text.strip()
         try:
             data, body = _read(retried)
         except _NotYamlError:
-            raise InvalidArgumentError(f"{where}: the frontmatter is not valid YAML: {first}") from None
-    if not isinstance(data, dict):
-        raise InvalidArgumentError(f"{where}: the frontmatter must be a mapping of agent settings")
-    return _plain(data), body.strip()
+            return {}, text.strip()
+    return _spread(_plain(data)), body.strip()
+
+
+class JsDate(str):
+    """A YAML timestamp, kept as the text JSON would give the JavaScript Date: not a string to a schema."""
+
+    __slots__ = ()
 
 
 class _NotYamlError(Exception):
@@ -72,39 +77,45 @@ def _read(text: str) -> tuple[Any, str]:
         if language == "json":
             data = json.loads(matter) if matter.strip() else {}
         elif language in ("", "yaml", "yml"):
-            data = yaml.load(matter, Loader=_JsYamlLoader)
+            # The line break before the closing `---` ends the last line (a `|` block keeps it).
+            data = yaml.load(matter + "\n", Loader=_JsYamlLoader)
         else:
             raise _NotYamlError(f'frontmatter language "{language}" is not supported')
     except (yaml.YAMLError, ValueError) as exc:
-        raise _NotYamlError(_one_line(exc)) from None
+        raise _NotYamlError(str(exc)) from None
     return ({} if data is None else data), body
 
 
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
+def _spread(value: Any) -> dict[str, Any]:
+    """`{...value}` in JavaScript."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, (list, str)):
+        return {str(index): item for index, item in enumerate(value)}
+    return {}
 
 
 def _plain(value: Any) -> Any:
     """A YAML value as the JSON value JavaScript would hold for it."""
     if isinstance(value, Mapping):
-        return {_key(key): _plain(item) for key, item in value.items()}
+        return {js_key(key): _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     if isinstance(value, datetime.datetime):
         moment = value if value.tzinfo is None else value.astimezone(datetime.UTC).replace(tzinfo=None)
-        return moment.isoformat(timespec="milliseconds") + "Z"
+        return JsDate(moment.isoformat(timespec="milliseconds") + "Z")
     if isinstance(value, datetime.date):
-        return f"{value.isoformat()}T00:00:00.000Z"
+        return JsDate(f"{value.isoformat()}T00:00:00.000Z")
     if isinstance(value, float) and not math.isfinite(value):
         return None  # JSON.stringify's NaN and Infinity
     if isinstance(value, (set, frozenset)):
-        return {_key(key): None for key in value}
+        return {js_key(key): None for key in value}
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value
 
 
-def _key(key: Any) -> str:
+def js_key(key: Any) -> str:
     """An object key as JavaScript spells a non-string one."""
     if isinstance(key, str):
         return key

@@ -66,10 +66,21 @@ def user_permission(config: Mapping[str, Any], env_permission: str | None = None
 
 
 def agent_configs(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """`agent.{name}` sections, each with its legacy `tools` migrated into `permission`."""
+    """`agent.{name}` sections, each with its legacy `tools` migrated into `permission`.
+
+    The deprecated `mode.{name}` sections are primary agents merged over the `agent` ones, last of all,
+    as upstream merges them.
+    """
     agents = config.get("agent") or {}
     if not isinstance(agents, Mapping):
         raise ConfigError("opencode.json: agent must be an object of agent configs")
+    modes = config.get("mode") or {}
+    if not isinstance(modes, Mapping):
+        raise ConfigError("opencode.json: mode must be an object of agent configs")
+    for name, section in modes.items():
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"opencode.json: mode.{name} must be an object")
+        agents = merge_deep(agents, {name: {**section, "mode": "primary"}})
     result: dict[str, dict[str, Any]] = {}
     for name, section in agents.items():
         if not isinstance(section, Mapping):

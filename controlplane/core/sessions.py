@@ -214,6 +214,15 @@ class SessionManager:
             workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
             keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
         )
+        kept = await self._archive_pass(archive, check)
+        references = project_files.file_references(kept) - kept.keys()
+        if references:  # `{file:...}` in a config file: one more pass for the files it names
+            kept |= await self._archive_pass(archive, functools.partial(check, keep=references.__contains__))
+        return kept
+
+    async def _archive_pass(
+        self, archive: bytes, check: Callable[[], workspace_archive.ArchiveStats],
+    ) -> dict[str, bytes]:
         if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
             stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
         else:

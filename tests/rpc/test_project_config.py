@@ -108,3 +108,16 @@ async def test_a_broken_agent_file_refuses_the_session_and_names_the_file(plane:
         'workspace .opencode/agent/bad.md: `mode` must be primary, subagent or all, not "sometimes"'
     )
     assert {s.id for s in (await plane.client.list_sessions())} == before
+
+
+async def test_a_file_reference_is_read_from_the_archive(plane: Plane) -> None:
+    files = {
+        ".opencode/opencode.json": '{"agent": {"helper": {"mode": "subagent", '
+                                   '"description": "{file:../docs/helper.txt}"}}}',
+        "docs/helper.txt": "Answers questions about the docs\n",
+    }
+    session = await plane.client.create_session(workspace_archive=tar_of(files))
+    try:
+        assert "- helper: Answers questions about the docs\n" in await task_description(plane, session.id)
+    finally:
+        await plane.client.delete_session(session.id)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import project_files, workspace_archive
+from controlplane.core import project_config, project_files, workspace_archive
 from controlplane.core.agent_markdown import parse_agent
 from controlplane.errors import InvalidArgumentError
 from tests.archives import tar_of
@@ -65,10 +65,21 @@ def test_jsonc_comments_and_trailing_commas_are_read_everywhere() -> None:
      "workspace .opencode/agent/a.md: `tools` must be an object of true/false values, not {\"write\": \"maybe\"}"),
     ({".opencode/agent/a.md": "---\npermission:\n  edit: sometimes\n---\n"}, "",
      "workspace .opencode/agent/a.md: `permission` must be allow, deny, ask or an object of them"),
-    ({".opencode/agent/a.md": "---\n- a\n- b\n---\n"}, "",
-     "workspace .opencode/agent/a.md: the frontmatter must be a mapping of agent settings"),
-    ({".opencode/agent/a.md": "---\nkey: [unclosed\n---\n"}, "",
-     "workspace .opencode/agent/a.md: the frontmatter is not valid YAML: "),
+    ({".opencode/agent/a.md": "---\ndescription: 2024-05-01\n---\n"}, "",
+     'workspace .opencode/agent/a.md: `description` must be a string, not "2024-05-01T00:00:00.000Z"'),
+    ({"opencode.json": '{"agent": {"b": {"temperature": "warm"}}}'}, "",
+     'workspace opencode.json: agent.b: `temperature` must be a number, not "warm"'),
+    ({}, '{"mode": {"m": {"hidden": "yes"}}}', 'config_json: mode.m: `hidden` must be true or false, not "yes"'),
+    ({"opencode.json": '{"plugin": "one"}'}, "",
+     'workspace opencode.json: `plugin` must be a list of strings, not "one"'),
+    ({"opencode.json": '{"plugin": [["p", {}]]}'}, "", "workspace opencode.json: `plugin` must be a list of strings"),
+    ({"opencode.json": '{"agent": []}'}, "", "workspace opencode.json: `agent` must be an object of agent settings"),
+    ({"opencode.json": '{"instructions": ["{file:./missing.md}"]}'}, "",
+     'workspace opencode.json: bad file reference: "{file:./missing.md}": missing.md is not in the workspace archive'),
+    ({".opencode/opencode.json": '{"instructions": ["{file:../../up.md}"]}'}, "",
+     'workspace .opencode/opencode.json: bad file reference: "{file:../../up.md}": it is outside the workspace'),
+    ({"opencode.json": '{"instructions": ["{file:~/notes.md}"]}'}, "",
+     'workspace opencode.json: bad file reference: "{file:~/notes.md}": it is outside the workspace'),
 ])
 def test_a_file_that_cannot_be_used_is_named(files: dict[str, str], config_json: str, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
@@ -80,6 +91,7 @@ def test_markdown_agent_names_come_from_their_path_and_modes_are_primary() -> No
     files = {
         ".opencode/agent/a.md": "just a prompt\n",
         ".opencode/agent/foo.md": "---\nname: My Agent\n---\n",  # the frontmatter's name wins
+        ".opencode/agent/bar.md": "---\nname: 42\n---\n",
         ".opencode/agents/team/b.md": "---\nmode: subagent\n---\n",
         ".opencode/mode/c.md": "---\nmode: subagent\n---\nC",
         ".opencode/modes/d.md": "D",
@@ -94,7 +106,53 @@ def test_markdown_agent_names_come_from_their_path_and_modes_are_primary() -> No
         "team/b": {"name": "team/b", "mode": "subagent", "prompt": ""},
         "c": {"name": "c", "mode": "primary", "prompt": "C"},
         "d": {"name": "d", "prompt": "D", "mode": "primary"},
+        "42": {"name": 42, "prompt": ""},
     }
+
+
+def test_substitutions_read_no_environment_and_files_from_the_archive() -> None:
+    files = {
+        "opencode.json": '{"instructions": ["{env:HOME}/a.md", "{file:notes/name.txt}.md"],\n'
+                         '  // "{file:commented/out.txt}"\n'
+                         '  "agent": {"x": {"prompt": "{file:./notes/prompt.md}"}}}',
+        "notes/name.txt": "  style\n",
+        "notes/prompt.md": 'Say "hi"\n\tthen stop.\n',
+        ".opencode/opencode.json": '{"agent": {"y": {"prompt": "{file:../notes/name.txt}"}}}',
+    }
+    assert project_files.file_references({k: v.encode() for k, v in files.items()}) == {
+        "notes/name.txt", "notes/prompt.md",
+    }
+    merged = config(files)
+    assert merged["instructions"] == ["/a.md", "style.md"]
+    assert merged["agent"]["x"]["prompt"] == 'Say "hi"\n\tthen stop.'
+    assert merged["agent"]["y"]["prompt"] == "style"
+
+
+def test_relative_plugins_of_the_config_dir_are_named_from_the_workspace() -> None:
+    files = {
+        "opencode.json": '{"plugin": ["./tools/a.ts", "shared", "p@1"]}',
+        ".opencode/opencode.json": '{"plugin": ["./plugins/b.ts", "../c.ts", "shared", "p@2", "file:///x/d.ts"]}',
+    }
+    assert config(files)["plugin"] == [
+        "./tools/a.ts", "shared", "p@1", "./.opencode/plugins/b.ts", "./c.ts", "p@2", "file:///x/d.ts",
+    ]
+
+
+def test_mode_sections_and_markdown_steps_merge_as_upstream_merges_them() -> None:
+    files = {
+        "opencode.json": '{"mode": {"m": {"description": "from the mode map", "mode": "subagent"}},'
+                         ' "agent": {"m": {"description": "from the agent map"},'
+                         ' "s": {"steps": 7}, "t": {"steps": 3}}}',
+        ".opencode/agent/m.md": "---\ndescription: from markdown\n---\n",
+        ".opencode/agent/s.md": "---\ndescription: no steps of its own\n---\n",
+        ".opencode/agent/t.md": "---\nmaxSteps: 5\n---\n",
+    }
+    merged = config(files)
+    assert "steps" not in merged["agent"]["s"]  # upstream's merge drops them
+    assert merged["agent"]["t"]["steps"] == 5
+    agents = project_config.agent_configs(merged)
+    assert agents["m"]["description"] == "from the mode map"
+    assert agents["m"]["mode"] == "primary"
 
 
 def test_an_agents_tools_become_rules_within_its_own_file() -> None:
@@ -108,7 +166,7 @@ def test_an_agents_tools_become_rules_within_its_own_file() -> None:
 
 
 def test_frontmatter_reads_as_gray_matter_reads_it() -> None:
-    data, prompt = parse_agent("x", (
+    data, prompt = parse_agent(
         "\ufeff---\n"
         "description: Use when: the user asks\n"  # not YAML; the second reading makes it text
         "flag: yes\n"  # js-yaml 3 has no yes/no booleans
@@ -116,13 +174,27 @@ def test_frontmatter_reads_as_gray_matter_reads_it() -> None:
         "when: 2024-05-01\n"
         "1: one\n"
         "---\n\n  Body text.\n\n"
-    ))
+    )
     assert data == {"description": "Use when: the user asks", "flag": "yes", "on": True,
                     "when": "2024-05-01T00:00:00.000Z", "1": "one"}
     assert prompt == "Body text."
-    assert parse_agent("x", '---json\n{"mode": "all"}\n---\nP') == ({"mode": "all"}, "P")
-    assert parse_agent("x", "---\n---\nP") == ({}, "P")
-    assert parse_agent("x", "---\n# only a comment\n---\nP") == ({}, "P")
+    assert parse_agent('---json\n{"mode": "all"}\n---\nP') == ({"mode": "all"}, "P")
+    assert parse_agent("---\n---\nP") == ({}, "P")
+    assert parse_agent("---\n# only a comment\n---\nP") == ({}, "P")
+    assert parse_agent("---\ndescription: |\n  two\n  lines\n---\n")[0] == {"description": "two\nlines\n"}
+    # Spread as JavaScript spreads a non-object into the agent's config.
+    assert parse_agent("---\n- a\n- b\n---\nL") == ({"0": "a", "1": "b"}, "L")
+    assert parse_agent("---\nab\n---\nS") == ({"0": "a", "1": "b"}, "S")
+    assert parse_agent("---\n42\n---\nN") == ({}, "N")
+
+
+@pytest.mark.parametrize("text", [
+    "---\ndescription: \"unterminated\nmode: subagent\n---\nBody.\n",
+    "---\ndescription: ok\n  mode: subagent\n tools:\n   write: false\n---\nBody.\n",
+    "---\nmode: subagent\nBody without a closing fence.\n",
+])
+def test_frontmatter_that_is_not_yaml_makes_the_whole_file_the_prompt(text: str) -> None:
+    assert parse_agent("\ufeff" + text) == ({}, text.strip())
 
 
 def test_the_archive_keeps_the_files_as_extraction_leaves_them() -> None:
