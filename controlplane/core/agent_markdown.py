@@ -18,9 +18,12 @@ from typing import Any
 
 import yaml
 
+from controlplane.errors import InvalidArgumentError
 from sandbox_agent.custom.frontmatter import second_reading, split_matter
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
+MAX_VALUES = 100_000
+MAX_DEPTH = 200
 
 
 class _JsYamlLoader(yaml.SafeLoader):
@@ -81,7 +84,7 @@ def _read(text: str) -> tuple[Any, str]:
             data = yaml.load(matter + "\n", Loader=_JsYamlLoader)
         else:
             raise _NotYamlError(f'frontmatter language "{language}" is not supported')
-    except (yaml.YAMLError, ValueError) as exc:
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise _NotYamlError(str(exc)) from None
     return ({} if data is None else data), body
 
@@ -95,12 +98,22 @@ def _spread(value: Any) -> dict[str, Any]:
     return {}
 
 
-def _plain(value: Any) -> Any:
-    """A YAML value as the JSON value JavaScript would hold for it."""
+def _plain(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
+    """A YAML value as the JSON value JavaScript would hold for it.
+
+    Aliases make a few lines stand for an exponential (or endless) tree: past MAX_VALUES values or
+    MAX_DEPTH levels the frontmatter is refused rather than expanded.
+    """
+    budget = [MAX_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise InvalidArgumentError(
+            f"the frontmatter expands past {MAX_VALUES} values or {MAX_DEPTH} levels (YAML aliases?)"
+        )
     if isinstance(value, Mapping):
-        return {js_key(key): _plain(item) for key, item in value.items()}
+        return {js_key(key): _plain(item, budget, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
+        return [_plain(item, budget, depth + 1) for item in value]
     if isinstance(value, datetime.datetime):
         moment = value if value.tzinfo is None else value.astimezone(datetime.UTC).replace(tzinfo=None)
         return JsDate(moment.isoformat(timespec="milliseconds") + "Z")

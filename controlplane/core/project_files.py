@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import json5
+import pyjson5
 
 from controlplane.core.agent_markdown import JsDate, js_key, parse_agent
 from controlplane.core.project_config import with_legacy_tools
@@ -143,9 +143,12 @@ def _from_workspace(config_dir: str, spec: Any) -> Any:
 
 def _document(where: str, text: str) -> dict[str, Any]:
     try:
-        value = json5.loads(text) if text.strip() else {}
-    except ValueError as exc:
-        raise InvalidArgumentError(f"{where} is not valid JSON: {exc}") from None
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        try:
+            value = pyjson5.loads(text)  # comments and trailing commas
+        except (pyjson5.Json5Exception, ValueError) as exc:
+            raise InvalidArgumentError(f"{where} is not valid JSON: {exc.args[0] if exc.args else exc}") from None
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"{where} must be a JSON object (an opencode.json document)")
     return value
@@ -166,7 +169,10 @@ def _markdown_agents(files: Mapping[str, bytes], pattern: re.Pattern[str], *, pr
         match = pattern.fullmatch(path)
         if match is None:
             continue
-        data, prompt = parse_agent(_text(path, files[path]))
+        try:
+            data, prompt = parse_agent(_text(path, files[path]))
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"workspace {path}: {exc}") from None
         config: dict[str, Any] = {"name": match["name"], **data, "prompt": prompt}
         _check_agent(f"workspace {path}", config)
         if primary:

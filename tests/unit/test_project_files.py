@@ -14,6 +14,11 @@ from controlplane.core.agent_markdown import parse_agent
 from controlplane.errors import InvalidArgumentError
 from tests.archives import tar_of
 
+# Five lines that alias their way to 100,000 values.
+ALIAS_BOMB = "---\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n" for prev, name in zip("abcd", "bcde", strict=True)
+) + "---\n"
+
 
 def config(files: dict[str, str], config_json: str = "") -> dict[str, Any]:
     text = project_files.session_config({k: v.encode() for k, v in files.items()}, config_json)
@@ -74,6 +79,10 @@ def test_jsonc_comments_and_trailing_commas_are_read_everywhere() -> None:
      'workspace opencode.json: `plugin` must be a list of strings, not "one"'),
     ({"opencode.json": '{"plugin": [["p", {}]]}'}, "", "workspace opencode.json: `plugin` must be a list of strings"),
     ({"opencode.json": '{"agent": []}'}, "", "workspace opencode.json: `agent` must be an object of agent settings"),
+    ({".opencode/agent/a.md": ALIAS_BOMB}, "",
+     "workspace .opencode/agent/a.md: the frontmatter expands past 100000 values or 200 levels (YAML aliases?)"),
+    ({".opencode/agent/a.md": "---\na: &a\n  - *a\n---\n"}, "",
+     "workspace .opencode/agent/a.md: the frontmatter expands past 100000 values or 200 levels"),
     ({"opencode.json": '{"instructions": ["{file:./missing.md}"]}'}, "",
      'workspace opencode.json: bad file reference: "{file:./missing.md}": missing.md is not in the workspace archive'),
     ({".opencode/opencode.json": '{"instructions": ["{file:../../up.md}"]}'}, "",
