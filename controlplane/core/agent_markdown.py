@@ -26,8 +26,9 @@ MAX_VALUES = 100_000
 MAX_DEPTH = 200
 
 
-class _JsYamlLoader(yaml.SafeLoader):
-    """The safe loader with only `true`/`false` (any case pattern js-yaml accepts) as booleans."""
+class _JsYamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (libyaml's parser where PyYAML has it) with only `true`/`false` (in the case patterns
+    js-yaml accepts) as booleans."""
 
 
 _JsYamlLoader.yaml_implicit_resolvers = {

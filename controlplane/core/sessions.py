@@ -154,7 +154,9 @@ class SessionManager:
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = self._resources(spec.resources)
         project = await self._check_archive(spec.workspace_archive)
-        config_json = project_files.session_config(project, spec.config_json)
+        read = functools.partial(project_files.session_config, project, spec.config_json)
+        size = len(spec.config_json) + sum(map(len, project.values()))
+        config_json = await asyncio.to_thread(read) if size > INLINE_ARCHIVE_CHECK_BYTES else read()
         now = self._clock()
         session = Session(
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=spec.agent or "build",
