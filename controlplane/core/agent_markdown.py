@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
+from controlplane.core.config_text import MAX_DEPTH
 from controlplane.errors import InvalidArgumentError
 from sandbox_agent.custom.frontmatter import second_reading, split_matter
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
-MAX_VALUES = 100_000
-MAX_DEPTH = 200
+_VALUE_TAG = "tag:yaml.org,2002:value"  # YAML 1.1's `=`, a plain string to js-yaml
 
 
 class _JsYamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -32,7 +32,7 @@ class _JsYamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
 
 
 _JsYamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL_TAG]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_BOOL_TAG, _VALUE_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _JsYamlLoader.add_implicit_resolver(
@@ -40,7 +40,22 @@ _JsYamlLoader.add_implicit_resolver(
 )
 
 
-def parse_agent(text: str) -> tuple[dict[str, Any], str]:
+class ExpansionBudget:
+    """What the frontmatters of one project may expand to (a value costs 1, a string its length too): aliases
+    make a few lines stand for an exponential tree, which is refused rather than built."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = self.left = limit
+
+    def spend(self, cost: int) -> None:
+        self.left -= cost
+        if self.left < 0:
+            raise InvalidArgumentError(
+                f"the frontmatter expands past {self.limit} characters and values (YAML aliases?)"
+            )
+
+
+def parse_agent(text: str, budget: ExpansionBudget) -> tuple[dict[str, Any], str]:
     """(config, prompt) of one markdown agent file, as upstream reads it.
 
     The config is the frontmatter as JSON values (dates stay JsDate strings, keys are strings); the prompt
@@ -59,7 +74,7 @@ def parse_agent(text: str) -> tuple[dict[str, Any], str]:
             data, body = _read(retried)
         except _NotYamlError:
             return {}, text.strip()
-    return _spread(_plain(data)), body.strip()
+    return _spread(_plain(data, budget)), body.strip()
 
 
 class JsDate(str):
@@ -82,9 +97,12 @@ def _read(text: str) -> tuple[Any, str]:
             data = json.loads(matter) if matter.strip() else {}
         elif language in ("", "yaml", "yml"):
             # The line break before the closing `---` ends the last line (a `|` block keeps it).
+            _check_depth(matter + "\n")
             data = yaml.load(matter + "\n", Loader=_JsYamlLoader)
         else:
             raise _NotYamlError(f'frontmatter language "{language}" is not supported')
+    except InvalidArgumentError:
+        raise
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise _NotYamlError(str(exc)) from None
     return ({} if data is None else data), body
@@ -99,18 +117,24 @@ def _spread(value: Any) -> dict[str, Any]:
     return {}
 
 
-def _plain(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
-    """A YAML value as the JSON value JavaScript would hold for it.
+def _check_depth(matter: str) -> None:
+    """Refuses nesting past MAX_DEPTH from the parser's events, before libyaml's recursive composer (whose
+    C stack a few thousand `[` would overflow) builds anything."""
+    depth = 0
+    for event in yaml.parse(matter, Loader=_JsYamlLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InvalidArgumentError(f"the frontmatter nests deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
-    Aliases make a few lines stand for an exponential (or endless) tree: past MAX_VALUES values or
-    MAX_DEPTH levels the frontmatter is refused rather than expanded.
-    """
-    budget = [MAX_VALUES] if budget is None else budget
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DEPTH:
-        raise InvalidArgumentError(
-            f"the frontmatter expands past {MAX_VALUES} values or {MAX_DEPTH} levels (YAML aliases?)"
-        )
+
+def _plain(value: Any, budget: ExpansionBudget, depth: int = 0) -> Any:
+    """A YAML value as the JSON value JavaScript would hold for it, within `budget` (aliases expanded)."""
+    budget.spend(1 + (len(value) if isinstance(value, (str, bytes)) else 0))
+    if depth > MAX_DEPTH:
+        raise InvalidArgumentError(f"the frontmatter nests deeper than {MAX_DEPTH} levels (YAML aliases?)")
     if isinstance(value, Mapping):
         return {js_key(key): _plain(item, budget, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -137,4 +161,4 @@ def js_key(key: Any) -> str:
         return json.dumps(key)
     if isinstance(key, float) and key.is_integer():
         return str(int(key))
-    return str(_plain(key))
+    return str(key)

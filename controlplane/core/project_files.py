@@ -19,22 +19,29 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import pyjson5
-
-from controlplane.core.agent_markdown import JsDate, js_key, parse_agent
+from controlplane.core.agent_markdown import ExpansionBudget, JsDate, js_key, parse_agent
+from controlplane.core.config_text import (
+    MAX_CONFIG_CHARS,
+    cut,
+    decoded,
+    document,
+    shown,
+    substituted,
+    within_workspace,
+)
+from controlplane.core.config_text import MAX_FILE_BYTES as MAX_FILE_BYTES
+from controlplane.core.config_text import file_references as references_in
 from controlplane.core.project_config import with_legacy_tools
 from controlplane.errors import ConfigError, InvalidArgumentError
 
-MAX_FILE_BYTES = 1 << 20
-"""A project config file or agent file larger than this is refused, not read."""
+MAX_PROJECT_BYTES = 8 << 20
+"""All project config files of one archive together (each at most MAX_FILE_BYTES)."""
 
 CONFIG_FILES = ("opencode.jsonc", "opencode.json", ".opencode/opencode.jsonc", ".opencode/opencode.json")
 _AGENT_FILE = re.compile(r"\.opencode/agents?/(?P<name>.+)\.md")
 _MODE_FILE = re.compile(r"\.opencode/modes?/(?P<name>[^/]+)\.md")
 _JOINED_LISTS = ("plugin", "instructions")
 _NO_STEPS = object()
-_ENV_REFERENCE = re.compile(r"\{env:[^}]+\}")
-_FILE_REFERENCE = re.compile(r"\{file:(?P<path>[^}]+)\}")
 _MODES = ("primary", "subagent", "all")
 _ACTIONS = ("allow", "deny", "ask")
 
@@ -48,39 +55,30 @@ def session_config(files: Mapping[str, bytes], config_json: str) -> str:
     """The session's opencode.json: the archive's project config (`files`, by workspace path) under the
     caller's `config_json` (JSONC accepted). Empty when there is neither. InvalidArgumentError names the
     file that cannot be used."""
+    for path in files:
+        if not path.isprintable() or not _is_utf8(path):
+            raise InvalidArgumentError(f"workspace {shown(path)}: a project config file's name must be printable UTF-8")
     layers = [_config_file(path, files) for path in CONFIG_FILES if path in files]
-    agents = _markdown_agents(files, _AGENT_FILE, primary=False)
-    modes = _markdown_agents(files, _MODE_FILE, primary=True)
+    budget = ExpansionBudget(MAX_CONFIG_CHARS)
+    agents = _markdown_agents(files, _AGENT_FILE, budget, primary=False)
+    modes = _markdown_agents(files, _MODE_FILE, budget, primary=True)
     layers += [{"agent": found} for found in (agents, modes) if found]
     if config_json:
-        layers.append(_checked("config_json", _document("config_json", config_json)))
+        layers.append(_checked("config_json", document("config_json", config_json)))
     if not layers:
         return ""
-    if len(layers) == 1 and not files:
-        return config_json if _strict_json(config_json) else json.dumps(layers[0], ensure_ascii=False)
+    if len(layers) == 1 and not files and _strict_json(config_json):
+        return config_json
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = _merge_layer(merged, _tools_as_permission(layer))
-    return json.dumps(merged, ensure_ascii=False)
-
-
-def _strict_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _config_file(path: str, files: Mapping[str, bytes]) -> dict[str, Any]:
-    where = f"workspace {path}"
-    text = _substituted(where, path, _text(path, files[path]), files)
-    layer = _checked(where, _document(where, text))
-    plugins = layer.get("plugin")
-    if isinstance(plugins, list) and path.startswith(".opencode/"):
-        # Upstream resolves a relative plugin path from the file that lists it; the sandbox, from the workspace.
-        layer["plugin"] = [_from_workspace(".opencode", spec) for spec in plugins]
-    return layer
+    text = json.dumps(merged, ensure_ascii=False)
+    if len(text) > MAX_CONFIG_CHARS:
+        raise InvalidArgumentError(f"the session's config comes to {len(text)} characters; the limit is "
+                                   f"{MAX_CONFIG_CHARS}")
+    if not _is_utf8(text):
+        raise InvalidArgumentError("the session's config holds an unpaired surrogate (a \\ud800-\\udfff escape)")
+    return text
 
 
 def file_references(files: Mapping[str, bytes]) -> set[str]:
@@ -88,80 +86,46 @@ def file_references(files: Mapping[str, bytes]) -> set[str]:
     found: set[str] = set()
     for path in CONFIG_FILES:
         if path in files:
-            for reference in _FILE_REFERENCE.finditer(_active(_text(path, files[path]))):
-                target = _reference_path(path, reference["path"])
-                if target is not None:
-                    found.add(target)
+            found |= references_in(path, decoded(path, files[path]))
     return found
 
 
-def _substituted(where: str, path: str, text: str, files: Mapping[str, bytes]) -> str:
-    """`{env:NAME}` and `{file:path}` replaced as upstream replaces them in a config file's text.
-
-    A session has no environment of its own and the control plane's is not the tenant's, so every
-    variable reads as unset: upstream's empty string. A file is read from the archive, relative to the
-    config file; one outside the workspace or not in the archive fails as upstream's missing file does.
-    References on a line that is only a `//` comment are skipped, as upstream skips them.
-    """
-    text = _ENV_REFERENCE.sub("", text)
-
-    def content(match: re.Match[str]) -> str:
-        target = _reference_path(path, match["path"])
-        data = files.get(target) if target is not None else None
-        if data is None:
-            where_to = f"{target} is not in the workspace archive" if target else "it is outside the workspace"
-            raise InvalidArgumentError(f'{where}: bad file reference: "{match[0]}": {where_to}')
-        return json.dumps(_text(target or "", data).strip(), ensure_ascii=False)[1:-1]
-
-    return "\n".join(
-        line if line.lstrip().startswith("//") else _FILE_REFERENCE.sub(content, line) for line in text.split("\n")
-    )
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
-def _active(text: str) -> str:
-    return "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("//"))
+def _strict_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
-def _reference_path(config_path: str, reference: str) -> str | None:
-    """The workspace path a `{file:...}` of `config_path` names, or None outside the workspace."""
-    if reference.startswith(("/", "~")):
-        return None
-    return _within_workspace(posixpath.join(posixpath.dirname(config_path), reference))
-
-
-def _within_workspace(path: str) -> str | None:
-    normal = posixpath.normpath(path)
-    return None if normal.startswith("../") or normal in ("..", ".") else normal
+def _config_file(path: str, files: Mapping[str, bytes]) -> dict[str, Any]:
+    where = f"workspace {path}"
+    layer = _checked(where, document(where, substituted(where, path, decoded(path, files[path]), files)))
+    plugins = layer.get("plugin")
+    if isinstance(plugins, list) and path.startswith(".opencode/"):
+        # Upstream resolves a relative plugin path from the file that lists it; the sandbox, from the workspace.
+        layer["plugin"] = [_from_workspace(".opencode", spec) for spec in plugins]
+    return layer
 
 
 def _from_workspace(config_dir: str, spec: Any) -> Any:
     if not isinstance(spec, str) or not spec.startswith(("./", "../")):
         return spec
-    target = _within_workspace(posixpath.join(config_dir, spec))
+    target = within_workspace(posixpath.join(config_dir, spec))
     return spec if target is None else "./" + target
 
 
-def _document(where: str, text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text) if text.strip() else {}
-    except ValueError:
-        try:
-            value = pyjson5.loads(text)  # comments and trailing commas
-        except (pyjson5.Json5Exception, ValueError) as exc:
-            raise InvalidArgumentError(f"{where} is not valid JSON: {exc.args[0] if exc.args else exc}") from None
-    if not isinstance(value, dict):
-        raise InvalidArgumentError(f"{where} must be a JSON object (an opencode.json document)")
-    return value
-
-
-def _text(path: str, data: bytes) -> str:
-    if len(data) > MAX_FILE_BYTES:
-        raise InvalidArgumentError(f"workspace {path} is {len(data)} bytes; a project config file may have "
-                                   f"at most {MAX_FILE_BYTES}")
-    return data.decode("utf-8", "replace")
-
-
-def _markdown_agents(files: Mapping[str, bytes], pattern: re.Pattern[str], *, primary: bool) -> dict[str, Any]:
+def _markdown_agents(
+    files: Mapping[str, bytes], pattern: re.Pattern[str], budget: ExpansionBudget, *, primary: bool,
+) -> dict[str, Any]:
     """Agent configs by name, from the files `pattern` matches, in path order (a later one of the same
     name replaces an earlier one)."""
     agents: dict[str, Any] = {}
@@ -170,7 +134,7 @@ def _markdown_agents(files: Mapping[str, bytes], pattern: re.Pattern[str], *, pr
         if match is None:
             continue
         try:
-            data, prompt = parse_agent(_text(path, files[path]))
+            data, prompt = parse_agent(decoded(path, files[path]), budget)
         except InvalidArgumentError as exc:
             raise InvalidArgumentError(f"workspace {path}: {exc}") from None
         config: dict[str, Any] = {"name": match["name"], **data, "prompt": prompt}
@@ -188,7 +152,7 @@ def _markdown_agents(files: Mapping[str, bytes], pattern: re.Pattern[str], *, pr
 def _check_agent(where: str, config: Mapping[str, Any]) -> None:
     """The settings upstream's agent schema types, refused as it refuses them."""
     def fail(key: str, what: str) -> None:
-        raise InvalidArgumentError(f"{where}: `{key}` must be {what}, not {json.dumps(config[key], default=str)}")
+        raise InvalidArgumentError(f"{where}: `{key}` must be {what}, not {shown(config[key])}")
 
     for key in ("model", "variant", "prompt", "description", "color"):
         if key in config and (not isinstance(config[key], str) or isinstance(config[key], JsDate)):
@@ -216,15 +180,15 @@ def _checked(where: str, layer: dict[str, Any]) -> dict[str, Any]:
     """The layer, once the values upstream's schema would refuse are known not to be in it."""
     for key in _JOINED_LISTS:
         if key in layer and not (isinstance(layer[key], list) and all(isinstance(v, str) for v in layer[key])):
-            raise InvalidArgumentError(f"{where}: `{key}` must be a list of strings, not {json.dumps(layer[key])}")
+            raise InvalidArgumentError(f"{where}: `{key}` must be a list of strings, not {shown(layer[key])}")
     for section in ("agent", "mode"):
         agents = layer.get(section)
         if section in layer and not isinstance(agents, dict):
             raise InvalidArgumentError(f"{where}: `{section}` must be an object of agent settings")
         for name, config in (agents or {}).items():
             if not isinstance(config, dict):
-                raise InvalidArgumentError(f"{where}: `{section}.{name}` must be an object of agent settings")
-            _check_agent(f"{where}: {section}.{name}", config)
+                raise InvalidArgumentError(f"{where}: `{section}.{cut(name)}` must be an object of agent settings")
+            _check_agent(f"{where}: {section}.{cut(name)}", config)
     return layer
 
 

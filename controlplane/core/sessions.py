@@ -155,8 +155,9 @@ class SessionManager:
         resources = self._resources(spec.resources)
         project = await self._check_archive(spec.workspace_archive)
         read = functools.partial(project_files.session_config, project, spec.config_json)
-        size = len(spec.config_json) + sum(map(len, project.values()))
-        config_json = await asyncio.to_thread(read) if size > INLINE_ARCHIVE_CHECK_BYTES else read()
+        # Small files can still expand (aliases, {file:}): any project file is read off the loop.
+        inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
+        config_json = read() if inline else await asyncio.to_thread(read)
         now = self._clock()
         session = Session(
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=spec.agent or "build",
@@ -215,6 +216,7 @@ class SessionManager:
         check = functools.partial(
             workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
             keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
+            keep_total=project_files.MAX_PROJECT_BYTES,
         )
         kept = await self._archive_pass(archive, check)
         references = project_files.file_references(kept) - kept.keys()

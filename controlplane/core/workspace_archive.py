@@ -108,14 +108,14 @@ class _Tree:
 
 
 def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str], bool] | None = None,
-          keep_bytes: int = 1 << 20) -> ArchiveStats:
+          keep_bytes: int = 1 << 20, keep_total: int = 8 << 20) -> ArchiveStats:
     """Raises InvalidArgumentError naming the first entry that would escape or is not allowed, and
     ResourceExhaustedError past `max_entries` entries or `max_bytes` of declared file data.
 
     The regular files whose workspace path `keep` accepts are read on the way, as extraction would
     leave them (a later entry of the same path replaces or removes them); reached through a link, they
-    are not."""
-    entries = total = 0
+    are not. Each is cut at `keep_bytes` + 1; past `keep_total` bytes kept, ResourceExhaustedError."""
+    entries = total = kept_bytes = 0
     kept: dict[str, bytes] = {}
     tree = _Tree()
     tree.grant(WALK_STEPS)
@@ -136,7 +136,11 @@ def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str]
                 tree.grant(WALK_STEPS_PER_ENTRY)
                 _check_member(tree, member)
                 if keep is not None:
-                    _keep(tar, member, keep, keep_bytes, kept)
+                    kept_bytes += _keep(tar, member, keep, keep_bytes, kept)
+                    if kept_bytes > keep_total:
+                        raise ResourceExhaustedError(
+                            f"{PREFIX}its project config files come to more than {keep_total} bytes"
+                        )
     except tarfile.TarError as exc:
         raise InvalidArgumentError(f"{PREFIX}not a valid tar archive: {exc}") from exc
     # A later entry can change where an earlier link leads (a link to "a/.." before "a" became a link to ".").
@@ -148,15 +152,16 @@ def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str]
 
 
 def _keep(tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Callable[[str], bool], limit: int,
-          kept: dict[str, bytes]) -> None:
+          kept: dict[str, bytes]) -> int:
+    """Reads `member` into `kept` if it is wanted; the change in bytes kept."""
     path = "/".join(p for p in member.name.split("/") if p not in ("", "."))
     if not keep(path):
-        return
+        return 0
+    before = len(kept.pop(path, b""))
     body = tar.extractfile(member) if member.isreg() else None
-    if body is None:
-        kept.pop(path, None)
-    else:
+    if body is not None:
         kept[path] = body.read(limit + 1)
+    return len(kept.get(path, b"")) - before
 
 
 def _refuse(name: str, why: str) -> InvalidArgumentError:

@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import project_config, project_files, workspace_archive
-from controlplane.core.agent_markdown import parse_agent
-from controlplane.errors import InvalidArgumentError
+from controlplane.core import agent_markdown, project_config, project_files, workspace_archive
+from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 from tests.archives import tar_of
 
-# Five lines that alias their way to 100,000 values.
+# Eight lines that alias their way to 100,000,000 values.
 ALIAS_BOMB = "---\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n" for prev, name in zip("abcd", "bcde", strict=True)
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n" for prev, name in zip("abcdefg", "bcdefgh", strict=True)
 ) + "---\n"
 
 
@@ -80,9 +79,23 @@ def test_jsonc_comments_and_trailing_commas_are_read_everywhere() -> None:
     ({"opencode.json": '{"plugin": [["p", {}]]}'}, "", "workspace opencode.json: `plugin` must be a list of strings"),
     ({"opencode.json": '{"agent": []}'}, "", "workspace opencode.json: `agent` must be an object of agent settings"),
     ({".opencode/agent/a.md": ALIAS_BOMB}, "",
-     "workspace .opencode/agent/a.md: the frontmatter expands past 100000 values or 200 levels (YAML aliases?)"),
+     "workspace .opencode/agent/a.md: the frontmatter expands past 4194304 characters and values (YAML aliases?)"),
     ({".opencode/agent/a.md": "---\na: &a\n  - *a\n---\n"}, "",
-     "workspace .opencode/agent/a.md: the frontmatter expands past 100000 values or 200 levels"),
+     "workspace .opencode/agent/a.md: the frontmatter nests deeper than 200 levels (YAML aliases?)"),
+    ({".opencode/agent/a.md": "---\na: " + "[" * 30_000 + "]" * 30_000 + "\n---\n"}, "",
+     "workspace .opencode/agent/a.md: the frontmatter nests deeper than 200 levels"),
+    ({"opencode.json": '{"a": ' + "[" * 5_000 + "]" * 5_000 + "}"}, "",
+     "workspace opencode.json nests deeper than 200 levels"),
+    ({}, '{"a": ' + "[" * 300 + "]" * 300 + "}", "config_json nests deeper than 200 levels"),
+    ({"opencode.json": '{"agent": {"a": {"temperature": NaN}}}'}, "",
+     "workspace opencode.json has a number JSON cannot"),
+    ({}, '{"x": 1e999}', "config_json has a number JSON cannot hold (inf)"),
+    ({"opencode.json": '{"instructions": ["\\udcff"]}'}, "", "the session's config holds an unpaired surrogate"),
+    ({"opencode.json": '{"plugin": "' + "p" * 100_000 + '"}'}, "",
+     'workspace opencode.json: `plugin` must be a list of strings, not "' + "p" * 119 + "..."),
+    ({"opencode.json": '{"instructions": [' + ", ".join(['"{file:big.txt}"'] * 5) + "]}",
+      "big.txt": "b" * 1_000_000}, "",
+     "workspace opencode.json: its {file:} references come to more than 4194304 characters"),
     ({"opencode.json": '{"instructions": ["{file:./missing.md}"]}'}, "",
      'workspace opencode.json: bad file reference: "{file:./missing.md}": missing.md is not in the workspace archive'),
     ({".opencode/opencode.json": '{"instructions": ["{file:../../up.md}"]}'}, "",
@@ -174,6 +187,10 @@ def test_an_agents_tools_become_rules_within_its_own_file() -> None:
     }
 
 
+def parse_agent(text: str) -> tuple[dict[str, Any], str]:
+    return agent_markdown.parse_agent(text, agent_markdown.ExpansionBudget(1 << 20))
+
+
 def test_frontmatter_reads_as_gray_matter_reads_it() -> None:
     data, prompt = parse_agent(
         "\ufeff---\n"
@@ -182,10 +199,11 @@ def test_frontmatter_reads_as_gray_matter_reads_it() -> None:
         "on: true\n"
         "when: 2024-05-01\n"
         "1: one\n"
+        "eq: =\n"
         "---\n\n  Body text.\n\n"
     )
     assert data == {"description": "Use when: the user asks", "flag": "yes", "on": True,
-                    "when": "2024-05-01T00:00:00.000Z", "1": "one"}
+                    "when": "2024-05-01T00:00:00.000Z", "1": "one", "eq": "="}
     assert prompt == "Body text."
     assert parse_agent('---json\n{"mode": "all"}\n---\nP') == ({"mode": "all"}, "P")
     assert parse_agent("---\n---\nP") == ({}, "P")
@@ -231,3 +249,17 @@ def test_a_large_file_is_refused_without_being_read_whole() -> None:
     assert len(files[".opencode/agent/big.md"]) == project_files.MAX_FILE_BYTES + 1
     with pytest.raises(InvalidArgumentError, match=r"big\.md is 1048577 bytes; a project config file may have at most"):
         project_files.session_config(files, "")
+
+
+def test_unclosed_references_stay_linear_and_unread() -> None:
+    text = "{env:" * 80_000 + '{"a": "{file:' + "{file:" * 60_000
+    files = {"opencode.json": text.encode()}
+    assert project_files.file_references(files) == set()
+    with pytest.raises(InvalidArgumentError, match="is not valid JSON"):
+        project_files.session_config(files, "")
+
+
+def test_the_archive_refuses_more_project_config_than_it_may_keep() -> None:
+    archive = tar_of({f".opencode/agent/a{i}.md": "x" * 1_000_000 for i in range(9)})
+    with pytest.raises(ResourceExhaustedError, match="its project config files come to more than 8388608 bytes"):
+        kept(archive)
