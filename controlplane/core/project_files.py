@@ -31,7 +31,8 @@ from controlplane.core.config_text import (
 )
 from controlplane.core.config_text import MAX_FILE_BYTES as MAX_FILE_BYTES
 from controlplane.core.config_text import file_references as references_in
-from controlplane.core.project_config import with_legacy_tools
+from controlplane.core.permission import builtin_agents
+from controlplane.core.project_config import agent_configs, with_legacy_tools
 from controlplane.errors import ConfigError, InvalidArgumentError
 
 MAX_PROJECT_BYTES = 8 << 20
@@ -79,6 +80,28 @@ def session_config(files: Mapping[str, bytes], config_json: str) -> str:
     if not _is_utf8(text):
         raise InvalidArgumentError("the session's config holds an unpaired surrogate (a \\ud800-\\udfff escape)")
     return text
+
+
+def default_agent(config_text: str) -> str:
+    """The agent a session runs as when its creator names none, as upstream picks it: the config's
+    `default_agent` (a primary agent that is not hidden), else the first such agent (`build`, unless the
+    config disables it)."""
+    if not config_text:
+        return "build"
+    config = json.loads(config_text)
+    agents = builtin_agents("/tool-output", [], "/plans", [], home="/", agent_config=agent_configs(config))
+    chosen = config.get("default_agent")
+    if chosen is not None:
+        agent = agents.get(chosen) if isinstance(chosen, str) else None
+        if agent is None or agent.mode == "subagent" or agent.hidden:
+            problem = "not an agent" if agent is None else "a subagent" if agent.mode == "subagent" else "hidden"
+            raise InvalidArgumentError(f"the config's default_agent {shown(chosen)} is {problem}")
+        return agent.name
+    for agent in agents.values():
+        if agent.mode != "subagent" and not agent.hidden:
+            return agent.name
+    raise InvalidArgumentError("the config leaves no primary agent to run the session as (build and plan are "
+                               "disabled); name one in CreateSession's agent or add one")
 
 
 def file_references(files: Mapping[str, bytes]) -> set[str]:

@@ -158,9 +158,10 @@ class SessionManager:
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
         inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
         config_json = read() if inline else await asyncio.to_thread(read)
+        agent = spec.agent or project_files.default_agent(config_json)
         now = self._clock()
         session = Session(
-            id="ses_" + secrets.token_hex(12), tenant=tenant, agent=spec.agent or "build",
+            id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
             labels=dict(spec.labels or {}), config_json=config_json,
         )

@@ -121,3 +121,18 @@ async def test_a_file_reference_is_read_from_the_archive(plane: Plane) -> None:
         assert "- helper: Answers questions about the docs\n" in await task_description(plane, session.id)
     finally:
         await plane.client.delete_session(session.id)
+
+
+async def test_a_project_that_replaces_build_runs_its_own_primary_agent(plane: Plane) -> None:
+    files = {
+        "opencode.json": '{"agent": {"build": {"disable": true}, "plan": {"disable": true}}}',
+        ".opencode/agent/dev.md": "---\nmode: primary\npermission:\n  bash: deny\n---\nDevelop.\n",
+    }
+    session = await plane.client.create_session(workspace_archive=tar_of(files))
+    try:
+        assert session.agent == "dev"
+        out = await plane.client.execute_tool(session.id, "bash", {"command": "true", "description": "Nothing"})
+        assert out.error is not None
+        assert "prevents you" in out.error
+    finally:
+        await plane.client.delete_session(session.id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from typing import Any
 
@@ -263,3 +264,29 @@ def test_the_archive_refuses_more_project_config_than_it_may_keep() -> None:
     archive = tar_of({f".opencode/agent/a{i}.md": "x" * 1_000_000 for i in range(9)})
     with pytest.raises(ResourceExhaustedError, match="its project config files come to more than 8388608 bytes"):
         kept(archive)
+
+
+@pytest.mark.parametrize(("files", "config_json", "agent"), [
+    ({}, "", "build"),
+    ({}, '{"agent": {"build": {"disable": true}}}', "plan"),
+    ({".opencode/agent/dev.md": "---\nmode: primary\n---\n"}, '{"agent": {"build": {"disable": true}, '
+     '"plan": {"disable": true}}}', "dev"),
+    ({".opencode/agent/dev.md": "---\nmode: subagent\n---\n", ".opencode/agent/lead.md": "---\nhidden: true\n---\n",
+      ".opencode/agent/main.md": "---\nmode: all\n---\n"},
+     '{"agent": {"build": {"disable": true}, "plan": {"disable": true}}}', "main"),
+    ({}, '{"default_agent": "plan"}', "plan"),
+])
+def test_the_default_agent_is_picked_as_upstream_picks_it(files: dict[str, str], config_json: str, agent: str) -> None:
+    text = project_files.session_config({k: v.encode() for k, v in files.items()}, config_json)
+    assert project_files.default_agent(text) == agent
+
+
+@pytest.mark.parametrize(("config_json", "message"), [
+    ('{"default_agent": "nobody"}', 'the config\'s default_agent "nobody" is not an agent'),
+    ('{"default_agent": "explore"}', 'the config\'s default_agent "explore" is a subagent'),
+    ('{"default_agent": "title"}', 'the config\'s default_agent "title" is hidden'),
+    ('{"agent": {"build": {"disable": true}, "plan": {"disable": true}}}', "the config leaves no primary agent"),
+])
+def test_a_default_agent_that_cannot_run_a_session_is_refused(config_json: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        project_files.default_agent(project_files.session_config({}, config_json))
