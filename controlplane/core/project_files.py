@@ -95,13 +95,14 @@ def default_agent(config_text: str) -> str:
         agent = agents.get(chosen) if isinstance(chosen, str) else None
         if agent is None or agent.mode == "subagent" or agent.hidden:
             problem = "not an agent" if agent is None else "a subagent" if agent.mode == "subagent" else "hidden"
-            raise InvalidArgumentError(f"the config's default_agent {shown(chosen)} is {problem}")
+            raise InvalidArgumentError(f"the config's default_agent {shown(chosen)} is {problem}; name the session's "
+                                       "agent in CreateSession's agent instead (an agent a plugin adds counts there)")
         return agent.name
     for agent in agents.values():
         if agent.mode != "subagent" and not agent.hidden:
             return agent.name
     raise InvalidArgumentError("the config leaves no primary agent to run the session as (build and plan are "
-                               "disabled); name one in CreateSession's agent or add one")
+                               "disabled); name one in CreateSession's agent (an agent a plugin adds counts there)")
 
 
 def file_references(files: Mapping[str, bytes]) -> set[str]:
