@@ -1,9 +1,10 @@
 """One tool call, the same way wherever the tool runs.
 
-pending -> running -> doom-loop check -> validate (upstream's invalid-arguments text) ->
-`tool.execute.before` hooks (their returned args are used) -> execute (asks go through the
-permission gate) -> `tool.execute.after` hooks -> truncation (the full output saved inside the
-sandbox) -> completed. Any failure becomes an `error` event; the caller's stream never breaks.
+pending -> running -> doom-loop check -> `tool.execute.before` hooks (their returned args are used)
+-> validate (upstream's invalid-arguments text) -> execute (asks go through the
+permission gate) -> truncation (the full output saved inside the sandbox) -> `tool.execute.after`
+hooks (for MCP tools, before truncation) -> completed. Any failure becomes an `error` event; the
+caller's stream never breaks.
 Every call's outcome is audited.
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +36,7 @@ from controlplane.core.tool import (
     ToolError,
     ToolInfo,
     ToolResult,
+    ToolSource,
 )
 from controlplane.core.tool_events import (
     CallEvent,
@@ -48,7 +50,6 @@ from controlplane.core.validation import validate
 from controlplane.errors import SandboxLostError
 from controlplane.telemetry import spans
 
-log = logging.getLogger(__name__)
 ABORTED = "Tool execution aborted"
 ABORT_GRACE_S = 3.0
 """How long an aborted tool may take to report what it did (bash reports the abort in its output)."""
@@ -195,16 +196,20 @@ class ToolExecutor:
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):
             definition = await tool.init(InitContext(agent=scope.agent))
+        # Upstream validates inside the tool's execute: before-hooks see the model's arguments, and
+        # what they leave is what gets validated.
         args = raw_args
-        if definition.parameters is not None:
-            args = validate(tool.id, definition.parameters, raw_args, definition.format_validation_error)
         hook_in = {"tool": tool.id, "sessionID": scope.session_id, "callID": call.call_id}
+        if self.hooks.has("tool.execute.before") or "tool.execute.before" in scope.sandbox_hooks:
+            args = copy.deepcopy(raw_args)
         if self.hooks.has("tool.execute.before"):
             args = (await self.hooks.trigger("tool.execute.before", hook_in, {"args": args})).get("args", args)
         if "tool.execute.before" in scope.sandbox_hooks:
             args = (await scope.sandbox.plugin_hook("tool.execute.before", hook_in, {"args": args})).get("args", args)
         if not isinstance(args, dict):
             raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
+        if definition.parameters is not None:
+            args = validate(tool.id, definition.parameters, args, definition.format_validation_error)
         env: dict[str, str] = {}
         if tool.id == "bash":
             env = await self._shell_env(scope, call, args)
@@ -218,7 +223,15 @@ class ToolExecutor:
             services=self._call_services(scope, call, raw_args, emit, abort),
         )
         result = await definition.execute(args, ctx)
+        # Upstream truncates inside a tool's own execute, so after-hooks see the truncated output and its
+        # `truncated`; an MCP tool's after-hooks come first, on the server's whole result.
+        if tool.source is not ToolSource.MCP:
+            result = await self._truncated(scope, result)
         result = await self._after_hooks(scope, {**hook_in, "args": args}, result)
+        return result if tool.source is not ToolSource.MCP else await self._truncated(scope, result)
+
+    @staticmethod
+    async def _truncated(scope: CallScope, result: ToolResult) -> ToolResult:
         if "truncated" in result.metadata:
             return result
         content, extra = await truncation.apply_truncation(
@@ -247,15 +260,13 @@ class ToolExecutor:
         )
 
     async def _after_hooks(self, scope: CallScope, hook_in: dict[str, Any], result: ToolResult) -> ToolResult:
-        """The operator's after-hooks, then the project plugins'; a failing one loses nothing."""
+        """The operator's after-hooks (one that fails is logged and skipped), then the project plugins'
+        (one that throws fails the call, as upstream's hook trigger does)."""
         output: dict[str, Any] = {"title": result.title, "output": result.output, "metadata": result.metadata}
         if self.hooks.has("tool.execute.after"):
             output = await self.hooks.trigger("tool.execute.after", hook_in, output, tolerant=True)
         if "tool.execute.after" in scope.sandbox_hooks:
-            try:
-                output = await scope.sandbox.plugin_hook("tool.execute.after", hook_in, output)
-            except ToolError as exc:
-                log.warning("project plugin after-hook failed for %s: %s", hook_in.get("tool"), exc)
+            output = await scope.sandbox.plugin_hook("tool.execute.after", hook_in, output)
         return replace(
             result, title=str(output.get("title", result.title)), output=str(output.get("output", result.output)),
             metadata=dict(output.get("metadata") or {}) if "metadata" in output else result.metadata,

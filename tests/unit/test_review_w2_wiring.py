@@ -8,7 +8,6 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 from controlplane.core import permission
@@ -246,8 +245,6 @@ async def test_invalid_arguments_give_the_define_wrappers_message() -> None:
 # --- order of validation, hooks and truncation (§1, §3) -------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="executor truncates after the after-hooks; upstream truncates inside "
-                   "item.execute, before them (reference §3); needs a change in executor.py")
 async def test_after_hook_sees_the_truncated_output_and_its_addition_is_kept() -> None:
     hooks = HookBus()
     seen: list[dict[str, Any]] = []
@@ -264,8 +261,6 @@ async def test_after_hook_sees_the_truncated_output_and_its_addition_is_kept() -
     assert end.result.output.endswith("\n[checked by plugin]")
 
 
-@pytest.mark.xfail(strict=True, reason="executor validates before the before-hooks; upstream validates inside "
-                   "item.execute, after them (reference §1, §3); needs a change in executor.py")
 async def test_arguments_a_before_hook_breaks_are_refused_by_validation() -> None:
     hooks = HookBus()
 
