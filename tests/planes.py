@@ -70,7 +70,16 @@ async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIter
 
 
 def instance_containers(instance: str) -> list[Any]:
-    return docker.from_env().containers.list(all=True, filters={"label": f"ocsb.instance={instance}"})
+    """The instance's containers. docker-py inspects each listed one, so a container removed in between
+    (a warm-pool refill, an orphan being reconciled) fails the listing: it is then taken again."""
+    for attempt in range(5):
+        try:
+            return docker.from_env().containers.list(all=True, filters={"label": f"ocsb.instance={instance}"})
+        except docker.errors.NotFound:
+            if attempt == 4:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 def instance_volumes(instance: str) -> list[Any]:

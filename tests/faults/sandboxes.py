@@ -55,10 +55,15 @@ async def wait_until_running(client: AsyncClient, session_id: str, needle: str, 
 async def wait_until_gone(
     client: AsyncClient, session_id: str, needle: str, timeout_s: float = 5
 ) -> list[tuple[str, str]]:
-    """Waits for every process naming `needle` to be gone; returns the last process table."""
+    """Waits for every process naming `needle`, and every zombie, to be gone; returns the last process table.
+
+    A killed command's children become zombies for the moment before init reaps them (their name is then
+    `[sleep] <defunct>`, without the needle): the wait covers that moment, so a zombie still in the table
+    at the deadline is one nothing reaps."""
     deadline = time.monotonic() + timeout_s
     while True:
         rows = await sandbox_processes(client, session_id)
-        if not any(needle in args for _, args in rows) or time.monotonic() > deadline:
+        settled = not any(needle in args or stat.startswith("Z") for stat, args in rows)
+        if settled or time.monotonic() > deadline:
             return rows
         await asyncio.sleep(0.05)
