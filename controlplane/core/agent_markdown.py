@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from controlplane.core.config_text import MAX_DEPTH
+from controlplane.core.validation import js_number
 from controlplane.errors import InvalidArgumentError
 from sandbox_agent.custom.frontmatter import second_reading, split_matter
 
@@ -159,6 +160,6 @@ def js_key(key: Any) -> str:
         return key
     if key is None or isinstance(key, bool):
         return json.dumps(key)
-    if isinstance(key, float) and key.is_integer():
-        return str(int(key))
+    if isinstance(key, (int, float)):
+        return js_number(key)
     return str(key)

@@ -33,11 +33,18 @@ _FILE_REFERENCE = re.compile(r"\{file:(?P<path>[^}]+)\}")
 def shown(value: Any) -> str:
     """A value as JSON, cut short for an error message."""
     text = json.dumps(value, default=str, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # an unpaired surrogate: a status message must be UTF-8
+    if not is_utf8(text):  # an unpaired surrogate: a status message must be UTF-8
         text = json.dumps(value, default=str)
     return cut(text)
+
+
+def is_utf8(text: str) -> bool:
+    """False for text holding an unpaired surrogate, which neither the store nor gRPC can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def cut(text: str) -> str:

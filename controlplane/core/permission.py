@@ -11,7 +11,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, get_args
 
 from controlplane.core.tool import ToolError
 from controlplane.core.validation import js_keys, js_number
@@ -219,6 +219,7 @@ class DeniedError(ToolError):
 # --- agents --------------------------------------------------------------------------------------
 
 AgentMode: TypeAlias = Literal["primary", "subagent", "all"]
+AGENT_MODES: tuple[AgentMode, ...] = get_args(AgentMode)
 
 
 @dataclass
@@ -345,7 +346,7 @@ def builtin_agents(
         if agent is None:
             agent = agents[name] = Agent(name, "all", merge(defaults, user), native=False)
         agent.mode = _given(cfg, "mode", agent.mode)
-        if agent.mode not in ("primary", "subagent", "all"):
+        if agent.mode not in AGENT_MODES:
             raise ConfigError(f"agent.{name}.mode must be primary, subagent or all, not {agent.mode!r}")
         agent.description = _given(cfg, "description", agent.description)
         agent.hidden = _given(cfg, "hidden", agent.hidden)

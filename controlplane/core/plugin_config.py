@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from controlplane.core.permission import AGENT_MODES
 from controlplane.core.project_config import merge_deep
 
 ORIGIN = "opencode.json (plugin config hooks)"
@@ -101,7 +102,7 @@ def _checked(name: str, fields: dict[str, Any], notes: list[str]) -> dict[str, A
 
 
 AGENT_FIELDS: dict[str, tuple[Any, str]] = {
-    "mode": (lambda v: v in ("primary", "subagent", "all"), "primary, subagent or all"),
+    "mode": (lambda v: v in AGENT_MODES, "primary, subagent or all"),
     "description": (lambda v: isinstance(v, str), "a string"),
     "hidden": (lambda v: isinstance(v, bool), "true or false"),
     "disable": (lambda v: isinstance(v, bool), "true or false"),

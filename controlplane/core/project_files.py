@@ -25,13 +25,14 @@ from controlplane.core.config_text import (
     cut,
     decoded,
     document,
+    is_utf8,
     shown,
     substituted,
     within_workspace,
 )
 from controlplane.core.config_text import MAX_FILE_BYTES as MAX_FILE_BYTES
 from controlplane.core.config_text import file_references as references_in
-from controlplane.core.permission import builtin_agents
+from controlplane.core.permission import AGENT_MODES, builtin_agents
 from controlplane.core.project_config import agent_configs, with_legacy_tools
 from controlplane.errors import ConfigError, InvalidArgumentError
 
@@ -43,7 +44,6 @@ _AGENT_FILE = re.compile(r"\.opencode/agents?/(?P<name>.+)\.md")
 _MODE_FILE = re.compile(r"\.opencode/modes?/(?P<name>[^/]+)\.md")
 _JOINED_LISTS = ("plugin", "instructions")
 _NO_STEPS = object()
-_MODES = ("primary", "subagent", "all")
 _ACTIONS = ("allow", "deny", "ask")
 
 
@@ -57,7 +57,7 @@ def session_config(files: Mapping[str, bytes], config_json: str) -> str:
     caller's `config_json` (JSONC accepted). Empty when there is neither. InvalidArgumentError names the
     file that cannot be used."""
     for path in files:
-        if not path.isprintable() or not _is_utf8(path):
+        if not path.isprintable() or not is_utf8(path):
             raise InvalidArgumentError(f"workspace {shown(path)}: a project config file's name must be printable UTF-8")
     layers = [_config_file(path, files) for path in CONFIG_FILES if path in files]
     budget = ExpansionBudget(MAX_CONFIG_CHARS)
@@ -77,7 +77,7 @@ def session_config(files: Mapping[str, bytes], config_json: str) -> str:
     if len(text) > MAX_CONFIG_CHARS:
         raise InvalidArgumentError(f"the session's config comes to {len(text)} characters; the limit is "
                                    f"{MAX_CONFIG_CHARS}")
-    if not _is_utf8(text):
+    if not is_utf8(text):
         raise InvalidArgumentError("the session's config holds an unpaired surrogate (a \\ud800-\\udfff escape)")
     return text
 
@@ -112,14 +112,6 @@ def file_references(files: Mapping[str, bytes]) -> set[str]:
         if path in files:
             found |= references_in(path, decoded(path, files[path]))
     return found
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _strict_json(text: str) -> bool:
@@ -191,7 +183,7 @@ def _check_agent(where: str, config: Mapping[str, Any]) -> None:
     for key in ("disable", "hidden"):
         if key in config and not isinstance(config[key], bool):
             fail(key, "true or false")
-    if "mode" in config and config["mode"] not in _MODES:
+    if "mode" in config and config["mode"] not in AGENT_MODES:
         fail("mode", "primary, subagent or all")
     tools = config.get("tools")
     if "tools" in config and not (isinstance(tools, dict) and all(isinstance(v, bool) for v in tools.values())):

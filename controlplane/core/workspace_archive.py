@@ -154,7 +154,7 @@ def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str]
 def _keep(tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Callable[[str], bool], limit: int,
           kept: dict[str, bytes]) -> int:
     """Reads `member` into `kept` if it is wanted; the change in bytes kept."""
-    path = "/".join(p for p in member.name.split("/") if p not in ("", "."))
+    path = "/".join(_parts(member.name))
     if not keep(path):
         return 0
     before = len(kept.pop(path, b""))
@@ -162,6 +162,11 @@ def _keep(tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Callable[[str], b
     if body is not None:
         kept[path] = body.read(limit + 1)
     return len(kept.get(path, b"")) - before
+
+
+def _parts(name: str) -> list[str]:
+    """An entry's path components as extraction walks them (`./`, `//` and a trailing `/` say nothing)."""
+    return [p for p in name.split("/") if p not in ("", ".")]
 
 
 def _refuse(name: str, why: str) -> InvalidArgumentError:
@@ -178,7 +183,7 @@ def _check_member(tree: _Tree, member: tarfile.TarInfo) -> None:
         raise _refuse(name, f"has a name longer than {MAX_NAME_BYTES} bytes")
     if name.startswith("/"):
         raise _refuse(name, "has an absolute path")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
+    parts = _parts(name)
     if ".." in parts:
         depth = 0
         for part in parts:
