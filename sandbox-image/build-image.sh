@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the sandbox image from Dockerfile.sandbox and prints its reference. The tag is a hash of
 # every input (Dockerfile, agent sources, pins, base image id), so a rebuild with nothing changed
-# only re-tags `ocsb-sandbox:latest` and takes seconds. BASE_IMAGE overrides the registry-free base.
+# only re-tags `ocsb-sandbox:latest` and takes seconds. BASE_IMAGE overrides the registry-free base;
+# OCSB_IMAGE_TAG names the moving tag instead of `ocsb-sandbox:latest` (parallel checkouts, each with its own).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +21,7 @@ hash=$( {
        -type f ! -path '*/__pycache__/*' ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum
 } | sha256sum | cut -c1-16)
 image="ocsb-sandbox:${hash}"
+moving_tag=${OCSB_IMAGE_TAG:-ocsb-sandbox:latest}
 
 stage=build/image
 cache=build/cache
@@ -48,7 +50,7 @@ if [ "$(cat "$stage/node_modules.key" 2>/dev/null)" != "$node_key" ]; then
 fi
 
 if docker image inspect "$image" >/dev/null 2>&1; then
-  docker tag "$image" ocsb-sandbox:latest
+  docker tag "$image" "$moving_tag"
   echo "$image"
   exit 0
 fi
@@ -63,5 +65,5 @@ grep -vE '^\s*(#|$)' sandbox-image/requirements.txt > "$stage/wheelhouse/require
 
 log "docker build $image (base $base)"
 docker build -q -f Dockerfile.sandbox --build-arg BASE_IMAGE="$base" \
-  --label ocsb.image-hash="$hash" -t "$image" -t ocsb-sandbox:latest . >/dev/null
+  --label ocsb.image-hash="$hash" -t "$image" -t "$moving_tag" . >/dev/null
 echo "$image"

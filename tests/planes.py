@@ -50,8 +50,12 @@ class Plane:
 async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIterator[Plane]:
     data_dir = short_tmp()
     instance = overrides.pop("instance", new_instance())
+    provider_settings: dict[str, Any] = {"type": provider}
+    if provider == "docker" and os.environ.get("OCSB_TEST_IMAGE"):
+        # A checkout beside main builds and tests its own image (OCSB_IMAGE_TAG at build time).
+        provider_settings["image"] = os.environ["OCSB_TEST_IMAGE"]
     settings = load_settings(
-        None, data_dir=data_dir, instance=instance, provider={"type": provider},
+        None, data_dir=data_dir, instance=instance, provider=provider_settings,
         server={"listen": "127.0.0.1:0"}, **overrides,
     )
     plane = await app.start(settings)
