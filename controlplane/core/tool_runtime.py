@@ -14,11 +14,11 @@ import json
 import logging
 import posixpath
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controlplane.core import permission, plugin_config, project_config, rule_layers
+from controlplane.core import permission, plugin_config, rule_layers
 from controlplane.core.abort import AbortSignal
 from controlplane.core.asks import PermissionGate, Reply
 from controlplane.core.custom_tools import custom_tool
@@ -33,7 +33,7 @@ from controlplane.core.questions import QuestionBroker
 from controlplane.core.registry import Registry
 from controlplane.core.session_services import MemoryTodos, SessionServices, TodoStore
 from controlplane.core.sessions import SessionManager
-from controlplane.core.subtasks import CallerScope, Subtasks, bound, child_session_rules, hidden_in_child, primary_tools
+from controlplane.core.subtasks import CallerScope, Subtasks, bound
 from controlplane.core.tool import InitContext, SandboxCalls, ToolError, ToolInfo, ToolSource
 from controlplane.core.tool_events import CallEvent, PermissionRequested, QuestionAsked, StateChanged, SubCallEvent
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
@@ -251,26 +251,17 @@ class ToolRuntime:
         skills = tuple(listing.skills) if listing is not None else ()
         return CallerScope(tenant, session, self._agents[session.id][1], agent, self.subtasks, skills)
 
+    @staticmethod
     def _session_rules(
-        self, session: Session, agent: permission.Agent,
+        session: Session, agent: permission.Agent,
     ) -> tuple[permission.Ruleset, permission.Ruleset | None, set[str]]:
         """The rules calls of `agent` in the session obey, their ceiling (the same without the workspace's
-        config layers, None when that changes nothing: rule_layers), and tools switched off for it.
-
-        A child session adds upstream's subagent session rules after the agent's; the ceiling's come from
-        the caller's config alone (`experimental.primary_tools` allows tools in children).
-        """
-        if not session.parent_id:
-            return agent.permission, agent.ceiling, set()
-        primary = primary_tools(_config(session.config_json))
-        ruleset = permission.merge(agent.permission, child_session_rules(agent, primary))
-        hidden = hidden_in_child(agent, primary)
-        if agent.ceiling is None and session.caller_config_json is None:
-            return ruleset, None, hidden
-        own = permission.Agent(agent.name, agent.mode, agent.ceiling if agent.ceiling is not None else agent.permission)
-        caller_primary = primary_tools(_config(_caller_config(session)))
-        ceiling = permission.merge(own.permission, child_session_rules(own, caller_primary))
-        return ruleset, None if ceiling == ruleset else ceiling, hidden | hidden_in_child(own, caller_primary)
+        config layers, None when that changes nothing: rule_layers), and tools switched off for it."""
+        caller = _caller_config(session)
+        return rule_layers.session_rules(
+            agent, _config(session.config_json), None if caller == session.config_json else _config(caller),
+            child=bool(session.parent_id),
+        )
 
     async def cancel(self, tenant: str, session_id: str, call_id: str) -> bool:
         await self._sessions.get(tenant, session_id)  # NotFound for another tenant's session
@@ -362,30 +353,20 @@ class ToolRuntime:
         if cached is not None and cached[0] == key:
             agents = cached[1]
         else:
-            build = functools.partial(self._agents_of, home, custom.skill_dirs)
-            agents = build(_config(session.config_json))
-            caller = _config(_caller_config(session))
-            if _caller_config(session) != session.config_json:  # the workspace or a plugin hook added to it
-                agents = rule_layers.with_ceilings(agents, functools.partial(build, caller))
+            setting = rule_layers.AgentSetting(
+                posixpath.join(home, TOOL_OUTPUT_SUBDIR), posixpath.join(home, PLANS_SUBDIR), home,
+                tuple(custom.skill_dirs), self._env_permission,
+            )
+            caller = _caller_config(session)  # differs when the workspace or a plugin hook added to it
+            agents = rule_layers.session_agents(
+                _config(session.config_json), None if caller == session.config_json else _config(caller), setting,
+            )
             self._agents[session.id] = (key, agents)
         wanted = name or session.agent or "build"
         agent = agents.get(wanted)
         if agent is None:
             raise InvalidArgumentError(f"unknown agent {wanted!r}; known agents: {', '.join(agents)}")
         return agent
-
-    def _agents_of(
-        self, home: str, skill_dirs: list[str], config: dict[str, Any], bare: Iterable[str] = (),
-    ) -> dict[str, permission.Agent]:
-        """The agents of a config; each name of `bare` it does not configure is added as a custom agent with
-        no settings of its own (an agent the caller's config lacks, for its ceiling)."""
-        user = permission.from_config(project_config.user_permission(config, self._env_permission), home=home)
-        sections = project_config.agent_configs(config)
-        sections |= {name: {} for name in bare if name not in sections}
-        return permission.builtin_agents(
-            posixpath.join(home, TOOL_OUTPUT_SUBDIR), skill_dirs, posixpath.join(home, PLANS_SUBDIR),
-            user, agent_config=sections, home=home,
-        )
 
     def _forget_session(self, session_id: str) -> None:
         """Drops what was kept for an ended session; its pending asks fail."""

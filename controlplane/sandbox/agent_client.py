@@ -374,6 +374,19 @@ async def _drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterato
         yield item
 
 
+def encode_rules(rules: LocalRules) -> agent_pb2.PermissionRules:
+    """A call's rules (and their ceiling) as ToolStart carries them to the agent."""
+
+    def listed(entries: tuple[tuple[Rule, str], ...]) -> list[agent_pb2.PermissionRule]:
+        return [agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
+                for rule, _source in entries]
+
+    encoded = agent_pb2.PermissionRules(rules=listed(rules.rules))
+    if rules.ceiling is not None:
+        encoded.ceiling.CopyFrom(agent_pb2.PermissionRules(rules=listed(rules.ceiling)))
+    return encoded
+
+
 class GrpcSandboxAgent(SandboxAgent):
     """Talks to one agent over a gRPC channel (a Unix socket on one host)."""
 
@@ -441,13 +454,7 @@ class GrpcSandboxAgent(SandboxAgent):
         cached = self._rules.get(id(rules))
         if cached is not None and cached[0] is rules:
             return cached[1]
-        def listed(entries: tuple[tuple[Rule, str], ...]) -> list[agent_pb2.PermissionRule]:
-            return [agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
-                    for rule, _source in entries]
-
-        encoded = agent_pb2.PermissionRules(rules=listed(rules.rules))
-        if rules.ceiling is not None:
-            encoded.ceiling.CopyFrom(agent_pb2.PermissionRules(rules=listed(rules.ceiling)))
+        encoded = encode_rules(rules)
         if len(self._rules) >= 16:
             self._rules.clear()
         self._rules[id(rules)] = (rules, encoded)
