@@ -1,7 +1,9 @@
 """Permission asks of running tool calls: decided by rules, or held until someone replies.
 
 Rules are evaluated in this order, the last match winning: the agent's and the project's rules, then
-the session's "always" approvals, then operator policy (so an operator's deny always wins).
+the session's "always" approvals, then operator policy (so an operator's deny always wins). When the
+workspace's config added to the caller's, the same is evaluated with the caller's rules alone in place
+of the agent's (the scope's `ceiling`) and the stricter decision holds (rule_layers).
 
 A reply comes over the call's own stream or from another connection (PermissionService). `once`
 lets the request through; `always` also stores an allow rule for each of the request's `always`
@@ -26,6 +28,7 @@ from controlplane.core.events import EventBus
 from controlplane.core.hooks import HookBus
 from controlplane.core.ids import ascending
 from controlplane.core.permission import Rule, Ruleset
+from controlplane.core.rule_layers import CEILING_SOURCE, STRICTNESS
 from controlplane.core.tool import PermissionAsk, ToolError
 from controlplane.core.tool_events import PermissionRequested
 from controlplane.core.wildcard import match
@@ -73,6 +76,8 @@ class AskScope:
     """The agent's rules, the project's included."""
     policy: Ruleset = field(default_factory=list)
     """Operator rules, evaluated last."""
+    ceiling: Ruleset | None = None
+    """`ruleset` without the workspace's config layers, when that differs (rule_layers)."""
 
 
 @dataclass
@@ -146,8 +151,10 @@ class PermissionGate:
                 denying = describe_rule(rule, source)
                 spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_DENY, denying)
                 await self._record(scope, ask, "deny", denying)
-                # v1.2.27 lists the whole ruleset, not only the rules of the denied permission (observed).
-                raise permission.DeniedError(permission.merge(scope.ruleset, scope.policy))
+                # v1.2.27 lists the whole ruleset, not only the rules of the denied permission (observed):
+                # the caller's own when they are what denies.
+                agent_rules = scope.ceiling if source == CEILING_SOURCE and scope.ceiling is not None else scope.ruleset
+                raise permission.DeniedError(permission.merge(agent_rules, scope.policy))
             if rule.action == "ask":
                 needs_reply = True
             else:
@@ -202,12 +209,14 @@ class PermissionGate:
 
     @staticmethod
     def _evaluate(name: str, pattern: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
-        found: tuple[Rule, str] | None = None
-        for source, rules in (("agent", scope.ruleset), ("approved", approved), ("operator", scope.policy)):
-            for rule in rules:
-                if match(name, rule.permission) and match(pattern, rule.pattern):
-                    found = (rule, source)
-        return found if found is not None else (Rule(name, "*", "ask"), "default")
+        """The deciding rule and where it comes from; from the ceiling (source CEILING_SOURCE, whichever
+        of its layers decided) when that is stricter than the merged rules' decision."""
+        found = _last(name, pattern, (("agent", scope.ruleset), ("approved", approved), ("operator", scope.policy)))
+        if scope.ceiling is None:
+            return found
+        capped = _last(name, pattern, ((CEILING_SOURCE, scope.ceiling), ("approved", approved),
+                                       ("operator", scope.policy)))
+        return (capped[0], CEILING_SOURCE) if STRICTNESS[capped[0].action] > STRICTNESS[found[0].action] else found
 
     async def _plugin_verdict(self, request: PermissionRequested, scope: AskScope) -> str:
         info = {
@@ -298,6 +307,15 @@ class PermissionGate:
                 _settle(pending, ToolError("The session ended."))
 
 
+def _last(name: str, pattern: str, layers: tuple[tuple[str, Ruleset], ...]) -> tuple[Rule, str]:
+    found: tuple[Rule, str] | None = None
+    for source, rules in layers:
+        for rule in rules:
+            if match(name, rule.permission) and match(pattern, rule.pattern):
+                found = (rule, source)
+    return found if found is not None else (Rule(name, "*", "ask"), "default")
+
+
 def _settle(pending: _Pending, error: BaseException | None, decision: str = "", rule: str = "") -> None:
     if pending.waiter.done():
         return
@@ -317,25 +335,32 @@ class LocalRules:
     approved, operator). The sandbox agent may settle an ask they allow without a round trip here."""
 
     rules: tuple[tuple[Rule, str], ...]
+    ceiling: tuple[tuple[Rule, str], ...] | None = None
+    """The same with the caller's rules in place of the agent's, when the workspace added to them: an ask
+    is allowed in the sandbox only when both allow it (rule_layers)."""
 
 
-_SNAPSHOTS: dict[tuple[int, ...], tuple[Ruleset, Ruleset, Ruleset, LocalRules]] = {}
+_SNAPSHOTS: dict[tuple[int, ...], tuple[Ruleset, Ruleset, Ruleset, Ruleset | None, LocalRules]] = {}
 _MAX_SNAPSHOTS = 256
 
 
-def _snapshot(ruleset: Ruleset, approved: Ruleset, policy: Ruleset) -> LocalRules:
-    """The same object while the three lists are unchanged, so its encoded form can be reused."""
-    key = (id(ruleset), len(ruleset), id(approved), len(approved), id(policy), len(policy))
+def _snapshot(ruleset: Ruleset, approved: Ruleset, policy: Ruleset, ceiling: Ruleset | None = None) -> LocalRules:
+    """The same object while the lists are unchanged, so its encoded form can be reused."""
+    key = (id(ruleset), len(ruleset), id(approved), len(approved), id(policy), len(policy), id(ceiling),
+           len(ceiling or ()))
     cached = _SNAPSHOTS.get(key)
-    if cached is not None and cached[0] is ruleset and cached[1] is approved and cached[2] is policy:
-        return cached[3]
-    rules = LocalRules((
-        *((rule, "agent") for rule in ruleset), *((rule, "approved") for rule in approved),
-        *((rule, "operator") for rule in policy),
-    ))
+    if (cached is not None and cached[0] is ruleset and cached[1] is approved and cached[2] is policy
+            and cached[3] is ceiling):
+        return cached[4]
+
+    def layered(own: Ruleset, source: str) -> tuple[tuple[Rule, str], ...]:
+        return (*((rule, source) for rule in own), *((rule, "approved") for rule in approved),
+                *((rule, "operator") for rule in policy))
+
+    rules = LocalRules(layered(ruleset, "agent"), None if ceiling is None else layered(ceiling, CEILING_SOURCE))
     if len(_SNAPSHOTS) >= _MAX_SNAPSHOTS:
         _SNAPSHOTS.clear()
-    _SNAPSHOTS[key] = (ruleset, approved, policy, rules)
+    _SNAPSHOTS[key] = (ruleset, approved, policy, ceiling, rules)
     return rules
 
 
@@ -360,17 +385,14 @@ class CallAsks:
         if gate._hooks.has("permission.ask"):
             return None  # a plugin may want to see every ask
         state = await gate._session(scope.tenant, scope.session_id)
-        return _snapshot(scope.ruleset, state.approved, scope.policy)
+        return _snapshot(scope.ruleset, state.approved, scope.policy, scope.ceiling)
 
     async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules) -> None:
         deciding: list[str] = []
         for pattern in patterns:
-            found = next(
-                (entry for entry in reversed(rules.rules)
-                 if match(permission, entry[0].permission) and match(pattern, entry[0].pattern)),
-                None,
-            )
-            if found is not None and found[0].action == "allow":
+            found = _deciding(permission, pattern, rules.rules)
+            capped = _deciding(permission, pattern, rules.ceiling) if rules.ceiling is not None else found
+            if found is not None and found[0].action == "allow" and capped is not None and capped[0].action == "allow":
                 deciding.append(describe_rule(*found))
             else:  # the agent's matcher disagrees with ours (a parity test guards against it)
                 log.warning("sandbox agent allowed %s %r, which its rules do not allow", permission, pattern)
@@ -378,3 +400,9 @@ class CallAsks:
         text = "; ".join(dict.fromkeys(deciding))
         spans.permission_ruled(permission, patterns, attributes.DECISION_AUTO_ALLOW, text)
         await self._gate._record(self._scope, PermissionAsk(permission, patterns, [], {}), "allow", text)
+
+
+def _deciding(permission: str, pattern: str, rules: tuple[tuple[Rule, str], ...]) -> tuple[Rule, str] | None:
+    found = (entry for entry in reversed(rules) if match(permission, entry[0].permission)
+             and match(pattern, entry[0].pattern))
+    return next(found, None)

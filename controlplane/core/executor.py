@@ -79,6 +79,8 @@ class CallScope:
     tenant: str = ""
     policy: list[Rule] = field(default_factory=list)
     """Operator rules, evaluated after everything else."""
+    ceiling: list[Rule] | None = None
+    """`ruleset` without the workspace's config layers when that differs: the stricter decides (rule_layers)."""
     directory: str = "/workspace"
     sandbox_hooks: frozenset[str] = frozenset()
     """Hook names the project's plugins define (they run in the sandbox, after the operator's)."""
@@ -188,7 +190,7 @@ class ToolExecutor:
         tool, raw_args = self._resolve(scope, call)
         ask_scope = AskScope(
             tenant=scope.tenant, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
-            tool=tool.id, ruleset=scope.ruleset, policy=scope.policy,
+            tool=tool.id, ruleset=scope.ruleset, policy=scope.policy, ceiling=scope.ceiling,
         )
 
         ask = CallAsks(self.gate, ask_scope, emit)
@@ -235,7 +237,9 @@ class ToolExecutor:
         if "truncated" in result.metadata:
             return result
         content, extra = await truncation.apply_truncation(
-            result.output, task_allowed=truncation.task_hint_allowed(scope.ruleset), save=scope.sandbox.save_output
+            result.output, save=scope.sandbox.save_output,
+            task_allowed=truncation.task_hint_allowed(scope.ruleset)
+            and (scope.ceiling is None or truncation.task_hint_allowed(scope.ceiling)),
         )
         return replace(result, output=content, metadata={**result.metadata, **extra})
 

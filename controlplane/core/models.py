@@ -42,6 +42,10 @@ class Session:
     parent_id: str = ""
     """Set for a child session (one the `task` tool made): it shares its parent's sandbox."""
     title: str = ""
+    caller_config_json: str | None = None
+    """The caller's own `config_json` (as JSON) when the workspace's project config added to it, so that
+    `config_json` is the merged config: the workspace may narrow the caller's rules, never widen them
+    (controlplane.core.rule_layers). None when `config_json` is the caller's alone."""
 
     def expires_at(self, idle_timeout_s: float, max_lifetime_s: float) -> float:
         return min(self.last_active_at + idle_timeout_s, self.created_at + max_lifetime_s)

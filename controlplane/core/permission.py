@@ -230,6 +230,9 @@ class Agent:
     description: str | None = None
     hidden: bool = False
     native: bool = True
+    ceiling: Ruleset | None = field(default=None, compare=False)
+    """The rules this agent has without the workspace's config layers, when they differ from
+    `permission`: a decision is the stricter of the two (controlplane.core.rule_layers)."""
 
 
 _DESCRIPTIONS = {

@@ -82,6 +82,17 @@ def session_config(files: Mapping[str, bytes], config_json: str) -> str:
     return text
 
 
+def session_and_caller_config(files: Mapping[str, bytes], config_json: str) -> tuple[str, str | None]:
+    """The session's config (session_config) and, when the project's files added to it, the caller's own
+    config without them, kept apart because the workspace may narrow the caller's rules but never widen
+    them (controlplane.core.rule_layers); None when the session's config is the caller's alone."""
+    merged = session_config(files, config_json)
+    if not files:
+        return merged, None
+    caller = session_config({}, config_json)
+    return merged, None if caller == merged else caller
+
+
 def default_agent(config_text: str) -> str:
     """The agent a session runs as when its creator names none, as upstream picks it: the config's
     `default_agent` (a primary agent that is not hidden), else the first such agent (`build`, unless the

@@ -154,16 +154,17 @@ class SessionManager:
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = self._resources(spec.resources)
         project = await self._check_archive(spec.workspace_archive)
-        read = functools.partial(project_files.session_config, project, spec.config_json)
+        read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
         inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
-        config_json = read() if inline else await asyncio.to_thread(read)
+        config_json, caller_config = read() if inline else await asyncio.to_thread(read)
         agent = spec.agent or project_files.default_agent(config_json)
         now = self._clock()
         session = Session(
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
             labels=dict(spec.labels or {}), config_json=config_json,
+            caller_config_json=caller_config,
         )
         try:
             with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
@@ -244,6 +245,7 @@ class SessionManager:
             id="ses_" + secrets.token_hex(12), tenant=parent.tenant, agent=agent, state=SessionState.READY,
             resources=parent.resources, created_at=now, last_active_at=now, sandbox_id=parent.sandbox_id,
             config_json=parent.config_json, parent_id=parent.id, title=title,
+            caller_config_json=parent.caller_config_json,
         )
         await self._store.put_session(child)
         self._live[child.id] = child

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controlplane.core import permission, plugin_config, project_config
+from controlplane.core import permission, plugin_config, rule_layers
 from controlplane.core.abort import AbortSignal
 from controlplane.core.asks import PermissionGate, Reply
 from controlplane.core.custom_tools import custom_tool
@@ -33,7 +33,7 @@ from controlplane.core.questions import QuestionBroker
 from controlplane.core.registry import Registry
 from controlplane.core.session_services import MemoryTodos, SessionServices, TodoStore
 from controlplane.core.sessions import SessionManager
-from controlplane.core.subtasks import CallerScope, Subtasks, bound, child_session_rules, hidden_in_child, primary_tools
+from controlplane.core.subtasks import CallerScope, Subtasks, bound
 from controlplane.core.tool import InitContext, SandboxCalls, ToolError, ToolInfo, ToolSource
 from controlplane.core.tool_events import CallEvent, PermissionRequested, QuestionAsked, StateChanged, SubCallEvent
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
@@ -105,9 +105,8 @@ class ToolRuntime:
         self._calls: dict[tuple[str, str], RunningCall] = {}
         self._homes: dict[str, str] = {}
         """Per session: the tool user's HOME in its sandbox (saved outputs and plans live under it)."""
-        self._agents: dict[str, tuple[tuple[str, tuple[str, ...]], dict[str, permission.Agent]]] = {}
-        """Per session: the agents, and the config and skill dirs they were made from."""
-        """Per session: the config the agents were built from, and the agents."""
+        self._agents: dict[str, tuple[tuple[str, str, tuple[str, ...]], dict[str, permission.Agent]]] = {}
+        """Per session: the agents, and the configs (the session's, the caller's) and skill dirs they were made from."""
         self._custom: dict[str, CustomListing] = {}
         """Per session: the custom and plugin tools its sandbox loaded at the last look."""
         self.subtasks = Subtasks(sessions, self.bus, self)
@@ -133,8 +132,8 @@ class ToolRuntime:
         caller = self._caller_scope(tenant, session, agent)
         registry = self._registry.for_session(_config(session.config_json))
         offered = [bound(t, caller) for t in _with_extra(registry.tools(provider_id, model_id), custom, mcp)]
-        ruleset, switched_off = self._session_rules(session, agent)
-        hidden = permission.disabled_layered([t.id for t in offered], ruleset, policy) | switched_off
+        ruleset, ceiling, switched_off = self._session_rules(session, agent)
+        hidden = rule_layers.hidden_tools([t.id for t in offered], ruleset, ceiling, policy) | switched_off
         listed = []
         for tool in offered:
             if tool.id == "invalid" or tool.id in hidden:
@@ -199,8 +198,9 @@ class ToolRuntime:
         caller = self._caller_scope(tenant, session, agent)
         tools = {tool_id: bound(info, caller) for tool_id, info in tools.items()}
         home = await self._home(session_id, sandbox)
+        ruleset, ceiling, _ = self._session_rules(session, agent)
         scope = CallScope(
-            session_id=session_id, agent=agent.name, ruleset=self._session_rules(session, agent)[0], tools=tools,
+            session_id=session_id, agent=agent.name, ruleset=ruleset, ceiling=ceiling, tools=tools,
             sandbox=self._sandbox_calls(sandbox), tenant=tenant, sandbox_hooks=frozenset(custom.hooks),
             policy=self._policy.rules(tenant, home=home), sandbox_id=sandbox.id,
             services=self._services(tenant, session, home, registry, custom),
@@ -251,15 +251,17 @@ class ToolRuntime:
         skills = tuple(listing.skills) if listing is not None else ()
         return CallerScope(tenant, session, self._agents[session.id][1], agent, self.subtasks, skills)
 
-    def _session_rules(self, session: Session, agent: permission.Agent) -> tuple[permission.Ruleset, set[str]]:
-        """The rules calls of `agent` in the session obey, and tools switched off for it.
-
-        A child session adds upstream's subagent session rules after the agent's.
-        """
-        if not session.parent_id:
-            return agent.permission, set()
-        primary = primary_tools(_config(session.config_json))
-        return permission.merge(agent.permission, child_session_rules(agent, primary)), hidden_in_child(agent, primary)
+    @staticmethod
+    def _session_rules(
+        session: Session, agent: permission.Agent,
+    ) -> tuple[permission.Ruleset, permission.Ruleset | None, set[str]]:
+        """The rules calls of `agent` in the session obey, their ceiling (the same without the workspace's
+        config layers, None when that changes nothing: rule_layers), and tools switched off for it."""
+        caller = _caller_config(session)
+        return rule_layers.session_rules(
+            agent, _config(session.config_json), None if caller == session.config_json else _config(caller),
+            child=bool(session.parent_id),
+        )
 
     async def cancel(self, tenant: str, session_id: str, call_id: str) -> bool:
         await self._sessions.get(tenant, session_id)  # NotFound for another tenant's session
@@ -347,15 +349,17 @@ class ToolRuntime:
     async def _agent(self, session: Session, sandbox: Sandbox, name: str, custom: CustomListing) -> permission.Agent:
         home = await self._home(session.id, sandbox)
         cached = self._agents.get(session.id)
-        key = (session.config_json, tuple(custom.skill_dirs))
+        key = (session.config_json, _caller_config(session), tuple(custom.skill_dirs))
         if cached is not None and cached[0] == key:
             agents = cached[1]
         else:
-            config = _config(session.config_json)
-            user = permission.from_config(project_config.user_permission(config, self._env_permission), home=home)
-            agents = permission.builtin_agents(
-                posixpath.join(home, TOOL_OUTPUT_SUBDIR), custom.skill_dirs, posixpath.join(home, PLANS_SUBDIR),
-                user, agent_config=project_config.agent_configs(config), home=home,
+            setting = rule_layers.AgentSetting(
+                posixpath.join(home, TOOL_OUTPUT_SUBDIR), posixpath.join(home, PLANS_SUBDIR), home,
+                tuple(custom.skill_dirs), self._env_permission,
+            )
+            caller = _caller_config(session)  # differs when the workspace or a plugin hook added to it
+            agents = rule_layers.session_agents(
+                _config(session.config_json), None if caller == session.config_json else _config(caller), setting,
             )
             self._agents[session.id] = (key, agents)
         wanted = name or session.agent or "build"
@@ -384,7 +388,10 @@ def configured(session: Session, custom: CustomListing) -> Session:
     if not custom.config_json:
         return session
     text, _ = plugin_config.adopted_json(session.config_json, custom.config_json)
-    return session if text == session.config_json else dataclasses.replace(session, config_json=text)
+    if text == session.config_json:
+        return session
+    # The hooks are workspace code: what they add narrows the caller's rules at most (rule_layers).
+    return dataclasses.replace(session, config_json=text, caller_config_json=_caller_config(session))
 
 
 def unadopted(session: Session, custom: CustomListing) -> list[tuple[str, str]]:
@@ -417,6 +424,11 @@ def _close_mcp(connecting: asyncio.Future[McpSource | None]) -> None:
 
 
 _closing: set[asyncio.Task[None]] = set()
+
+
+def _caller_config(session: Session) -> str:
+    """The caller's own config: without the workspace's project config and the plugins' config hooks."""
+    return session.config_json if session.caller_config_json is None else session.caller_config_json
 
 
 def _config(text: str) -> dict[str, Any]:

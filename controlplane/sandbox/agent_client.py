@@ -28,6 +28,7 @@ from controlplane.core.execution import (
     Started,
     UploadSummary,
 )
+from controlplane.core.permission import Rule
 from controlplane.core.tool import ToolError
 from controlplane.errors import (
     ControlPlaneError,
@@ -373,6 +374,19 @@ async def _drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterato
         yield item
 
 
+def encode_rules(rules: LocalRules) -> agent_pb2.PermissionRules:
+    """A call's rules (and their ceiling) as ToolStart carries them to the agent."""
+
+    def listed(entries: tuple[tuple[Rule, str], ...]) -> list[agent_pb2.PermissionRule]:
+        return [agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
+                for rule, _source in entries]
+
+    encoded = agent_pb2.PermissionRules(rules=listed(rules.rules))
+    if rules.ceiling is not None:
+        encoded.ceiling.CopyFrom(agent_pb2.PermissionRules(rules=listed(rules.ceiling)))
+    return encoded
+
+
 class GrpcSandboxAgent(SandboxAgent):
     """Talks to one agent over a gRPC channel (a Unix socket on one host)."""
 
@@ -422,7 +436,7 @@ class GrpcSandboxAgent(SandboxAgent):
             message_id=call.message_id, call_id=call.call_id, agent=call.agent,
             extra_json=json.dumps(call.extra), env=call.env, custom=call.custom,
         )
-        if rules is not None:
+        if rules is not None and (rules.ceiling is None or "rule_ceiling" in self._features):
             start.rules.CopyFrom(self._encoded(rules))
         if "run_tools" in self._features:
             # One long-lived stream for every call: a new RPC per call costs more than the call's messages.
@@ -440,10 +454,7 @@ class GrpcSandboxAgent(SandboxAgent):
         cached = self._rules.get(id(rules))
         if cached is not None and cached[0] is rules:
             return cached[1]
-        encoded = agent_pb2.PermissionRules(rules=[
-            agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
-            for rule, _source in rules.rules
-        ])
+        encoded = encode_rules(rules)
         if len(self._rules) >= 16:
             self._rules.clear()
         self._rules[id(rules)] = (rules, encoded)

@@ -48,6 +48,7 @@ def session_of(row: Row) -> Session:
         deleted_at=row["deleted_at"],
         parent_id=row["parent_id"],
         title=row["title"],
+        caller_config_json=row["caller_config_json"],
     )
 
 

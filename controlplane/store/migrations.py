@@ -91,5 +91,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("sessions", "parent_id", "TEXT NOT NULL DEFAULT ''"),
         ("sessions", "title", "TEXT NOT NULL DEFAULT ''"),
     )),
+    Migration(3, "the caller's own config of a session with project config", added_columns=(
+        ("sessions", "caller_config_json", "TEXT"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from controlplane.core import permission
+from controlplane.core import rule_layers
 from controlplane.core.subtasks import CallerScope, SessionBoundTool
 from controlplane.core.tool import Execute, InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
 from controlplane.tools.describe import description
@@ -66,7 +66,7 @@ def _bind(scope: CallerScope) -> ToolInfo:
     async def init(_: InitContext) -> ToolDefinition:
         allowed = [
             (name, text) for name, text in scope.skills
-            if permission.evaluate("skill", name, scope.caller.permission).action != "deny"
+            if rule_layers.decide("skill", name, scope.caller).action != "deny"
         ]
         execute = _execute_in_sandbox(_config(scope.session.config_json))
         return ToolDefinition(describe_skills(allowed), skill_parameters([name for name, _ in allowed]), execute)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from controlplane.core import permission
+from controlplane.core import permission, rule_layers
 from controlplane.core.permission import Agent
 from controlplane.core.subtasks import CallerScope, SessionBoundTool
 from controlplane.core.tool import (
@@ -49,7 +49,7 @@ def describe_agents(agents: Mapping[str, Agent], caller: Agent) -> str:
     listed = [
         f"- {agent.name}: {agent.description or NO_DESCRIPTION}"
         for agent in agents.values()
-        if agent.mode != "primary" and permission.evaluate("task", agent.name, caller.permission).action != "deny"
+        if agent.mode != "primary" and rule_layers.decide("task", agent.name, caller).action != "deny"
     ]
     return description("task", agents="\n".join(listed))
 

@@ -47,11 +47,19 @@ def _utf16(s: str) -> str:
 
 
 class LocalRules:
-    """The rules of one call; `allows` is True only when every pattern's last matching rule allows."""
+    """The rules of one call; `allows` is True only when every pattern's last matching rule allows, in the
+    rules and in their ceiling when there is one (the caller's own rules, which the workspace's config
+    may narrow but never widen)."""
 
-    def __init__(self, rules: Sequence[agent_pb2.PermissionRule]) -> None:
+    def __init__(self, rules: Sequence[agent_pb2.PermissionRule], ceiling: LocalRules | None = None) -> None:
         # Newest first, so the first match is the deciding (last) rule.
         self._rules = [(r.permission, r.pattern, r.action) for r in reversed(rules)]
+        self._ceiling = ceiling
+
+    @classmethod
+    def of(cls, message: agent_pb2.PermissionRules) -> LocalRules:
+        ceiling = cls(message.ceiling.rules) if message.HasField("ceiling") else None
+        return cls(message.rules, ceiling)
 
     def action(self, permission: str, pattern: str) -> str:
         for name, glob, action in self._rules:
@@ -60,4 +68,6 @@ class LocalRules:
         return "ask"
 
     def allows(self, permission: str, patterns: Sequence[str]) -> bool:
+        if self._ceiling is not None and not self._ceiling.allows(permission, patterns):
+            return False
         return all(self.action(permission, pattern) == "allow" for pattern in patterns)

@@ -101,7 +101,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             running=len(self._running) + self._tools.running,
             tool_home=self._config.tool_home,
-            features=["run_tools", "exec_many"],
+            features=["run_tools", "exec_many", "rule_ceiling"],
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:

@@ -94,7 +94,7 @@ class ToolCalls:
         pending: dict[int, asyncio.Future[None]] = {}
         abort = asyncio.Event()
         ask_ids = itertools.count(1)
-        rules = LocalRules(start.rules.rules) if start.HasField("rules") else None
+        rules = LocalRules.of(start.rules) if start.HasField("rules") else None
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
             if rules is not None and rules.allows(permission, patterns):

@@ -83,7 +83,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 2
+    assert rows[-1][0] == LATEST == 3
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -123,7 +123,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         old = await store.get_session("ses_old")
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
-        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,)]
+        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,), (3,)]
     finally:
         await store.aclose()
 
@@ -150,6 +150,17 @@ async def test_a_session_reads_back_exactly(store: Store) -> None:
     await store.put_session(session)
     assert await store.get_session("ses_1") == session
     assert await store.get_session("ses_missing") is None
+
+
+async def test_a_sessions_own_caller_config_reads_back(store: Store) -> None:
+    """The caller's config apart from the workspace's is what keeps the workspace from widening its rules
+    after a restart (controlplane.core.rule_layers); None and "" differ."""
+    for sid, caller in (("ses_1", '{"permission": {"bash": "deny"}}'), ("ses_2", ""), ("ses_3", None)):
+        session = _session(sid, config_json='{"agent": {"md": {}}}', caller_config_json=caller)
+        await store.put_session(session)
+        got = await store.get_session(sid)
+        assert got is not None
+        assert got.caller_config_json == caller
 
 
 async def test_putting_a_session_again_replaces_it(store: Store) -> None:

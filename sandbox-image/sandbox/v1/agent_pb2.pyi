@@ -637,16 +637,26 @@ class PermissionRules(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RULES_FIELD_NUMBER: _builtins.int
+    CEILING_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___PermissionRule]: ...
+    @_builtins.property
+    def ceiling(self) -> Global___PermissionRules:
+        """Set when the workspace's project config added to the caller's: the same rules with the caller's own
+        in place of the agent's. An ask is settled in the agent only when both `rules` and these allow it
+        (the workspace narrows the caller's rules, never widens them). Agents that know it list the
+        `rule_ceiling` feature; the control plane sends no rules with a ceiling to an agent that does not.
+        """
+
     def __init__(
         self,
         *,
         rules: _abc.Iterable[Global___PermissionRule] | None = ...,
+        ceiling: Global___PermissionRules | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ceiling", b"ceiling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ceiling", b"ceiling", "rules", b"rules"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
