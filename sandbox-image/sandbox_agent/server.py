@@ -198,6 +198,15 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
 
+    async def SnapshotCustomCode(
+        self, request: agent_pb2.SnapshotCustomCodeRequest, context: Any
+    ) -> agent_pb2.SnapshotCustomCodeResponse:
+        try:
+            return await self._tools.snapshot_code(request.config_json, dict(request.env))
+        except AgentError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+
     async def RunPluginHook(
         self, request: agent_pb2.RunPluginHookRequest, context: Any
     ) -> agent_pb2.RunPluginHookResponse:
