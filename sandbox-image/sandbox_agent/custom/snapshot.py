@@ -216,7 +216,10 @@ def _open_all(paths: Sequence[str]) -> list[tuple[str, int]]:
 
 
 def _make_root(base: str) -> str:
-    os.makedirs(base, exist_ok=True)
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError as exc:
+        raise SnapshotError(_storage_problem(base, exc)) from None
     for _ in range(8):
         root = posixpath.join(base, PREFIX + secrets.token_hex(8))
         try:
