@@ -220,7 +220,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         except (ToolError, ValueError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             raise
-        spans = trace.drain() if trace is not None else []
+        spans = self._tools.shown_spans(trace.drain()) if trace is not None else []
         return agent_pb2.RunPluginHookResponse(output_json=json.dumps(output), spans=spans)
 
     async def SaveToolOutput(

@@ -144,7 +144,7 @@ class ToolCalls:
                             span.fail(final["failed"].message)
             finally:
                 if final:
-                    outbox.put(**final, spans=trace.drain() if trace is not None else [])
+                    outbox.put(**final, spans=self.shown_spans(trace.drain()) if trace is not None else [])
                 outbox.queue.put_nowait(None)
 
         async def attempt() -> dict[str, Any]:
@@ -251,12 +251,28 @@ class ToolCalls:
             ],
             load_errors=[agent_pb2.CustomLoadError(origin=e.origin, message=e.message) for e in listing.load_errors],
             hooks=listing.hooks,
-            spans=trace.drain() if trace is not None else [],
+            spans=self.shown_spans(trace.drain()) if trace is not None else [],
             skills=[agent_pb2.SkillInfo(name=s.name, description=s.description, location=s.location)
                     for s in scan.skills],
             skill_dirs=scan.dirs,
             config_json=listing.config_json,
         )
+
+    def shown_spans(self, records: list[agent_pb2.SpanRecord]) -> list[agent_pb2.SpanRecord]:
+        """Spans with the code snapshot's paths shown as the workspace paths they copy (as load errors are)."""
+        code = self.custom.snapshot
+        if code is None or not code.root:
+            return records
+        for record in records:
+            record.status_message = code.outside(record.status_message)
+            for attribute in record.attributes:
+                if attribute.WhichOneof("value") == "string_value":
+                    attribute.string_value = code.outside(attribute.string_value)
+            for event in record.events:
+                for attribute in event.attributes:
+                    if attribute.WhichOneof("value") == "string_value":
+                        attribute.string_value = code.outside(attribute.string_value)
+        return records
 
     async def save_output(self, name: str, content: bytes) -> str:
         if not OUTPUT_NAME.match(name):
