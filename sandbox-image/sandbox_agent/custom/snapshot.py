@@ -95,11 +95,9 @@ async def take(runner: ToolRunner, *, base: str, workspace: str, worktree: str, 
                config: Mapping[str, Any], env: Mapping[str, str]) -> CodeSnapshot:
     """Copies the session's custom code now. Raises SnapshotError (nothing is left behind then)."""
     plan = await runner.io(_plan, workspace, worktree, home, dict(config), dict(env))
-    root = await asyncio.to_thread(_make_root, base)
+    root = await asyncio.to_thread(_make_root, base, plan.dirs)
     try:
         digests: dict[str, str] = {}
-        for directory in plan.dirs:
-            await asyncio.to_thread(_make_dirs, root, directory)
         for start in range(0, len(plan.files), BATCH):
             opened = await runner.io(_open_all, plan.files[start:start + BATCH])
             digests |= await asyncio.to_thread(_copy_all, root, opened)
@@ -142,7 +140,7 @@ def _plan(workspace: str, worktree: str, home: str, config: dict[str, Any], env:
     dirs: list[str] = []
     files: list[str] = []
     seen_dirs: set[str] = set()
-    total = [0]
+    total = [0, 0]  # bytes, files
     for directory in config_dirs:
         if _within(directory, discovery.GLOBAL_DIR):
             continue
@@ -155,11 +153,12 @@ def _plan(workspace: str, worktree: str, home: str, config: dict[str, Any], env:
         dirs.append(posixpath.dirname(found))
         files.append(found)
         total[0] += _size(found)
-    if len(files) > MAX_FILES or total[0] > MAX_BYTES:
+        total[1] += 1
+    if total[1] > MAX_FILES or total[0] > MAX_BYTES:
         raise SnapshotError(
-            f"the session's custom code ({', '.join(config_dirs) or 'no config dir'}) holds {len(files)} files and "
-            f"{total[0]} bytes; at most {MAX_FILES} files and {MAX_BYTES} bytes are taken: keep build outputs and "
-            "large dependencies out of the .opencode dirs")
+            f"the session's custom code ({', '.join(config_dirs) or 'no config dir'}) holds more than {MAX_FILES} "
+            f"files or {MAX_BYTES} bytes, the most a session's code snapshot takes: keep build outputs, large "
+            "dependencies and links to big directories out of the .opencode dirs")
     skills = scan_skills(workspace, worktree, home=home, env=env, config=config)
     return _Plan(config_dirs, specs, dirs, files, skills)
 
@@ -185,8 +184,9 @@ def _walk(top: str, seen: set[str], total: list[int]) -> Iterator[tuple[str, str
             yield from _walk(path, seen, total)
         elif stat.S_ISREG(info.st_mode):
             total[0] += info.st_size
-            if total[0] > MAX_BYTES * 2:
-                return  # far past the limit: the plan is refused anyway, stop reading
+            total[1] += 1
+            if total[0] > MAX_BYTES or total[1] > MAX_FILES:
+                return  # past a limit (a link to / or /proc counts too): the plan is refused, stop walking
             yield "file", path
 
 
@@ -215,7 +215,8 @@ def _open_all(paths: Sequence[str]) -> list[tuple[str, int]]:
 # -- the agent's side: the copy --------------------------------------------------------------------
 
 
-def _make_root(base: str) -> str:
+def _make_root(base: str, dirs: Sequence[str]) -> str:
+    """A fresh directory of the agent's own under `base`, with the mirror of `dirs` (original paths) in it."""
     try:
         os.makedirs(base, exist_ok=True)
     except OSError as exc:
@@ -228,22 +229,29 @@ def _make_root(base: str) -> str:
             continue  # a name the tool user took first: it is not ours, take another
         except OSError as exc:
             raise SnapshotError(_storage_problem(base, exc)) from None
-        os.chmod(root, 0o755)
+        try:
+            os.chmod(root, 0o755)
+            made: set[str] = {root}
+            for original in dirs:
+                _make_dirs(root, root + posixpath.normpath(original), made)
+        except OSError as exc:
+            remove(root)
+            raise SnapshotError(_storage_problem(base, exc)) from None
         return root
     raise SnapshotError(f"could not create a directory for the session's custom code in {base}")
 
 
-def _make_dirs(root: str, original: str) -> None:
-    target = root + posixpath.normpath(original)
+def _make_dirs(root: str, target: str, made: set[str]) -> None:
+    """`target` and its missing parents below `root`, each 0755 whatever the umask (the tool host reads them)."""
+    if target in made or not target.startswith(root + "/"):
+        return
+    _make_dirs(root, posixpath.dirname(target), made)
     try:
-        os.makedirs(target, mode=0o755, exist_ok=True)
-    except OSError as exc:
-        raise SnapshotError(_storage_problem(root, exc)) from None
-    # makedirs leaves the umask's mode; every level must be readable by the tool host.
-    current = target
-    while current != root and current.startswith(root + "/"):
-        os.chmod(current, 0o755)
-        current = posixpath.dirname(current)
+        os.mkdir(target, 0o755)
+    except FileExistsError:
+        pass
+    os.chmod(target, 0o755)
+    made.add(target)
 
 
 def _copy_all(root: str, opened: list[tuple[str, int]]) -> dict[str, str]:

@@ -121,9 +121,18 @@ async def test_too_much_code_is_refused_with_the_reason(
     monkeypatch.setattr(snapshot, "MAX_FILES", 2)
     for name in "abc":
         (project / ".opencode" / "tool" / f"{name}.ts").write_text("x")
-    with pytest.raises(snapshot.SnapshotError, match=r"holds 3 files .* at most 2 files"):
+    with pytest.raises(snapshot.SnapshotError, match=r"holds more than 2 files or \d+ bytes"):
         await take(runner, project)
     assert list((project.parent / "code").iterdir()) == []  # nothing left behind
+
+
+async def test_a_link_to_the_root_is_walked_only_up_to_the_limit(
+    runner: ToolRunner, project: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(snapshot, "MAX_FILES", 500)
+    (project / ".opencode" / "everything").symlink_to("/")
+    with pytest.raises(snapshot.SnapshotError, match="links to big directories"):
+        await asyncio.wait_for(take(runner, project), 30)
 
 
 async def test_a_base_that_cannot_hold_the_copy_is_a_clear_error(runner: ToolRunner, project: Path) -> None:
