@@ -120,6 +120,10 @@ class PlaneProcess:
             "CONTROLPLANE_SERVER__LISTEN": "127.0.0.1:0",
             "CONTROLPLANE_POOL__SIZE": str(pool_size),
         }
+        if os.environ.get("OCSB_TEST_IMAGE"):
+            # As running_plane: a checkout beside main runs its own image.
+            self.env["CONTROLPLANE_PROVIDER__TYPE"] = "docker"
+            self.env["CONTROLPLANE_PROVIDER__IMAGE"] = os.environ["OCSB_TEST_IMAGE"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> str:
