@@ -14,6 +14,7 @@ from controlplane import cli
 from controlplane.client import AsyncClient, Client
 from controlplane.core.execution import CodeChanges
 from controlplane.core.tool_reload import compare
+from sandbox_agent.custom import snapshot
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane
 
@@ -94,3 +95,17 @@ def test_compare_names_added_changed_and_removed_tools() -> None:
     # b's definition changed; d's file changed (its definition did not); a is untouched.
     assert (report.added, report.changed, report.removed) == (["e"], ["b", "d"], ["c"])
     assert report.summary().startswith("tools added: e; tools changed: b, d; tools removed: c; files added: /w/e.ts")
+
+
+async def test_code_too_big_to_snapshot_refuses_the_create_and_leaves_nothing(
+    plane: Plane, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The local plane's agent runs in this process: its limit can be lowered here.
+    monkeypatch.setattr(snapshot, "MAX_FILES", 1)
+    files = {".opencode/tool/a.py": PY_TOOL.format(answer="a"), ".opencode/tool/b.py": PY_TOOL.format(answer="b")}
+    async with AsyncClient(plane.plane.address, "token-beta") as client:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client.create_session(workspace_archive=tar_of(files))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "holds more than 1 files" in (refused.value.details() or "")
+        assert await client.list_sessions() == []
