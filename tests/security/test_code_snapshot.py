@@ -18,6 +18,7 @@ import pytest
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.planes import Plane
+from tests.security.conftest import PROBE_FILES, Vector
 
 pytestmark = pytest.mark.docker
 
@@ -213,10 +214,7 @@ async def test_a_rewritten_mcp_server_and_mcp_config_wait_for_reload(docker_plan
     assert not any(i.startswith("planted") for i in ids)
 
 
-async def test_the_snapshot_cannot_be_changed_by_the_tool_user(docker_plane: Plane, open_session: str) -> None:
-    client = docker_plane.client
-    session_id = open_session
-    attack = r"""
+ATTACK = r"""
 snap=$(ls -d /tmp/.opencode-code-* | head -n1)
 f=$snap/workspace/.opencode/lib/word.ts
 echo "owner: $(stat -c %u:%a $snap $f | tr '\n' ' ')"
@@ -232,12 +230,21 @@ try rm -f $f
 try ln -sf /workspace/README.md $snap/workspace/.opencode/lib/other.ts
 try rm -rf $snap
 """
-    out = await client.execute_tool(session_id, "bash", bash(attack))
-    lines = out.output.strip().splitlines()
-    assert lines[0].strip() == "owner: 0:755 0:644", out.output
-    assert len(lines) == 11, out.output
-    assert all(line.endswith(": refused") for line in lines[1:]), out.output
-    assert (await client.execute_tool(session_id, "greet", {})).output == "shipped"
+
+
+async def test_the_snapshot_cannot_be_changed_by_the_tool_user(docker_plane: Plane, vector: Vector) -> None:
+    """From `bash`, and from a TypeScript and a Python custom tool (each runs as the tool user too)."""
+    client = docker_plane.client
+    files = {**PROBE_FILES, ".opencode/tool/greet.ts": GREET_TS, ".opencode/lib/word.ts": WORD_V1}
+    session = await client.create_session(workspace_archive=tar_of(files))
+    try:
+        lines = (await vector.run(client, session.id, ATTACK)).strip().splitlines()
+        assert lines[0].strip() == "owner: 0:755 0:644", lines
+        assert len(lines) == 11, lines
+        assert all(line.endswith(": refused") for line in lines[1:]), lines
+        assert (await client.execute_tool(session.id, "greet", {})).output == "shipped"
+    finally:
+        await client.delete_session(session.id)
 
 
 async def test_a_full_tmp_gives_reload_a_clear_error_and_keeps_the_session(
