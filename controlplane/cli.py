@@ -4,6 +4,7 @@
     controlplane session create|list|get|delete [...] [--json]
     controlplane exec SESSION [--cwd DIR] [--timeout-ms N] -- CMD [ARGS...]
     controlplane tools SESSION [--provider P] [--model M] [--agent A] [--json]
+    controlplane tools reload SESSION [--json]
     controlplane tool SESSION TOOL ARGS_JSON [--agent A] [--yes]
 """
 
@@ -143,6 +144,11 @@ async def _exec_cmd(args: argparse.Namespace) -> int:
 
 async def _tools_cmd(args: argparse.Namespace) -> int:
     target, token = _target_and_token(args)
+    if args.session == "reload":  # no session id is "reload": they all start with ses_
+        return await _reload_cmd(args, target, token)
+    if args.reload_session:
+        print("controlplane: tools takes one session (or: tools reload SESSION)", file=sys.stderr)
+        return 2
     async with AsyncClient(target, token) as client:
         listing = await client.list_tools(
             args.session, provider_id=args.provider, model_id=args.model, agent=args.agent
@@ -154,6 +160,25 @@ async def _tools_cmd(args: argparse.Namespace) -> int:
         summary = tool.description.splitlines()[0] if tool.description else ""
         print(f"{tool.id:<14} {summary[:100]}")
     for error in listing.load_errors:
+        print(f"load error {error.origin}: {error.message}", file=sys.stderr)
+    return 0
+
+
+async def _reload_cmd(args: argparse.Namespace, target: str, token: str) -> int:
+    if not args.reload_session:
+        print("controlplane: tools reload needs a SESSION", file=sys.stderr)
+        return 2
+    async with AsyncClient(target, token) as client:
+        report = await client.reload_tools(args.reload_session)
+    if args.json:
+        print(json.dumps(MessageToDict(report, preserving_proto_field_name=True), indent=2))
+        return 0
+    for label, items in (("tool added", report.added_tools), ("tool changed", report.changed_tools),
+                         ("tool removed", report.removed_tools), ("file added", report.added_files),
+                         ("file changed", report.changed_files), ("file removed", report.removed_files)):
+        for item in items:
+            print(f"{label:<13} {item}")
+    for error in report.load_errors:
         print(f"load error {error.origin}: {error.message}", file=sys.stderr)
     return 0
 
@@ -216,8 +241,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cwd", default="")
     run.add_argument("--timeout-ms", type=int, default=0)
     run.add_argument("argv", nargs="*", help="the command, after --")
-    tools = sub.add_parser("tools", parents=[common], help="list a session's tools as a model sees them")
+    tools = sub.add_parser("tools", parents=[common], help="list a session's tools as a model sees them, or "
+                           "`tools reload SESSION`: take the workspace's current custom tools, plugins and skills")
     tools.add_argument("session")
+    tools.add_argument("reload_session", nargs="?", default="", metavar="SESSION",
+                       help="with `reload`: the session whose tools to reload")
     tools.add_argument("--provider", default="")
     tools.add_argument("--model", default="")
     tools.add_argument("--agent", default="")

@@ -309,6 +309,12 @@ class AsyncClient:
                 runner.cancel()
         raise RuntimeError("the tool call's stream ended without a result or an error")
 
+    async def reload_tools(self, session_id: str) -> tool_pb2.ReloadToolsResponse:
+        """Takes the workspace's current custom tools, plugins and skills for the session (fixed at create
+        otherwise); says which tools and files were added, changed and removed."""
+        request = tool_pb2.ReloadToolsRequest(session_id=session_id)
+        return await self.tools.ReloadTools(request, metadata=self._metadata)
+
     async def cancel_tool_call(self, session_id: str, call_id: str) -> bool:
         request = tool_pb2.CancelToolCallRequest(session_id=session_id, call_id=call_id)
         return bool((await self.tools.CancelToolCall(request, metadata=self._metadata)).cancelled)
@@ -376,6 +382,9 @@ class Client:
 
     def run(self, session_id: str, argv: Iterable[str] = (), **kwargs: Any) -> Completed:
         return self._call(self._async.run(session_id, list(argv), **kwargs))
+
+    def reload_tools(self, session_id: str) -> tool_pb2.ReloadToolsResponse:
+        return self._call(self._async.reload_tools(session_id))
 
     def close(self) -> None:
         self._call(self._async.close())

@@ -126,9 +126,14 @@ class PlaneProcess:
         endpoint = self.data_dir / "endpoint"
         endpoint.unlink(missing_ok=True)
         log = self.data_dir / "serve.log"
+        env = dict(self.env)
+        if os.environ.get("OCSB_TEST_IMAGE") and env.get("CONTROLPLANE_PROVIDER__TYPE", "docker") == "docker":
+            # As running_plane: a checkout beside main runs its own image (a test may pick the local provider).
+            env |= {"CONTROLPLANE_PROVIDER__TYPE": "docker",
+                    "CONTROLPLANE_PROVIDER__IMAGE": os.environ["OCSB_TEST_IMAGE"]}
         with log.open("ab") as out:
             self.proc = subprocess.Popen(  # noqa: ASYNC220 - spawning returns at once
-                [sys.executable, "-m", "controlplane", "serve"], env=self.env, cwd=REPO,
+                [sys.executable, "-m", "controlplane", "serve"], env=env, cwd=REPO,
                 stdout=out, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 60

@@ -96,6 +96,15 @@ class CustomListing:
 
 
 @dataclass(frozen=True)
+class CodeChanges:
+    """What a new code snapshot of a session holds that the previous one did not (sandbox paths)."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class RunAsk:
     """The tool needs a permission; answer with `BuiltinRun.answer(ask_id, ...)`."""
 

@@ -180,7 +180,10 @@ class SessionManager:
                 summary = await sandbox.agent.upload(spec.workspace_archive)
                 if summary.skipped:
                     log.warning("session %s: upload skipped %s", session.id, summary.skipped)
-        except (InvalidArgumentError, ResourceExhaustedError) as exc:
+            # The code the session may run is fixed now, before any tool call: a tool, plugin or skill the
+            # model writes later is workspace data until the caller says ReloadTools.
+            await sandbox.agent.snapshot_code(config_json, {})
+        except (InvalidArgumentError, ResourceExhaustedError, FailedPreconditionError) as exc:
             await self._provider.destroy(sandbox.id)  # refused by the agent's own checks: leave nothing
             log.info("session %s not created: %s", session.id, exc)
             raise

@@ -18,9 +18,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controlplane.core import permission, plugin_config, rule_layers
+from controlplane.core import permission, plugin_config, rule_layers, tool_reload
 from controlplane.core.abort import AbortSignal
 from controlplane.core.asks import PermissionGate, Reply
+from controlplane.core.audit import AuditEntry
 from controlplane.core.custom_tools import custom_tool
 from controlplane.core.events import EventBus
 from controlplane.core.execution import CustomListing
@@ -36,7 +37,7 @@ from controlplane.core.sessions import SessionManager
 from controlplane.core.subtasks import CallerScope, Subtasks, bound
 from controlplane.core.tool import InitContext, SandboxCalls, ToolError, ToolInfo, ToolSource
 from controlplane.core.tool_events import CallEvent, PermissionRequested, QuestionAsked, StateChanged, SubCallEvent
-from controlplane.errors import FailedPreconditionError, InvalidArgumentError
+from controlplane.errors import ControlPlaneError, FailedPreconditionError, InvalidArgumentError
 from controlplane.sandbox.provider import Sandbox, SandboxAgent
 from controlplane.telemetry import spans
 
@@ -170,6 +171,45 @@ class ToolRuntime:
                 log.warning("a project plugin's tool.definition hook failed for %s: %s", tool_id, exc)
         parameters = shown.get("parameters", schema)
         return str(shown.get("description", description)), parameters if isinstance(parameters, dict) else schema
+
+    # -- reloading the session's code (the API caller's ReloadTools, never a tool call) ---------------
+
+    async def reload_tools(self, tenant: str, session_id: str) -> tool_reload.ReloadReport:
+        """Takes the workspace's current custom tools, plugins, skills and local MCP server files for the
+        session's sandbox (its `task` children share it); audited and published as `tools.reloaded`."""
+        stored = await self._sessions.get(tenant, session_id)
+        sandbox = await self._sessions.sandbox_for(tenant, session_id)
+        before = self._custom.get(session_id) or await self._custom_listing(stored, sandbox, refresh=True)
+        mcp_before = await self._mcp_source(configured(stored, before), sandbox)
+        old = tool_reload.tool_signatures(before, mcp_before.tools() if mcp_before else [])
+        audit = self._executor.audit
+        try:
+            files = await sandbox.agent.snapshot_code(stored.config_json, {})
+        except ControlPlaneError as exc:
+            await audit.record(AuditEntry(tenant, session_id, "reload", "", "", "error", detail=str(exc)))
+            raise
+        for sharing in [sid for sid in {*self._custom, *self._agents, *self._mcp} if self._shares(sid, stored)]:
+            # What was kept from the old code goes: the next look lists (and connects) the new code.
+            self._custom.pop(sharing, None)
+            self._agents.pop(sharing, None)
+            connecting = self._mcp.pop(sharing, None)
+            if connecting is not None:
+                connecting.add_done_callback(_close_mcp)
+        after = await self._custom_listing(stored, sandbox, refresh=True)
+        mcp_after = await self._mcp_source(configured(stored, after), sandbox)
+        new = tool_reload.tool_signatures(after, mcp_after.tools() if mcp_after else [])
+        errors = [*after.load_errors, *(mcp_after.load_errors() if mcp_after else [])]
+        report = tool_reload.compare(old, new, files, errors)
+        await audit.record(AuditEntry(tenant, session_id, "reload", "", "", "ok", detail=report.summary()))
+        self.bus.publish(tool_reload.EVENT, tenant, session_id, **report.event_properties())
+        return report
+
+    def _shares(self, session_id: str, session: Session) -> bool:
+        """Whether `session_id` runs in `session`'s sandbox (itself, or a `task` child of it)."""
+        if session_id == session.id:
+            return True
+        live = self._sessions.live_session(session_id)
+        return live is not None and bool(session.sandbox_id) and live.sandbox_id == session.sandbox_id
 
     # -- calls ----------------------------------------------------------------------------------
 

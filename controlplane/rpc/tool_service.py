@@ -194,6 +194,18 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         return tool_pb2.CancelToolCallResponse(cancelled=cancelled)
 
     @unary
+    async def ReloadTools(self, request: tool_pb2.ReloadToolsRequest, context: Any) -> tool_pb2.ReloadToolsResponse:
+        tenant = self._auth.tenant_of(context)
+        if not request.session_id:
+            raise InvalidArgumentError("session_id is required")
+        report = await self._runtime.reload_tools(tenant.name, request.session_id)
+        return tool_pb2.ReloadToolsResponse(
+            added_tools=report.added, changed_tools=report.changed, removed_tools=report.removed,
+            added_files=report.files.added, changed_files=report.files.changed, removed_files=report.files.removed,
+            load_errors=[tool_pb2.LoadError(origin=o, message=m) for o, m in report.load_errors],
+        )
+
+    @unary
     async def CompleteSubtask(
         self, request: tool_pb2.CompleteSubtaskRequest, context: Any
     ) -> tool_pb2.CompleteSubtaskResponse:

@@ -14,6 +14,7 @@ import grpc
 from controlplane.core.asks import LocalRules
 from controlplane.core.execution import (
     BuiltinCall,
+    CodeChanges,
     CommandSpec,
     CustomListing,
     CustomToolSpec,
@@ -487,6 +488,18 @@ class GrpcSandboxAgent(SandboxAgent):
             skill_dirs=list(r.skill_dirs),
             config_json=r.config_json,
         )
+
+    async def snapshot_code(self, config_json: str, env: dict[str, str]) -> CodeChanges:
+        traced = AgentCallSpan("SnapshotCustomCode", self.sandbox_id)
+        try:
+            r = await self._stub.SnapshotCustomCode(
+                agent_pb2.SnapshotCustomCodeRequest(config_json=config_json, env=env), metadata=traced.metadata,
+            )
+        except grpc.aio.AioRpcError as exc:
+            traced.finish(error=exc)
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        traced.finish([])
+        return CodeChanges(list(r.added), list(r.changed), list(r.removed))
 
     async def run_plugin_hook(
         self, name: str, input_: dict[str, object], output: dict[str, object], timeout_s: float,

@@ -11,7 +11,15 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from controlplane.core.execution import BuiltinCall, CommandSpec, CustomListing, ExecEvent, RunEvent, UploadSummary
+from controlplane.core.execution import (
+    BuiltinCall,
+    CodeChanges,
+    CommandSpec,
+    CustomListing,
+    ExecEvent,
+    RunEvent,
+    UploadSummary,
+)
 from controlplane.core.models import Resources
 from controlplane.errors import SandboxLostError
 
@@ -86,7 +94,12 @@ class SandboxAgent(abc.ABC):
 
     @abc.abstractmethod
     async def list_custom_tools(self, config_json: str, env: dict[str, str]) -> CustomListing:
-        """The project's custom and plugin tools, (re)loaded in the sandbox's tool hosts."""
+        """The project's custom and plugin tools, loaded from the session's code snapshot in the tool hosts."""
+
+    @abc.abstractmethod
+    async def snapshot_code(self, config_json: str, env: dict[str, str]) -> CodeChanges:
+        """Fixes the session's custom code as the workspace holds it now (at create, and on ReloadTools);
+        FailedPreconditionError says why it could not (the previous snapshot stays then)."""
 
     @abc.abstractmethod
     async def run_plugin_hook(

@@ -754,3 +754,76 @@ class CompleteSubtaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteSubtaskResponse: _TypeAlias = CompleteSubtaskResponse  # noqa: Y015
+
+@_typing.final
+class ReloadToolsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReloadToolsRequest: _TypeAlias = ReloadToolsRequest  # noqa: Y015
+
+@_typing.final
+class ReloadToolsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDED_TOOLS_FIELD_NUMBER: _builtins.int
+    CHANGED_TOOLS_FIELD_NUMBER: _builtins.int
+    REMOVED_TOOLS_FIELD_NUMBER: _builtins.int
+    ADDED_FILES_FIELD_NUMBER: _builtins.int
+    CHANGED_FILES_FIELD_NUMBER: _builtins.int
+    REMOVED_FILES_FIELD_NUMBER: _builtins.int
+    LOAD_ERRORS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def added_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tool ids (custom, plugin and MCP tools) offered now and not before, sorted."""
+
+    @_builtins.property
+    def changed_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tool ids offered before and now whose definition or defining file changed, sorted."""
+
+    @_builtins.property
+    def removed_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tool ids no longer offered, sorted."""
+
+    @_builtins.property
+    def added_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files of the session's code (config dirs, plugin files, SKILL.md files) by their sandbox paths."""
+
+    @_builtins.property
+    def changed_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def removed_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def load_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadError]:
+        """What the new code could not load, as ListTools reports it."""
+
+    def __init__(
+        self,
+        *,
+        added_tools: _abc.Iterable[_builtins.str] | None = ...,
+        changed_tools: _abc.Iterable[_builtins.str] | None = ...,
+        removed_tools: _abc.Iterable[_builtins.str] | None = ...,
+        added_files: _abc.Iterable[_builtins.str] | None = ...,
+        changed_files: _abc.Iterable[_builtins.str] | None = ...,
+        removed_files: _abc.Iterable[_builtins.str] | None = ...,
+        load_errors: _abc.Iterable[Global___LoadError] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_files", b"added_files", "added_tools", b"added_tools", "changed_files", b"changed_files", "changed_tools", b"changed_tools", "load_errors", b"load_errors", "removed_files", b"removed_files", "removed_tools", b"removed_tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReloadToolsResponse: _TypeAlias = ReloadToolsResponse  # noqa: Y015

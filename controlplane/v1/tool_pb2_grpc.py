@@ -54,6 +54,11 @@ class ToolServiceStub:
                 request_serializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskRequest.SerializeToString,
                 response_deserializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskResponse.FromString,
                 _registered_method=True)
+        self.ReloadTools = channel.unary_unary(
+                '/controlplane.v1.ToolService/ReloadTools',
+                request_serializer=controlplane_dot_v1_dot_tool__pb2.ReloadToolsRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_tool__pb2.ReloadToolsResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -91,6 +96,18 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReloadTools(self, request, context):
+        """Takes the workspace's current custom tools, plugins, skills and local MCP server files for the
+        session (and the `task` children sharing its sandbox). They are otherwise fixed at CreateSession:
+        a file a tool call writes later is workspace data, never code, until the caller reloads. Only the
+        API caller can reload (no tool reaches this RPC). The tool hosts and local MCP servers restart:
+        running custom-tool calls end with an error. Audited, and published as `tools.reloaded`.
+        FAILED_PRECONDITION (with the reason) when the new code cannot be taken; the old code stays then.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -113,6 +130,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.CompleteSubtask,
                     request_deserializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskRequest.FromString,
                     response_serializer=controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskResponse.SerializeToString,
+            ),
+            'ReloadTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadTools,
+                    request_deserializer=controlplane_dot_v1_dot_tool__pb2.ReloadToolsRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_tool__pb2.ReloadToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +245,33 @@ class ToolService:
             '/controlplane.v1.ToolService/CompleteSubtask',
             controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskRequest.SerializeToString,
             controlplane_dot_v1_dot_tool__pb2.CompleteSubtaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReloadTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.ToolService/ReloadTools',
+            controlplane_dot_v1_dot_tool__pb2.ReloadToolsRequest.SerializeToString,
+            controlplane_dot_v1_dot_tool__pb2.ReloadToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

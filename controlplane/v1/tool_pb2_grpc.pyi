@@ -47,6 +47,14 @@ class ToolServiceStub:
     call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
     subtask waits on the session.
     """
+    ReloadTools: _grpc.UnaryUnaryMultiCallable[_tool_pb2.ReloadToolsRequest, _tool_pb2.ReloadToolsResponse]
+    """Takes the workspace's current custom tools, plugins, skills and local MCP server files for the
+    session (and the `task` children sharing its sandbox). They are otherwise fixed at CreateSession:
+    a file a tool call writes later is workspace data, never code, until the caller reloads. Only the
+    API caller can reload (no tool reaches this RPC). The tool hosts and local MCP servers restart:
+    running custom-tool calls end with an error. Audited, and published as `tools.reloaded`.
+    FAILED_PRECONDITION (with the reason) when the new code cannot be taken; the old code stays then.
+    """
 
 @_typing.type_check_only
 class ToolServiceAsyncStub(ToolServiceStub):
@@ -64,6 +72,14 @@ class ToolServiceAsyncStub(ToolServiceStub):
     """Answers a `subtask` event from another connection: the subagent's final text for the task
     call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
     subtask waits on the session.
+    """
+    ReloadTools: _aio.UnaryUnaryMultiCallable[_tool_pb2.ReloadToolsRequest, _tool_pb2.ReloadToolsResponse]  # type: ignore[assignment]
+    """Takes the workspace's current custom tools, plugins, skills and local MCP server files for the
+    session (and the `task` children sharing its sandbox). They are otherwise fixed at CreateSession:
+    a file a tool call writes later is workspace data, never code, until the caller reloads. Only the
+    API caller can reload (no tool reaches this RPC). The tool hosts and local MCP servers restart:
+    running custom-tool calls end with an error. Audited, and published as `tools.reloaded`.
+    FAILED_PRECONDITION (with the reason) when the new code cannot be taken; the old code stays then.
     """
 
 class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -103,6 +119,20 @@ class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
         """Answers a `subtask` event from another connection: the subagent's final text for the task
         call waiting on that child session, or an error that fails the task call. NOT_FOUND when no
         subtask waits on the session.
+        """
+
+    @_abc_1.abstractmethod
+    def ReloadTools(
+        self,
+        request: _tool_pb2.ReloadToolsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tool_pb2.ReloadToolsResponse, _abc.Awaitable[_tool_pb2.ReloadToolsResponse]]:
+        """Takes the workspace's current custom tools, plugins, skills and local MCP server files for the
+        session (and the `task` children sharing its sandbox). They are otherwise fixed at CreateSession:
+        a file a tool call writes later is workspace data, never code, until the caller reloads. Only the
+        API caller can reload (no tool reaches this RPC). The tool hosts and local MCP servers restart:
+        running custom-tool calls end with an error. Audited, and published as `tools.reloaded`.
+        FAILED_PRECONDITION (with the reason) when the new code cannot be taken; the old code stays then.
         """
 
 def add_ToolServiceServicer_to_server(servicer: ToolServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

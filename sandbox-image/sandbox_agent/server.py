@@ -198,6 +198,15 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
 
+    async def SnapshotCustomCode(
+        self, request: agent_pb2.SnapshotCustomCodeRequest, context: Any
+    ) -> agent_pb2.SnapshotCustomCodeResponse:
+        try:
+            return await self._tools.snapshot_code(request.config_json, dict(request.env))
+        except AgentError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise
+
     async def RunPluginHook(
         self, request: agent_pb2.RunPluginHookRequest, context: Any
     ) -> agent_pb2.RunPluginHookResponse:
@@ -211,7 +220,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         except (ToolError, ValueError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             raise
-        spans = trace.drain() if trace is not None else []
+        spans = self._tools.shown_spans(trace.drain()) if trace is not None else []
         return agent_pb2.RunPluginHookResponse(output_json=json.dumps(output), spans=spans)
 
     async def SaveToolOutput(

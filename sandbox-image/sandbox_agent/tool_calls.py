@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
 import itertools
 import json
@@ -16,12 +15,13 @@ from typing import Any
 from sandbox.v1 import agent_pb2
 from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
+from sandbox_agent.custom.skills import SkillScan
+from sandbox_agent.custom.snapshot import SnapshotError
 from sandbox_agent.errors import AgentError
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
-from sandbox_agent.tools.skill import scan_skills
 
 BUILTIN_TOOLS = {
     "bash": "bash", "read": "read", "write": "write", "edit": "edit", "multiedit": "multiedit",
@@ -144,7 +144,7 @@ class ToolCalls:
                             span.fail(final["failed"].message)
             finally:
                 if final:
-                    outbox.put(**final, spans=trace.drain() if trace is not None else [])
+                    outbox.put(**final, spans=self.shown_spans(trace.drain()) if trace is not None else [])
                 outbox.queue.put_nowait(None)
 
         async def attempt() -> dict[str, Any]:
@@ -154,6 +154,8 @@ class ToolCalls:
                 state = self._state(start.session_id)
                 if state.worktree is None:
                     state.worktree = await self._runner.io(find_worktree, directory)
+                if self.custom.snapshot is not None:
+                    state.skills = self.custom.snapshot.skills  # the `skill` tool serves the snapshot's skills
                 ctx = ToolContext(
                     session_id=start.session_id, message_id=start.message_id, call_id=start.call_id,
                     agent=start.agent, directory=directory, worktree=state.worktree,
@@ -214,19 +216,28 @@ class ToolCalls:
 
         return run
 
+    async def snapshot_code(self, config_json: str, env: dict[str, str]) -> agent_pb2.SnapshotCustomCodeResponse:
+        config = _config(config_json)
+        worktree = await self._runner.io(find_worktree, self._workspace)
+        try:
+            changed = await self.custom.take_snapshot(config, env, worktree)
+        except SnapshotError as exc:
+            raise AgentError(str(exc)) from None
+        return agent_pb2.SnapshotCustomCodeResponse(added=changed.added, changed=changed.changed,
+                                                    removed=changed.removed)
+
     async def list_custom(
         self, config_json: str, env: dict[str, str], trace: tracing.Recorder | None = None,
     ) -> agent_pb2.ListCustomToolsResponse:
-        try:
-            config = json.loads(config_json) if config_json else {}
-        except json.JSONDecodeError as exc:
-            raise AgentError(f"the session's opencode.json is not valid JSON: {exc}") from exc
+        config = _config(config_json)
         with tracing.span(trace, "sandbox.list_custom_tools") as span:
             worktree = await self._runner.io(find_worktree, self._workspace)
-            listing = await self.custom.listing(config if isinstance(config, dict) else {}, env, worktree)
-            scan = await self._runner.io(functools.partial(
-                scan_skills, self._workspace, worktree, env=env, config=config if isinstance(config, dict) else {},
-            ))
+            try:
+                listing = await self.custom.listing(config, env, worktree)
+            except SnapshotError as exc:
+                raise AgentError(str(exc)) from None
+            # The skills of the session's code snapshot, read when it was taken.
+            scan = self.custom.snapshot.skills if self.custom.snapshot is not None else SkillScan()
             if span is not None:
                 span.set("sandbox.tools", len(listing.tools))
                 span.set("sandbox.load_errors", len(listing.load_errors))
@@ -240,12 +251,28 @@ class ToolCalls:
             ],
             load_errors=[agent_pb2.CustomLoadError(origin=e.origin, message=e.message) for e in listing.load_errors],
             hooks=listing.hooks,
-            spans=trace.drain() if trace is not None else [],
+            spans=self.shown_spans(trace.drain()) if trace is not None else [],
             skills=[agent_pb2.SkillInfo(name=s.name, description=s.description, location=s.location)
                     for s in scan.skills],
             skill_dirs=scan.dirs,
             config_json=listing.config_json,
         )
+
+    def shown_spans(self, records: list[agent_pb2.SpanRecord]) -> list[agent_pb2.SpanRecord]:
+        """Spans with the code snapshot's paths shown as the workspace paths they copy (as load errors are)."""
+        code = self.custom.snapshot
+        if code is None or not code.root:
+            return records
+        for record in records:
+            record.status_message = code.outside(record.status_message)
+            for attribute in record.attributes:
+                if attribute.WhichOneof("value") == "string_value":
+                    attribute.string_value = code.outside(attribute.string_value)
+            for event in record.events:
+                for attribute in event.attributes:
+                    if attribute.WhichOneof("value") == "string_value":
+                        attribute.string_value = code.outside(attribute.string_value)
+        return records
 
     async def save_output(self, name: str, content: bytes) -> str:
         if not OUTPUT_NAME.match(name):
@@ -254,6 +281,14 @@ class ToolCalls:
         path = os.path.join(directory, name)
         await self._runner.io(_write_new, directory, path, content)
         return path
+
+
+def _config(config_json: str) -> dict[str, Any]:
+    try:
+        config = json.loads(config_json) if config_json else {}
+    except json.JSONDecodeError as exc:
+        raise AgentError(f"the session's opencode.json is not valid JSON: {exc}") from exc
+    return config if isinstance(config, dict) else {}
 
 
 def _is_end(event: agent_pb2.RunToolEvent) -> bool:

@@ -343,13 +343,18 @@ def fresh_tool(description: str, answer: str) -> str:
     )
 
 
-async def test_tools_added_changed_and_removed_between_listings(docker_plane: Plane, session_id: str) -> None:
+async def test_tools_added_changed_and_removed_by_reload(docker_plane: Plane, session_id: str) -> None:
+    """Tool files a call writes are data until the caller reloads (custom/snapshot.py): listings stay as the
+    session's code snapshot says, and each ReloadTools takes the workspace's files of that moment."""
     client = docker_plane.client
     path = f"{TOOL_DIR}/fresh.ts"
     assert "fresh" not in custom_tools(await client.list_tools(session_id))
 
     written = await client.execute_tool(session_id, "write", {"filePath": path, "content": fresh_tool("v1", "one")})
     assert written.error is None, written.error
+    assert "fresh" not in custom_tools(await client.list_tools(session_id))
+    report = await client.reload_tools(session_id)
+    assert (list(report.added_tools), list(report.added_files)) == (["fresh"], [path])
     fresh = custom_tools(await client.list_tools(session_id))["fresh"]
     assert (fresh.description, fresh.origin) == ("v1", path)
     assert (await client.execute_tool(session_id, "fresh", {})).output == "one"
@@ -357,11 +362,18 @@ async def test_tools_added_changed_and_removed_between_listings(docker_plane: Pl
     content = fresh_tool("version two", "the second answer")
     written = await client.execute_tool(session_id, "write", {"filePath": path, "content": content})
     assert written.error is None, written.error
+    assert custom_tools(await client.list_tools(session_id))["fresh"].description == "v1"
+    assert (await client.execute_tool(session_id, "fresh", {})).output == "one"
+    report = await client.reload_tools(session_id)
+    assert (list(report.changed_tools), list(report.changed_files)) == (["fresh"], [path])
     assert custom_tools(await client.list_tools(session_id))["fresh"].description == "version two"
     assert (await client.execute_tool(session_id, "fresh", {})).output == "the second answer"
 
     removed = await client.execute_tool(session_id, "bash", {"command": f"rm {path}", "description": "Removes it"})
     assert removed.error is None, removed.error
+    assert (await client.execute_tool(session_id, "fresh", {})).output == "the second answer"
+    report = await client.reload_tools(session_id)
+    assert (list(report.removed_tools), list(report.removed_files)) == (["fresh"], [path])
     listing = await client.list_tools(session_id)
     assert "fresh" not in custom_tools(listing)
     out = await client.execute_tool(session_id, "fresh", {})
@@ -373,7 +385,7 @@ async def test_tools_added_changed_and_removed_between_listings(docker_plane: Pl
     available = out.output.removeprefix(prefix + "Available tools: ").removesuffix(".").split(", ")
     assert "fresh" not in available
     assert {"bash", "echo", "plug_echo", "db_search"} <= set(available)
-    # The neighbours were not disturbed by the re-scans.
+    # The neighbours work in the restarted hosts.
     assert (await client.execute_tool(session_id, "echo", {"text": "x"})).output == "echo: x"
 
 
@@ -468,7 +480,9 @@ async def plane_with_global_dir(global_dir: Path) -> AsyncIterator[Plane]:
     instance = new_instance("g")
     settings = load_settings(
         None, data_dir=data_dir, instance=instance, server={"listen": "127.0.0.1:0"},
-        provider={"type": "docker", "global_dir": str(global_dir)}, pool={"size": 1, "refill_concurrency": 1},
+        provider={"type": "docker", "global_dir": str(global_dir),
+                  **({"image": os.environ["OCSB_TEST_IMAGE"]} if os.environ.get("OCSB_TEST_IMAGE") else {})},
+        pool={"size": 1, "refill_concurrency": 1},
     )
     plane = await app.start(settings)
     client = AsyncClient(plane.address, settings.token_file.read_text().strip())

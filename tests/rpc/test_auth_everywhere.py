@@ -95,3 +95,8 @@ async def test_health_stays_open(plane: Plane) -> None:
     async with grpc.aio.insecure_channel(plane.plane.address) as channel:
         reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reload_tools_is_among_the_methods_walked() -> None:
+    # ReloadTools is the caller's way to let new workspace code run: it must never be reachable unauthenticated.
+    assert ("/controlplane.v1.ToolService/ReloadTools", False, False) in _methods()

@@ -84,6 +84,7 @@ async def test_list_of_a_service_names_its_methods(plane: Plane) -> None:
         "controlplane.v1.ToolService.CompleteSubtask",
         "controlplane.v1.ToolService.ExecuteTool",
         "controlplane.v1.ToolService.ListTools",
+        "controlplane.v1.ToolService.ReloadTools",
     ]
 
 

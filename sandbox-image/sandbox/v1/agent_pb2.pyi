@@ -1444,3 +1444,81 @@ class SpanEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SpanEvent: _TypeAlias = SpanEvent  # noqa: Y015
+
+@_typing.final
+class SnapshotCustomCodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    config_json: _builtins.str
+    """The session's opencode.json (its `plugin` files and `skills.paths` are part of the snapshot)."""
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The session environment (OPENCODE_CONFIG_DIR, OPENCODE_DISABLE_*)."""
+
+    def __init__(
+        self,
+        *,
+        config_json: _builtins.str = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "env", b"env"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotCustomCodeRequest: _TypeAlias = SnapshotCustomCodeRequest  # noqa: Y015
+
+@_typing.final
+class SnapshotCustomCodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDED_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def added(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Files (and skills, by their SKILL.md) that differ from the previous snapshot, by their paths in the
+        sandbox; everything is `added` for the first snapshot.
+        """
+
+    @_builtins.property
+    def changed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        added: _abc.Iterable[_builtins.str] | None = ...,
+        changed: _abc.Iterable[_builtins.str] | None = ...,
+        removed: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "changed", b"changed", "removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotCustomCodeResponse: _TypeAlias = SnapshotCustomCodeResponse  # noqa: Y015

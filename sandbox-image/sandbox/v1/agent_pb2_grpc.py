@@ -79,6 +79,11 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsResponse.FromString,
                 _registered_method=True)
+        self.SnapshotCustomCode = channel.unary_unary(
+                '/sandbox.v1.SandboxAgent/SnapshotCustomCode',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.SnapshotCustomCodeRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.SnapshotCustomCodeResponse.FromString,
+                _registered_method=True)
         self.RunPluginHook = channel.unary_unary(
                 '/sandbox.v1.SandboxAgent/RunPluginHook',
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.SerializeToString,
@@ -155,8 +160,18 @@ class SandboxAgentServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListCustomTools(self, request, context):
-        """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
-        long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+        """The project's custom tools and plugin tools, discovered in the session's code snapshot and
+        loaded in its long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SnapshotCustomCode(self, request, context):
+        """Copies the session's custom code (config dirs' tools, plugins and their files, skills) as the
+        workspace holds it now into a snapshot the tool user cannot change; tools, plugins and skills are
+        loaded only from it. Taken at CreateSession, and again on the caller's ReloadTools (which also
+        restarts the tool hosts). FAILED_PRECONDITION when it cannot be taken; the previous one stays.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -216,6 +231,11 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.ListCustomTools,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.ListCustomToolsResponse.SerializeToString,
+            ),
+            'SnapshotCustomCode': grpc.unary_unary_rpc_method_handler(
+                    servicer.SnapshotCustomCode,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.SnapshotCustomCodeRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.SnapshotCustomCodeResponse.SerializeToString,
             ),
             'RunPluginHook': grpc.unary_unary_rpc_method_handler(
                     servicer.RunPluginHook,
@@ -466,6 +486,33 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/ListCustomTools',
             sandbox_dot_v1_dot_agent__pb2.ListCustomToolsRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.ListCustomToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotCustomCode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/SnapshotCustomCode',
+            sandbox_dot_v1_dot_agent__pb2.SnapshotCustomCodeRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.SnapshotCustomCodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,8 +64,14 @@ class SandboxAgentStub:
     SaveToolOutput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
     ListCustomTools: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListCustomToolsRequest, _agent_pb2.ListCustomToolsResponse]
-    """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
-    long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+    """The project's custom tools and plugin tools, discovered in the session's code snapshot and
+    loaded in its long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+    """
+    SnapshotCustomCode: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SnapshotCustomCodeRequest, _agent_pb2.SnapshotCustomCodeResponse]
+    """Copies the session's custom code (config dirs' tools, plugins and their files, skills) as the
+    workspace holds it now into a snapshot the tool user cannot change; tools, plugins and skills are
+    loaded only from it. Taken at CreateSession, and again on the caller's ReloadTools (which also
+    restarts the tool hosts). FAILED_PRECONDITION when it cannot be taken; the previous one stays.
     """
     RunPluginHook: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RunPluginHookRequest, _agent_pb2.RunPluginHookResponse]
     """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
@@ -103,8 +109,14 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     SaveToolOutput: _aio.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]  # type: ignore[assignment]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
     ListCustomTools: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListCustomToolsRequest, _agent_pb2.ListCustomToolsResponse]  # type: ignore[assignment]
-    """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
-    long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+    """The project's custom tools and plugin tools, discovered in the session's code snapshot and
+    loaded in its long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+    """
+    SnapshotCustomCode: _aio.UnaryUnaryMultiCallable[_agent_pb2.SnapshotCustomCodeRequest, _agent_pb2.SnapshotCustomCodeResponse]  # type: ignore[assignment]
+    """Copies the session's custom code (config dirs' tools, plugins and their files, skills) as the
+    workspace holds it now into a snapshot the tool user cannot change; tools, plugins and skills are
+    loaded only from it. Taken at CreateSession, and again on the caller's ReloadTools (which also
+    restarts the tool hosts). FAILED_PRECONDITION when it cannot be taken; the previous one stays.
     """
     RunPluginHook: _aio.UnaryUnaryMultiCallable[_agent_pb2.RunPluginHookRequest, _agent_pb2.RunPluginHookResponse]  # type: ignore[assignment]
     """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
@@ -193,8 +205,20 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.ListCustomToolsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.ListCustomToolsResponse, _abc.Awaitable[_agent_pb2.ListCustomToolsResponse]]:
-        """The project's custom tools and plugin tools, discovered in the sandbox and loaded in its
-        long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+        """The project's custom tools and plugin tools, discovered in the session's code snapshot and
+        loaded in its long-lived tool hosts (Bun, Python). Cheap when nothing changed since the last call.
+        """
+
+    @_abc_1.abstractmethod
+    def SnapshotCustomCode(
+        self,
+        request: _agent_pb2.SnapshotCustomCodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.SnapshotCustomCodeResponse, _abc.Awaitable[_agent_pb2.SnapshotCustomCodeResponse]]:
+        """Copies the session's custom code (config dirs' tools, plugins and their files, skills) as the
+        workspace holds it now into a snapshot the tool user cannot change; tools, plugins and skills are
+        loaded only from it. Taken at CreateSession, and again on the caller's ReloadTools (which also
+        restarts the tool hosts). FAILED_PRECONDITION when it cannot be taken; the previous one stays.
         """
 
     @_abc_1.abstractmethod

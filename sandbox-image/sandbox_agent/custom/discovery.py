@@ -89,7 +89,7 @@ def plugin_files(dirs: Iterable[str], config_plugins: Sequence[str], directory: 
     Entries sharing a canonical name (file stem, or package name without version) are deduplicated:
     the later one wins and keeps its own place. npm specs are reported: a sandbox cannot install them.
     """
-    entries = [(spec, _plugin_path(spec, directory)) for spec in config_plugins]
+    entries = [(spec, plugin_file(spec, directory)) for spec in config_plugins]
     for config_dir in dirs:
         entries += [(path, path) for path in _top_level_files(config_dir, PLUGIN_SUBDIRS, PLUGIN_EXTENSIONS)]
 
@@ -131,7 +131,7 @@ def plugin_name(spec: str, path: str | None) -> str:
     return spec[:at] if at > 0 else spec
 
 
-def _plugin_path(spec: str, directory: str) -> str | None:
+def plugin_file(spec: str, directory: str) -> str | None:
     """The file a config `plugin` entry names, or None for an npm spec."""
     if spec.startswith("file://"):
         return posixpath.normpath(_url_path(spec))

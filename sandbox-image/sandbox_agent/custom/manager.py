@@ -1,14 +1,16 @@
-"""A session's custom tools: discovered in the sandbox, loaded in long-lived Bun and Python hosts.
+"""A session's custom tools: loaded from the session's code snapshot in long-lived Bun and Python hosts.
 
-Listing re-scans cheaply (a fingerprint of paths, sizes and mtimes): when nothing changed, the
-hosts are not asked to load again; a changed file is re-imported by its host, the others are not.
-Ids follow upstream: tool files by config dir and name, then plugin tools; the later definition of
-an id wins in the place where the id first appeared (JS object key order).
+The snapshot (custom/snapshot.py) is taken when the session is created and again only on ReloadTools:
+a file written in the workspace later is data, never a tool. Listing scans the snapshot cheaply (a
+fingerprint of paths, sizes and mtimes), so the hosts load once per snapshot. Ids follow upstream:
+tool files by config dir and name, then plugin tools; the later definition of an id wins in the place
+where the id first appeared (JS object key order).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_agent import tracing
-from sandbox_agent.custom import discovery
+from sandbox_agent.custom import discovery, snapshot
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.custom.host import HostResult, HostTool, Loaded, ToolHost, bun_launcher, python_launcher
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
@@ -54,11 +56,16 @@ class _Scan:
 
 
 class CustomTools:
-    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, worktree: str = "/") -> None:
+    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, worktree: str = "/",
+                 code_dir: str | None = None) -> None:
         self._runner = runner
         self._workspace = workspace
         self._tool_home = tool_home
         self._worktree = worktree
+        # Beside the tool user's HOME: the sticky /tmp tmpfs in a container, the sandbox's dir on the local plane.
+        self._code_dir = code_dir or os.path.dirname(tool_home.rstrip("/")) or "/tmp"
+        self.snapshot: snapshot.CodeSnapshot | None = None
+        """The code this session runs; None until it is taken (at create, or before the first listing)."""
         self._bun: ToolHost | None = None
         self._python: ToolHost | None = None
         self._owners: dict[str, ToolHost] = {}
@@ -85,27 +92,47 @@ class CustomTools:
             self._python = ToolHost(launch, "python")
         return self._python
 
+    async def take_snapshot(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> snapshot.Changes:
+        """Copies the session's custom code as the workspace holds it now (CreateSession, ReloadTools); what
+        changed since the snapshot in force. On SnapshotError the snapshot in force stays."""
+        async with self._lock:
+            self._worktree = worktree
+            fresh = await self._take(config, env, worktree)
+            before, self.snapshot = self.snapshot, fresh
+            if before is not None:
+                # The old code goes with its modules and plugin state: the hosts start afresh on the next listing.
+                await self.close()
+                self._listing, self._owners, self._fingerprint = CustomListing(), {}, None
+                await asyncio.to_thread(snapshot.remove, before.root)
+            return snapshot.changes(before, fresh)
+
+    async def _take(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> snapshot.CodeSnapshot:
+        return await snapshot.take(self._runner, base=self._code_dir, workspace=self._workspace, worktree=worktree,
+                                   home=self._tool_home, config=config, env=env)
+
     async def listing(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> CustomListing:
         async with self._lock:
             self._worktree = worktree
-            scan = await self._runner.io(self._scan, dict(config), dict(env), worktree)
+            if self.snapshot is None:
+                # A control plane that took none at create: taken now, still before any tool call can run
+                # (a session's calls list its tools first).
+                self.snapshot = await self._take(config, env, worktree)
+            scan = await self._runner.io(self._scan, self.snapshot, dict(config))
             if scan.fingerprint == self._fingerprint:
                 return self._listing
             self._listing = await self._load(scan, config)
             self._fingerprint = scan.fingerprint
             return self._listing
 
-    def _scan(self, config: dict[str, Any], env: dict[str, str], worktree: str) -> _Scan:
-        roots = [self._workspace, discovery.GLOBAL_DIR, self._tool_home]
-        dirs = discovery.config_directories(
-            self._workspace, worktree, global_dir=discovery.GLOBAL_DIR, home=self._tool_home, env=env,
-        )
+    def _scan(self, code: snapshot.CodeSnapshot, config: dict[str, Any]) -> _Scan:
+        roots = [code.root, discovery.GLOBAL_DIR]
+        dirs = [code.inside(d) for d in code.config_dirs]
         tools, problems = discovery.tool_files(dirs, allowed_roots=roots)
-        plugins_config = config.get("plugin") or []
-        specs = [str(p) for p in plugins_config] if isinstance(plugins_config, list) else []
-        plugins, plugin_problems = discovery.plugin_files(dirs, specs, self._workspace, allowed_roots=roots)
+        plugins, plugin_problems = discovery.plugin_files(dirs, code.plugin_specs, self._workspace,
+                                                          allowed_roots=roots)
         everything = [*tools, *plugins]
-        key = discovery.fingerprint(everything) + "|" + "|".join(f"{p.origin}:{p.message}" for p in problems)
+        key = code.root + "|" + discovery.fingerprint(everything)
+        key += "|" + "|".join(f"{p.origin}:{p.message}" for p in problems)
         key += "|" + json.dumps(config, sort_keys=True)  # the plugins' `config` hooks start from it
         return _Scan(tools, plugins, [*problems, *plugin_problems], key)
 
@@ -130,7 +157,10 @@ class CustomTools:
         winners = merge_definitions([(host, result.tools, result.notes) for host, result in loaded], order)
         self._owners = {tool.id: host for tool, host in winners}
         configured = next((result.config_json for _, result in loaded if result.config_json), "")
-        return CustomListing([tool for tool, _ in winners], problems, hooks, configured)
+        shown = self.snapshot.outside if self.snapshot is not None else str
+        tools = [dataclasses.replace(tool, origin=shown(tool.origin)) for tool, _ in winners]
+        errors = [LoadError(shown(p.origin), shown(p.message)) for p in problems]
+        return CustomListing(tools, errors, hooks, configured)
 
     async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError],
                          config: Mapping[str, Any]) -> Loaded:

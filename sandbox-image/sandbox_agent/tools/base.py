@@ -22,6 +22,7 @@ from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Execution
 
 if TYPE_CHECKING:
+    from sandbox_agent.custom.skills import SkillScan
     from sandbox_agent.lsp.servers import SessionServers
 
 T = TypeVar("T")
@@ -105,6 +106,8 @@ class SessionState:
         self.worktree: str | None = None
         """The session's git worktree, found on its first call: fixed for the session, as upstream fixes it per
         instance (a `.git` created later does not move it)."""
+        self.skills: SkillScan | None = None
+        """The skills of the session's code snapshot (custom/snapshot.py); None: the `skill` tool scans."""
 
 
 class FileTimes:

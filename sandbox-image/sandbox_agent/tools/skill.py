@@ -1,8 +1,10 @@
 """The `skill` tool: hands the model a SKILL.md's instructions, its base directory and a sample of its files.
 
-The skills are discovered afresh on every call, as the tool user, from the session's inputs carried in
-`ctx.extra`: "config" (the session's opencode.json, for `skills.paths`), "env" (the session environment,
-for OPENCODE_CONFIG_DIR and the OPENCODE_DISABLE_* flags), and optionally "global_dir" and "home".
+The skills are those of the session's code snapshot (read when the session was created or ReloadTools
+ran: a SKILL.md the model writes later is not a skill). Without a snapshot (the tool driven directly)
+they are discovered on the call, as the tool user, from the session's inputs carried in `ctx.extra`:
+"config" (the session's opencode.json, for `skills.paths`), "env" (the session environment, for
+OPENCODE_CONFIG_DIR and the OPENCODE_DISABLE_* flags), and optionally "global_dir" and "home".
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 
 async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     name = str(args["name"])
-    scan = await ctx.io(functools.partial(
-        scan_skills, ctx.directory, ctx.worktree, global_dir=str(ctx.extra.get("global_dir") or GLOBAL_DIR),
-        home=str(ctx.extra.get("home") or HOME), env=_mapping(ctx.extra.get("env")),
-        config=_mapping(ctx.extra.get("config")),
-    ))
+    scan = ctx.state.skills
+    if scan is None:
+        scan = await ctx.io(functools.partial(
+            scan_skills, ctx.directory, ctx.worktree, global_dir=str(ctx.extra.get("global_dir") or GLOBAL_DIR),
+            home=str(ctx.extra.get("home") or HOME), env=_mapping(ctx.extra.get("env")),
+            config=_mapping(ctx.extra.get("config")),
+        ))
     skill = next((s for s in scan.skills if s.name == name), None)
     if skill is None:
         available = ", ".join(s.name for s in scan.skills)
