@@ -52,12 +52,20 @@ class LocalRules:
     def __init__(self, rules: Sequence[agent_pb2.PermissionRule]) -> None:
         # Newest first, so the first match is the deciding (last) rule.
         self._rules = [(r.permission, r.pattern, r.action) for r in reversed(rules)]
+        self._denies: dict[str, bool] = {}
 
     def action(self, permission: str, pattern: str) -> str:
         for name, glob, action in self._rules:
             if match(permission, name) and match(pattern, glob):
                 return action
         return "ask"
+
+    def may_deny(self, permission: str) -> bool:
+        found = self._denies.get(permission)
+        if found is None:
+            found = self._denies[permission] = any(
+                action == "deny" and match(permission, name) for name, _, action in self._rules)
+        return found
 
     def allows(self, permission: str, patterns: Sequence[str]) -> bool:
         return all(self.action(permission, pattern) == "allow" for pattern in patterns)

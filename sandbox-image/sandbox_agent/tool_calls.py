@@ -95,6 +95,7 @@ class ToolCalls:
         abort = asyncio.Event()
         ask_ids = itertools.count(1)
         rules = LocalRules(start.rules.rules) if start.HasField("rules") else None
+        path_rules = LocalRules(start.path_rules.rules) if start.HasField("path_rules") else rules
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
             if rules is not None and rules.allows(permission, patterns):
@@ -159,6 +160,7 @@ class ToolCalls:
                     agent=start.agent, directory=directory, worktree=state.worktree,
                     ask=ask, metadata=metadata, runner=self._runner, state=state,
                     abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
+                    rules=path_rules,
                 )
                 output = await run(json.loads(start.args_json or "{}"), ctx)
                 return {"result": _result(output)}
