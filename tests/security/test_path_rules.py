@@ -27,6 +27,20 @@ SECRET = "SECRET_TOKEN=hunter2-7f3a"
 READ_DENY_ENV = {"permission": {"bash": "allow", "read": {"*": "allow", "*.env": "deny"}, "edit": "allow"}}
 POLICY = {"permission": {"edit": {"*protected*": "deny"}}}
 RACE_SECONDS = 5
+PEEK_TS = """import { tool } from "@opencode-ai/plugin"
+import * as fs from "node:fs"
+import * as path from "node:path"
+
+export default tool({
+  description: "Reads a file after asking for it, as a well-behaved custom tool does",
+  args: { file: tool.schema.string() },
+  async execute(args, ctx) {
+    const full = path.resolve(ctx.directory, args.file)
+    await ctx.ask({ permission: "read", patterns: [full], always: ["*"], metadata: {} })
+    return fs.readFileSync(full, "utf8")
+  },
+})
+"""
 
 
 def _archive(files: dict[str, str], symlinks: dict[str, str] | None = None,
@@ -222,5 +236,23 @@ async def test_a_flipping_symlink_never_redirects_read_write_or_edit(plane: Plan
         # The race was real: calls reached the workspace file, and some met the link pointing outside.
         assert succeeded["write"] + succeeded["edit"] > 0, outcomes
         assert any(e is not None for errors in outcomes.values() for e in errors), "the link never pointed out"
+    finally:
+        await client.delete_session(session.id)
+
+
+async def test_a_custom_tools_ask_is_checked_where_its_path_leads(plane: Plane) -> None:
+    client = plane.client
+    session = await client.create_session(
+        config_json=json.dumps(READ_DENY_ENV),
+        workspace_archive=_archive({".env": SECRET + "\n", "a.txt": "fine\n", ".opencode/tool/peek.ts": PEEK_TS},
+                                   symlinks={"notes.txt": ".env"}),
+    )
+    try:
+        output, error = await _tool(client, session.id, "peek", {"file": "a.txt"})
+        assert error is None, error
+        assert output == "fine\n"
+        output, error = await _tool(client, session.id, "peek", {"file": "notes.txt"})
+        _denied(error, "peek notes.txt")
+        assert "hunter2" not in output
     finally:
         await client.delete_session(session.id)

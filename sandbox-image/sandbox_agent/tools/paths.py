@@ -142,3 +142,34 @@ async def without_read_denied(ctx: ToolContext, paths: list[str], keep: int | No
         return kept
 
     return await ctx.io(scan)
+
+
+PATH_PERMISSIONS = frozenset({"read", "edit", "list"})
+"""Permissions whose patterns are file paths (as the built-in tools spell them)."""
+_GLOB_CHARS = frozenset("*?[")
+
+
+async def with_real_spellings(ctx: ToolContext, permission: str, patterns: list[str]) -> list[str]:
+    """A custom tool's ask patterns, each path followed by where it really leads (and its other hard-link
+    names), spelled like the pattern: absolute stays absolute, a relative one stays relative to its base (the
+    worktree for `edit`, as upstream spells it, else the project directory). Globs and other permissions are
+    left as they are. The tool then does its own file IO: see docs/security.md for what that leaves open."""
+    if permission not in PATH_PERMISSIONS:
+        return patterns
+    base = ctx.worktree if permission == "edit" and ctx.worktree != "/" else ctx.directory
+    out = list(patterns)
+    for pattern in patterns:
+        if not pattern or _GLOB_CHARS & set(pattern):
+            continue
+        absolute = pattern if os.path.isabs(pattern) else os.path.join(base, pattern)
+        target = await checked_target(ctx, absolute)
+        for name in target.spellings:
+            spelled = _spelled_like(pattern, name, base)
+            if spelled not in out:
+                out.append(spelled)
+    return out
+
+
+def _spelled_like(pattern: str, name: str, base: str) -> str:
+    """`name` (absolute) absolute when `pattern` is, else relative to `base` (both absolute: no cwd involved)."""
+    return name if os.path.isabs(pattern) else os.path.relpath(name, base)
