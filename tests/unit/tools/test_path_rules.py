@@ -14,7 +14,7 @@ import pytest
 
 from sandbox.v1 import agent_pb2
 from sandbox_agent.permission_rules import LocalRules
-from sandbox_agent.tools import apply_patch, edit, glob, grep, read, write
+from sandbox_agent.tools import apply_patch, edit, glob, grep, lsp, read, write
 from sandbox_agent.tools import list as list_tool
 from sandbox_agent.tools.base import ToolContext, ToolError
 from tests.unit.tools.conftest import Recorder
@@ -117,3 +117,9 @@ async def test_instruction_files_a_deny_covers_are_not_injected(make_ctx: MakeCt
     out = await read.run({"filePath": str(project / "sub" / "x.txt")},
                          _with_rules(make_ctx, _rules(("*", "*", "allow")), state=None))
     assert "hunter2" in out.output  # allowed: upstream's instruction loading
+
+
+async def test_lsp_does_not_open_a_read_denied_file(make_ctx: MakeCtx, secret_project: Path) -> None:
+    args = {"operation": "hover", "filePath": str(secret_project / "notes.txt"), "line": 1, "character": 1}
+    with pytest.raises(ToolError, match="a read rule of this session denies it"):
+        await lsp.run(args, _with_rules(make_ctx))
