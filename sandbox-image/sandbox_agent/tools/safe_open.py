@@ -310,11 +310,13 @@ def _open_for_write(target: Target, name: str, dir_fd: int, mode: int) -> int:
     flags = os.O_WRONLY | _NO_FOLLOW
     try:
         if target.identity is None:
-            try:
-                return os.open(name, flags | os.O_CREAT | os.O_EXCL, mode, dir_fd=dir_fd)
-            except FileExistsError:
-                raise PathChangedError(target.path) from None
-        fd = os.open(name, flags, dir_fd=dir_fd)
+            return _create(target, name, dir_fd, mode)
+        try:
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except FileNotFoundError:
+            # Removed since the check (apply_patch deletes, then adds the same file): a new file under the
+            # checked name, made exclusively, is still what was checked.
+            return _create(target, name, dir_fd, mode)
     except PathChangedError:
         raise
     except OSError as exc:
@@ -325,6 +327,13 @@ def _open_for_write(target: Target, name: str, dir_fd: int, mode: int) -> int:
         os.close(fd)
         raise PathChangedError(target.path)
     return fd
+
+
+def _create(target: Target, name: str, dir_fd: int, mode: int) -> int:
+    try:
+        return os.open(name, os.O_WRONLY | _NO_FOLLOW | os.O_CREAT | os.O_EXCL, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        raise PathChangedError(target.path) from None
 
 
 def unlink_checked(target: Target) -> None:
