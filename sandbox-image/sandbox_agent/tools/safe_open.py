@@ -118,6 +118,9 @@ def inspect(path: str, workspace: str | None) -> Target:
         return Target(path, real, None, False, error=exc.errno or errno.EIO)
     except ValueError:  # a NUL in the path
         return Target(path, real, None, False, error=errno.ENOENT)
+    if path.endswith("/") and not stat.S_ISDIR(info.st_mode):
+        # realpath drops a trailing slash; the kernel would refuse `file/` (ENOTDIR), so do the same.
+        return Target(path, real, None, False, error=errno.ENOTDIR)
     links: tuple[str, ...] = ()
     if workspace is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
         links = other_names(real, info, workspace)
@@ -285,6 +288,9 @@ def write_bytes(target: Target, data: bytes, *, make_parents: bool = True, mode:
     file is never truncated. A file that was missing is created with O_EXCL: if something appeared there in
     the meantime, the call stops (PathChangedError). Missing parent directories are made without following links.
     """
+    if target.path.endswith("/"):
+        # As open(2) with O_CREAT answers a name ending in a slash.
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target.path)
     parent, name = _split(target.real)
     try:
         dir_fd = open_directory(parent, create=make_parents, shown=target.path)

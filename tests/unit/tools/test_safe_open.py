@@ -140,3 +140,13 @@ def test_unlink_removes_only_the_checked_file(project: Path) -> None:
     with pytest.raises(PathChangedError):
         unlink_checked(target)
     assert (project / "a.txt").read_text() == "b"
+
+
+def test_a_trailing_slash_on_a_file_is_refused_as_the_kernel_refuses_it(project: Path) -> None:
+    (project / "a.txt").write_text("a")
+    target = inspect(f"{project}/a.txt/", str(project))
+    assert target.identity is None
+    assert target.missing_or_raise()
+    with pytest.raises(IsADirectoryError):
+        write_bytes(target, b"x")
+    assert (project / "a.txt").read_text() == "a"
