@@ -118,6 +118,8 @@ def inspect(path: str, workspace: str | None) -> Target:
         return Target(path, real, None, False, error=exc.errno or errno.EIO)
     except ValueError:  # a NUL in the path
         return Target(path, real, None, False, error=errno.ENOENT)
+    if stat.S_ISLNK(info.st_mode):  # realpath stops at a link it cannot resolve: a loop
+        return Target(path, real, None, False, error=errno.ELOOP)
     if path.endswith("/") and not stat.S_ISDIR(info.st_mode):
         # realpath drops a trailing slash; the kernel would refuse `file/` (ENOTDIR), so do the same.
         return Target(path, real, None, False, error=errno.ENOTDIR)
@@ -291,6 +293,9 @@ def write_bytes(target: Target, data: bytes, *, make_parents: bool = True, mode:
     if target.path.endswith("/"):
         # As open(2) with O_CREAT answers a name ending in a slash.
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target.path)
+    if target.identity is None and target.error not in (0, errno.ENOENT, errno.ENOTDIR):
+        # What the look-up met (a link loop, a directory the tool user may not search) the open would too.
+        raise OSError(target.error, os.strerror(target.error), target.path)
     parent, name = _split(target.real)
     try:
         dir_fd = open_directory(parent, create=make_parents, shown=target.path)

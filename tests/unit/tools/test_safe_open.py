@@ -150,3 +150,13 @@ def test_a_trailing_slash_on_a_file_is_refused_as_the_kernel_refuses_it(project:
     with pytest.raises(IsADirectoryError):
         write_bytes(target, b"x")
     assert (project / "a.txt").read_text() == "a"
+
+
+def test_a_link_loop_fails_as_a_loop(project: Path) -> None:
+    (project / "x").symlink_to("y")
+    (project / "y").symlink_to("x")
+    target = inspect(str(project / "x"), str(project))
+    with pytest.raises(OSError, match="symbolic links"):
+        target.missing_or_raise()
+    with pytest.raises(OSError, match="symbolic links"):
+        write_bytes(target, b"x")
