@@ -387,6 +387,14 @@ class CallAsks:
         state = await gate._session(scope.tenant, scope.session_id)
         return _snapshot(scope.ruleset, state.approved, scope.policy, scope.ceiling)
 
+    async def path_rules(self) -> LocalRules:
+        """The same rules whatever the hooks: a sandbox agent uses them only to leave out what a deny covers
+        (a deny is decided by rules before any `permission.ask` hook is consulted), never to allow."""
+        gate, scope = self._gate, self._scope
+        state = await gate._session(scope.tenant, scope.session_id)
+        # With the ceiling: a deny the caller's own rules make covers the file whatever the workspace says.
+        return _snapshot(scope.ruleset, state.approved, scope.policy, scope.ceiling)
+
     async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules) -> None:
         deciding: list[str] = []
         for pattern in patterns:

@@ -429,8 +429,10 @@ class GrpcSandboxAgent(SandboxAgent):
         call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest), metadata=traced.metadata)
         return GrpcExecStream(call, outbox, self.sandbox_id, traced)
 
-    async def run_builtin(self, call: BuiltinCall, rules: LocalRules | None = None) -> BuiltinRun:
-        """`rules`: the agent settles the asks they allow itself (see `GrpcBuiltinRun.take_allowed`)."""
+    async def run_builtin(self, call: BuiltinCall, rules: LocalRules | None = None, *,
+                          path_rules: LocalRules | None = None) -> BuiltinRun:
+        """`rules`: the agent settles the asks they allow itself (see `GrpcBuiltinRun.take_allowed`) and
+        leaves out what their denies cover; `path_rules` (without `rules`): only the latter."""
         outbox: asyncio.Queue[object] = asyncio.Queue()
         start = agent_pb2.ToolStart(
             tool=call.tool, args_json=json.dumps(call.args), session_id=call.session_id,
@@ -439,6 +441,8 @@ class GrpcSandboxAgent(SandboxAgent):
         )
         if rules is not None and (rules.ceiling is None or "rule_ceiling" in self._features):
             start.rules.CopyFrom(self._encoded(rules))
+        elif path_rules is not None:
+            start.path_rules.CopyFrom(self._encoded(path_rules))
         if "run_tools" in self._features:
             # One long-lived stream for every call: a new RPC per call costs more than the call's messages.
             if self._tool_stream is None or not self._tool_stream.open:

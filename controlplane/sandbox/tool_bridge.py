@@ -41,6 +41,9 @@ class AgentToolCalls(SandboxCalls):
         if rules is not None:
             assert isinstance(self._agent, GrpcSandboxAgent)
             run: BuiltinRun = await self._agent.run_builtin(call, rules)
+        elif asks is not None and isinstance(self._agent, GrpcSandboxAgent):
+            # Asks all go up, but the agent still leaves out what a deny covers (grep, glob, list).
+            run = await self._agent.run_builtin(call, path_rules=await asks.path_rules())
         else:
             run = await self._agent.run_builtin(call)
 

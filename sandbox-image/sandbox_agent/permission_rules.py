@@ -46,6 +46,9 @@ def _utf16(s: str) -> str:
     return "".join(out)
 
 
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
+
+
 class LocalRules:
     """The rules of one call; `allows` is True only when every pattern's last matching rule allows, in the
     rules and in their ceiling when there is one (the caller's own rules, which the workspace's config
@@ -55,6 +58,7 @@ class LocalRules:
         # Newest first, so the first match is the deciding (last) rule.
         self._rules = [(r.permission, r.pattern, r.action) for r in reversed(rules)]
         self._ceiling = ceiling
+        self._denies: dict[str, bool] = {}
 
     @classmethod
     def of(cls, message: agent_pb2.PermissionRules) -> LocalRules:
@@ -62,12 +66,26 @@ class LocalRules:
         return cls(message.rules, ceiling)
 
     def action(self, permission: str, pattern: str) -> str:
+        """The decision for one pattern: the stricter of the rules' and their ceiling's (deny > ask > allow)."""
+        own = self._own(permission, pattern)
+        if self._ceiling is None or own == "deny":
+            return own
+        capped = self._ceiling.action(permission, pattern)
+        return capped if _STRICTNESS[capped] > _STRICTNESS[own] else own
+
+    def _own(self, permission: str, pattern: str) -> str:
         for name, glob, action in self._rules:
             if match(permission, name) and match(pattern, glob):
                 return action
         return "ask"
 
+    def may_deny(self, permission: str) -> bool:
+        found = self._denies.get(permission)
+        if found is None:
+            found = self._denies[permission] = any(
+                action == "deny" and match(permission, name) for name, _, action in self._rules
+            ) or (self._ceiling is not None and self._ceiling.may_deny(permission))
+        return found
+
     def allows(self, permission: str, patterns: Sequence[str]) -> bool:
-        if self._ceiling is not None and not self._ceiling.allows(permission, patterns):
-            return False
         return all(self.action(permission, pattern) == "allow" for pattern in patterns)

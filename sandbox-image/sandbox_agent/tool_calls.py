@@ -21,6 +21,7 @@ from sandbox_agent.errors import AgentError
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
+from sandbox_agent.tools.paths import with_real_spellings
 from sandbox_agent.tools.runner import ToolRunner
 
 BUILTIN_TOOLS = {
@@ -95,6 +96,7 @@ class ToolCalls:
         abort = asyncio.Event()
         ask_ids = itertools.count(1)
         rules = LocalRules.of(start.rules) if start.HasField("rules") else None
+        path_rules = LocalRules.of(start.path_rules) if start.HasField("path_rules") else rules
 
         async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
             if rules is not None and rules.allows(permission, patterns):
@@ -161,6 +163,7 @@ class ToolCalls:
                     agent=start.agent, directory=directory, worktree=state.worktree,
                     ask=ask, metadata=metadata, runner=self._runner, state=state,
                     abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
+                    rules=path_rules,
                 )
                 output = await run(json.loads(start.args_json or "{}"), ctx)
                 return {"result": _result(output)}
@@ -206,7 +209,11 @@ class ToolCalls:
                 "sessionID": ctx.session_id, "messageID": ctx.message_id, "agent": ctx.agent, "callID": ctx.call_id,
                 "directory": ctx.directory, "worktree": ctx.worktree, "extra": ctx.extra,
             }
-            result = await self.custom.call(tool_id, args, context, on_metadata=ctx.metadata, on_ask=ctx.ask,
+            async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
+                # A path the tool asks about is checked where it really leads too, as the built-ins do.
+                await ctx.ask(permission, await with_real_spellings(ctx, permission, list(patterns)), always, metadata)
+
+            result = await self.custom.call(tool_id, args, context, on_metadata=ctx.metadata, on_ask=ask,
                                             abort=abort)
             attachments = [
                 Attachment(mime=str(a.get("mime", "")), url=str(a.get("url", "")), filename=str(a.get("filename", "")))

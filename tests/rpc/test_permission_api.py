@@ -17,6 +17,7 @@ import pytest
 from controlplane.client import ToolOutcome
 from controlplane.core.permission import REJECTED_MESSAGE, corrected_message
 from controlplane.v1 import event_pb2, tool_pb2
+from tests.archives import tar_of
 from tests.planes import Plane, running_plane
 from tests.plugin_fixtures import rewrite
 
@@ -304,3 +305,16 @@ async def test_every_decision_is_audited(plane: Plane) -> None:
     calls = [(e.tool, e.outcome) for e in entries if e.kind == "call"]
     assert calls == [("bash", "ok"), ("bash", "denied"), ("bash", "denied")]
     assert all(e.tenant == "alpha" and e.session_id == session.id for e in entries)
+
+
+async def test_a_read_deny_hides_grep_lines_when_a_hook_sees_every_ask(plane: Plane) -> None:
+    """With a permission.ask hook every ask goes up, yet the agent still gets the rules (ToolStart.path_rules)
+    to leave out what a read deny covers: grep shows no line of `.env`, nor of a symlink to it."""
+    config = json.dumps({"permission": {"read": {"*": "allow", "*.env": "deny"}, "grep": "allow"}})
+    session = await plane.client.create_session(
+        config_json=config, workspace_archive=tar_of({".env": "TOKEN=hunter2\n", "a.txt": "hunter2 in plain\n"}))
+    assert (await plane.client.run(session.id, ["ln", "-s", ".env", "notes.txt"])).exit_code == 0
+    out = await plane.client.execute_tool(session.id, "grep", {"pattern": "hunter2"})
+    assert "a.txt" in out.output
+    assert ".env" not in out.output
+    assert "notes.txt" not in out.output

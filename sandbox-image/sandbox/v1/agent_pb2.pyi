@@ -585,6 +585,7 @@ class ToolStart(_message.Message):
     ENV_FIELD_NUMBER: _builtins.int
     CUSTOM_FIELD_NUMBER: _builtins.int
     RULES_FIELD_NUMBER: _builtins.int
+    PATH_RULES_FIELD_NUMBER: _builtins.int
     tool: _builtins.str
     args_json: _builtins.str
     """The validated arguments, a JSON object."""
@@ -606,6 +607,13 @@ class ToolStart(_message.Message):
         `RunToolEvent.allowed`; an ask they do not allow goes up as before. Absent: every ask goes up.
         """
 
+    @_builtins.property
+    def path_rules(self) -> Global___PermissionRules:
+        """The same rules when `rules` is absent (a permission.ask hook wants every ask): never used to allow,
+        only to leave out what a deny covers (grep's lines, glob's and list's entries, instruction files a
+        `read` deny covers by any name of the file). Absent with `rules` set: `rules` serves for this too.
+        """
+
     def __init__(
         self,
         *,
@@ -619,10 +627,11 @@ class ToolStart(_message.Message):
         env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         custom: _builtins.bool = ...,
         rules: Global___PermissionRules | None = ...,
+        path_rules: Global___PermissionRules | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["path_rules", b"path_rules", "rules", b"rules"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "custom", b"custom", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "rules", b"rules", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "args_json", b"args_json", "call_id", b"call_id", "custom", b"custom", "env", b"env", "extra_json", b"extra_json", "message_id", b"message_id", "path_rules", b"path_rules", "rules", b"rules", "session_id", b"session_id", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
@@ -28,7 +27,8 @@ from sandbox_agent.tools.patch import (
     is_empty_patch,
     parse_patch,
 )
-from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree, resolve
+from sandbox_agent.tools.paths import assert_external_directory, checked_target, relative_to_worktree, resolve
+from sandbox_agent.tools.safe_open import MakeDirError, Target, open_checked, unlink_checked, write_bytes
 
 VERIFICATION_FAILED = "apply_patch verification failed"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -88,13 +88,20 @@ class FileChange:
     additions: int
     deletions: int
     move_path: str | None = None
+    target: Target = field(default_factory=lambda: Target("", "", None, False))
+    """The file as checked (safe_open): the asks name its spellings, `_apply` writes exactly it."""
+    move_target: Target | None = None
 
 
-def _read_text(path: str) -> str:
-    """The file decoded as UTF-8 (invalid bytes become U+FFFD), failing the way Node's readFile does."""
+def _read_text(target: Target) -> str:
+    """The checked file decoded as UTF-8 (invalid bytes become U+FFFD), failing the way Node's readFile does."""
+    path = target.path
     try:
+        if target.identity is None:
+            target.missing_or_raise()
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
         # O_NONBLOCK: a FIFO must not hang the tool; it has no effect on regular files.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = open_checked(target, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise NodeFsError(node_error_message(exc, "open", path)) from exc
     try:
@@ -113,80 +120,66 @@ def _read_text(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _read_for_update(path: str) -> str | None:
+def _read_for_update(target: Target) -> str | None:
     """The current content, or None when there is nothing to update (missing path or a directory)."""
-    try:
-        if stat.S_ISDIR(os.stat(path).st_mode):
-            return None
-    except OSError:
+    if target.identity is None or target.is_dir:
         return None
-    return _read_text(path)
+    return _read_text(target)
 
 
-def _make_dirs(path: str) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise NodeFsError(node_error_message(exc, "mkdir", path)) from exc
-
-
-def _write_text(path: str, text: str) -> None:
+def _write_text(target: Target, text: str) -> None:
+    """Writes the checked file (safe_open: created when it was missing, parents made, no link followed)."""
     # Node writes a lone surrogate as U+FFFD.
     data = _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        write_bytes(target, data, mode=0o666)
+    except MakeDirError as failed:
+        raise NodeFsError(node_error_message(failed.error, "mkdir", failed.directory)) from None
     except OSError as exc:
-        raise NodeFsError(node_error_message(exc, "open", path)) from exc
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError as exc:
-        raise NodeFsError(node_error_message(exc, "write")) from exc
-    finally:
-        os.close(fd)
+        # An open error names the path (as Node's does); a write error does not.
+        raise NodeFsError(node_error_message(exc, "open" if exc.filename else "write", target.path)
+                          if exc.filename else node_error_message(exc, "write")) from exc
 
 
-def _unlink(path: str) -> None:
+def _unlink(target: Target) -> None:
     try:
-        os.unlink(path)
+        unlink_checked(target)
     except OSError as exc:
-        raise NodeFsError(node_error_message(exc, "unlink", path)) from exc
+        raise NodeFsError(node_error_message(exc, "unlink", target.path)) from exc
 
 
 def _apply(changes: list[FileChange]) -> None:
     """Writes the verified changes in patch order; a failure leaves the earlier ones applied, as upstream."""
     for change in changes:
-        if change.type == "add":
-            _make_dirs(os.path.dirname(change.file_path))
-            _write_text(change.file_path, change.after)
-        elif change.type == "update":
-            _write_text(change.file_path, change.after)
-        elif change.type == "move" and change.move_path:
-            _make_dirs(os.path.dirname(change.move_path))
-            _write_text(change.move_path, change.after)
+        if change.type in ("add", "update"):
+            _write_text(change.target, change.after)
+        elif change.type == "move" and change.move_target is not None:
+            _write_text(change.move_target, change.after)
             # A move onto itself must not delete what was just written (upstream loses the file).
-            if os.path.realpath(change.move_path) != os.path.realpath(change.file_path):
-                _unlink(change.file_path)
+            if change.move_target.real != change.target.real:
+                _unlink(change.target)
         elif change.type == "delete":
-            _unlink(change.file_path)
+            _unlink(change.target)
 
 
-def _diffed(type_: ChangeType, path: str, before: str, after: str, move_path: str | None = None) -> FileChange:
+def _diffed(type_: ChangeType, target: Target, before: str, after: str, move: Target | None = None) -> FileChange:
     additions, deletions = count_changes(before, after)
-    return FileChange(type_, path, before, after, unified_diff(path, before, after), additions, deletions, move_path)
+    path = target.path
+    return FileChange(type_, path, before, after, unified_diff(path, before, after), additions, deletions,
+                      move.path if move else None, target, move)
 
 
 async def _verify(ctx: ToolContext, hunk: Hunk) -> FileChange:
     file_path = resolve(ctx, hunk.path)
-    await assert_external_directory(ctx, file_path)
+    target = await checked_target(ctx, file_path)
+    await assert_external_directory(ctx, file_path, real=target.real)
     if isinstance(hunk, AddFile):
         contents = hunk.contents
         after = contents if not contents or contents.endswith("\n") else contents + "\n"
-        return _diffed("add", file_path, "", after)
+        return _diffed("add", target, "", after)
     if isinstance(hunk, UpdateFile):
         try:
-            before = await ctx.io(_read_for_update, file_path)
+            before = await ctx.io(_read_for_update, target)
         except NodeFsError as exc:
             raise ToolError(str(exc)) from exc
         if before is None:
@@ -196,15 +189,17 @@ async def _verify(ctx: ToolContext, hunk: Hunk) -> FileChange:
         except PatchError as exc:
             raise ToolError(f"{VERIFICATION_FAILED}: Error: {exc}") from exc
         move_path = resolve(ctx, hunk.move_path) if hunk.move_path else None
-        await assert_external_directory(ctx, move_path)
-        return _diffed("move" if move_path else "update", file_path, before, after, move_path)
+        move = await checked_target(ctx, move_path) if move_path else None
+        await assert_external_directory(ctx, move_path, real=move.real if move else None)
+        return _diffed("move" if move else "update", target, before, after, move)
     assert isinstance(hunk, DeleteFile)
     try:
-        before = await ctx.io(_read_text, file_path)
+        before = await ctx.io(_read_text, target)
     except NodeFsError as exc:
         raise ToolError(f"{VERIFICATION_FAILED}: Error: {exc}") from exc
     # Upstream counts the deleted lines this way (a final newline adds one), not with the line diff.
-    return FileChange("delete", file_path, before, "", unified_diff(file_path, before, ""), 0, len(before.split("\n")))
+    return FileChange("delete", file_path, before, "", unified_diff(file_path, before, ""), 0,
+                      len(before.split("\n")), None, target)
 
 
 def _relative(ctx: ToolContext, path: str) -> str:
@@ -249,9 +244,18 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     changes = [await _verify(ctx, hunk) for hunk in hunks]
     total_diff = "".join(change.diff + "\n" for change in changes)
     files = [_file_metadata(ctx, change) for change in changes]
-    # The pattern is the source path even for a move; the metadata shows the destination.
+    # The pattern is the source path even for a move; the metadata shows the destination. Where a link leads
+    # a path elsewhere (or a file has other hard-link names), those spellings follow the given ones: the
+    # source's, then a move destination's real ones (its given one stays unasked, as upstream).
     patterns = [_relative(ctx, change.file_path) for change in changes]
-    await ctx.ask("edit", patterns, ["*"], {"filepath": ", ".join(patterns), "diff": total_diff, "files": files})
+    extra: list[str] = []
+    for change in changes:
+        for name in (*change.target.spellings, *(change.move_target.spellings if change.move_target else ())):
+            spelled = _relative(ctx, name)
+            if spelled not in patterns and spelled not in extra:
+                extra.append(spelled)
+    await ctx.ask("edit", patterns + extra, ["*"],
+                  {"filepath": ", ".join(patterns), "diff": total_diff, "files": files})
 
     try:
         await ctx.io(_apply, changes)

@@ -88,6 +88,18 @@ class Runner(Protocol):
         ...
 
 
+class RuleView(Protocol):
+    """The session's permission rules as the control plane evaluates them (agent, approvals, operator)."""
+
+    def action(self, permission: str, pattern: str) -> str:
+        """allow, deny or ask: the last matching rule's action."""
+        ...
+
+    def may_deny(self, permission: str) -> bool:
+        """Whether any rule could deny `permission` (a fast way out for the common all-allow case)."""
+        ...
+
+
 AskFn = Callable[[str, list[str], list[str], dict[str, Any]], Awaitable[None]]
 """ask(permission, patterns, always, metadata): returns when allowed, raises ToolError otherwise."""
 MetadataFn = Callable[[str | None, dict[str, Any] | None], Awaitable[None]]
@@ -149,6 +161,9 @@ class ToolContext:
     extra: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for commands (the `shell.env` hook's output)."""
+    rules: RuleView | None = None
+    """The call's rules when the control plane sent them: used only to leave out what a deny covers (grep,
+    glob, list, instruction files), never to allow. None: nothing is left out."""
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.runner.io(fn, *args)

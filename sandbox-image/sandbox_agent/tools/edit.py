@@ -17,8 +17,9 @@ from typing import Any
 
 from sandbox_agent.tools.base import IO_NOW_BYTES, ToolContext, ToolError, ToolOutput, stat_or_none
 from sandbox_agent.tools.diffs import count_changes, unified_diff
-from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
+from sandbox_agent.tools.paths import as_given, assert_external_directory, checked_target, relative_to_worktree
 from sandbox_agent.tools.replacers import IDENTICAL, replace
+from sandbox_agent.tools.safe_open import MakeDirError, Target, open_checked, write_bytes
 
 APPLIED = "Edit applied successfully."
 FILETIME_TOLERANCE_MS = 50
@@ -35,59 +36,59 @@ class OnDisk:
     mtime_ns: int | None = None
 
 
-def load(path: str) -> OnDisk:
-    """Stats and reads a path in one go (runs through `ctx.io`); text is UTF-8, bad bytes become U+FFFD."""
-    try:
-        info = os.stat(path)
-    except OSError:
+def load(target: Target) -> OnDisk:
+    """Stats and reads the checked file in one go (runs through `ctx.io`); text is UTF-8, bad bytes become U+FFFD.
+
+    The file is opened as it was checked (safe_open): a link swapped since then stops the call.
+    """
+    if target.identity is None:
         return OnDisk("missing")
-    if stat.S_ISDIR(info.st_mode):
-        return OnDisk("directory", mtime_ns=info.st_mtime_ns)
-    # O_NONBLOCK keeps a FIFO from hanging the call; it changes nothing for regular files.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    if target.is_dir:
+        try:
+            return OnDisk("directory", mtime_ns=os.lstat(target.real).st_mtime_ns)
+        except OSError:
+            return OnDisk("missing")
     try:
+        # O_NONBLOCK keeps a FIFO from hanging the call; it changes nothing for regular files.
+        fd = open_checked(target, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return OnDisk("missing")
+    try:
+        mtime_ns = os.fstat(fd).st_mtime_ns
         chunks = []
         while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return OnDisk("file", b"".join(chunks).decode("utf-8", errors="replace"), info.st_mtime_ns)
+    return OnDisk("file", b"".join(chunks).decode("utf-8", errors="replace"), mtime_ns)
 
 
-async def load_file(ctx: ToolContext, path: str) -> OnDisk:
+async def load_file(ctx: ToolContext, target: Target) -> OnDisk:
     """`load` as the tool user: on the loop's thread for a small regular file, a directory or nothing there."""
-    info = ctx.io_now(stat_or_none, path)
+    info = ctx.io_now(stat_or_none, target.real)
     if info is None or stat.S_ISDIR(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_size <= IO_NOW_BYTES):
-        return ctx.io_now(load, path)
-    return await ctx.io(load, path)
+        return ctx.io_now(load, target)
+    return await ctx.io(load, target)
 
 
-async def store_file(ctx: ToolContext, path: str, text: str) -> None:
+async def store_file(ctx: ToolContext, target: Target, text: str) -> None:
     """`store` as the tool user: on the loop's thread for a small text (a file it replaces was loaded first)."""
     if len(text) <= IO_NOW_BYTES // 4:  # at most 4 UTF-8 bytes per character
-        ctx.io_now(store, path, text)
+        ctx.io_now(store, target, text)
     else:
-        await ctx.io(store, path, text)
+        await ctx.io(store, target, text)
 
 
-def store(path: str, text: str) -> None:
-    """Writes UTF-8 text (runs through `ctx.io`), creating missing parent directories as upstream does on ENOENT."""
+def store(target: Target, text: str) -> None:
+    """Writes UTF-8 text to the checked file (runs through `ctx.io`), creating missing parent directories as
+    upstream does on ENOENT; nothing on the way is followed again (safe_open)."""
     data = _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")  # Node writes a lone surrogate as U+FFFD
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     try:
-        try:
-            fd = os.open(path, flags, 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, flags, 0o644)
+        write_bytes(target, data)
     except IsADirectoryError:
-        raise ToolError(f"EISDIR: illegal operation on a directory, open '{path}'") from None
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+        raise ToolError(f"EISDIR: illegal operation on a directory, open '{target.path}'") from None
+    except MakeDirError as failed:
+        raise failed.error from None
 
 
 def iso_time(ms: int) -> str:
@@ -136,8 +137,14 @@ def edit_metadata(path: str, before: str, after: str, *, normalise: bool = True)
     return {"diagnostics": {}, "diff": diff, "filediff": filediff}
 
 
-async def ask_edit(ctx: ToolContext, path: str, diff: str) -> None:
-    await ctx.ask("edit", [relative_to_worktree(ctx, path).replace("\\", "/")], ["*"], {"filepath": path, "diff": diff})
+def edit_patterns(ctx: ToolContext, target: Target) -> list[str]:
+    """`edit`'s patterns: the path as given, then (when a link leads elsewhere) where it really leads and a
+    multiply-linked file's other names, all spelled as upstream spells the first (relative to the worktree)."""
+    return [relative_to_worktree(ctx, name).replace("\\", "/") for name in target.names]
+
+
+async def ask_edit(ctx: ToolContext, target: Target, diff: str) -> None:
+    await ctx.ask("edit", edit_patterns(ctx, target), ["*"], {"filepath": target.path, "diff": diff})
 
 
 def edit_args(args: dict[str, Any]) -> tuple[str, str, bool]:
@@ -159,7 +166,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     file_path = required_path(args)
     old, new, replace_all = edit_args(args)
     path = as_given(ctx, file_path)
-    await assert_external_directory(ctx, path)
+    target = await checked_target(ctx, path)
+    await assert_external_directory(ctx, path, real=target.real)
     async with ctx.file_times.lock(path):
         if old == "":
             # Creation or a full overwrite: no read is required, the old content counts as empty, and (unlike
@@ -167,7 +175,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             before, after = "", new
             meta = await asyncio.to_thread(lambda: edit_metadata(path, before, after, normalise=False))
         else:
-            disk = await load_file(ctx, path)
+            disk = await load_file(ctx, target)
             if disk.kind == "missing":
                 raise ToolError(f"File {path} not found")
             if disk.kind == "directory":
@@ -180,8 +188,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
                 return changed, edit_metadata(path, before, changed)
 
             after, meta = await asyncio.to_thread(compute)
-        await ask_edit(ctx, path, meta["diff"])
-        await store_file(ctx, path, after)
+        await ask_edit(ctx, target, meta["diff"])
+        await store_file(ctx, target, after)
         ctx.file_times.read(path, time.time())
     await ctx.metadata(None, {"diff": meta["diff"], "filediff": meta["filediff"], "diagnostics": {}})
     return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata=meta)

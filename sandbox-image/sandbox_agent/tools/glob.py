@@ -12,7 +12,12 @@ import stat
 from typing import Any
 
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
-from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree, resolve
+from sandbox_agent.tools.paths import (
+    assert_external_directory,
+    relative_to_worktree,
+    resolve,
+    without_read_denied,
+)
 
 LIMIT = 100
 TRUNCATED = "(Results are truncated: showing first 100 results. Consider using a more specific path or pattern.)"
@@ -27,8 +32,11 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     await assert_external_directory(ctx, search, kind="directory")
 
     found = await rg_files(ctx, search, [pattern])
-    truncated = len(found) > LIMIT
-    paths = [posixpath.normpath(posixpath.join(search, name)) for name in found[:LIMIT]]
+    # A file a read deny covers (by its name or where a link leads) is left out before the page is cut.
+    shown = await without_read_denied(ctx, [posixpath.normpath(posixpath.join(search, name)) for name in found],
+                                      keep=LIMIT + 1)
+    truncated = len(shown) > LIMIT
+    paths = shown[:LIMIT]
     times = await ctx.io(mtimes_ms, paths)
     paths.sort(key=lambda p: -(times[p] or 0))  # stable: ties keep ripgrep's order
 

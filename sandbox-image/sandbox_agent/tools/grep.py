@@ -8,7 +8,7 @@ from typing import Any
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.collation import utf16_length, utf16_prefix
 from sandbox_agent.tools.glob import defined, mtimes_ms
-from sandbox_agent.tools.paths import assert_external_directory, resolve
+from sandbox_agent.tools.paths import assert_external_directory, resolve, without_read_denied
 
 LIMIT = 100
 MAX_LINE_LENGTH = 2000
@@ -43,7 +43,13 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raise ToolError(f"ripgrep failed: {result.stderr.decode('utf-8', errors='replace')}")
 
     rows = _parse(stdout)
-    times = await ctx.io(mtimes_ms, sorted({path for path, _, _ in rows}))
+    files = sorted({path for path, _, _ in rows})
+    if ctx.rules is not None and ctx.rules.may_deny("read"):
+        # No line of a file a read deny covers (by its name, where a link leads, or another hard link).
+        kept = set(await without_read_denied(ctx, files))
+        rows = [row for row in rows if row[0] in kept]
+        files = [path for path in files if path in kept]
+    times = await ctx.io(mtimes_ms, files)
     matches = [(path, line, text) for path, line, text in rows if times[path] is not None]
     matches.sort(key=lambda match: -(times[match[0]] or 0))  # stable: ties keep ripgrep's order
     if not matches:

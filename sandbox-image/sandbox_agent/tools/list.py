@@ -8,7 +8,12 @@ from typing import Any
 from sandbox_agent.tools.base import ToolContext, ToolOutput
 from sandbox_agent.tools.collation import code_unit_key
 from sandbox_agent.tools.glob import rg_files
-from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree, resolve
+from sandbox_agent.tools.paths import (
+    assert_external_directory,
+    relative_to_worktree,
+    resolve,
+    without_read_denied,
+)
 
 LIMIT = 100
 IGNORE_PATTERNS = [
@@ -25,7 +30,12 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     globs = [f"!{pattern}*" for pattern in IGNORE_PATTERNS]
     globs += [f"!{pattern}" for pattern in args.get("ignore") or []]
-    files = (await rg_files(ctx, search, globs))[:LIMIT]
+    found = await rg_files(ctx, search, globs)
+    if ctx.rules is not None and ctx.rules.may_deny("read"):
+        # Files a read deny covers (by their name or where a link leads) are not shown.
+        kept = set(await without_read_denied(ctx, [posixpath.join(search, name) for name in found], keep=LIMIT))
+        found = [name for name in found if posixpath.join(search, name) in kept]
+    files = found[:LIMIT]
     return ToolOutput(title=relative_to_worktree(ctx, search), output=f"{search}/\n" + render_tree(files),
                       metadata={"count": len(files), "truncated": len(files) >= LIMIT})
 

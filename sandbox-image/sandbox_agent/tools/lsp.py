@@ -18,7 +18,8 @@ from typing import Any, cast
 from sandbox_agent.lsp.client import LspClient, LspError
 from sandbox_agent.lsp.servers import ProcessStarter, ServerSpec, SessionServers, session_servers, specs_for
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
-from sandbox_agent.tools.paths import assert_external_directory, relative_to_worktree
+from sandbox_agent.tools.paths import assert_external_directory, checked_target, read_denied, relative_to_worktree
+from sandbox_agent.tools.safe_open import Target, read_bytes
 
 NO_SERVER = "No LSP server available for this file type."
 ABORTED = "Tool execution aborted"
@@ -48,13 +49,17 @@ async def _run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     operation = str(args["operation"])
     line, character = int(args["line"]), int(args["character"])
     file = _resolve(ctx.directory, str(args["filePath"]))
-    await assert_external_directory(ctx, file)
+    target = await checked_target(ctx, file)
+    await assert_external_directory(ctx, file, real=target.real)
     await ctx.ask("lsp", ["*"], ["*"], {})
     title = f"{operation} {relative_to_worktree(ctx, file)}:{line}:{character}"
 
     # A directory is "not found" too: upstream asks Bun whether the *file* exists.
-    if not await ctx.io(os.path.isfile, file):
+    if target.identity is None or target.is_dir or not await ctx.io(os.path.isfile, target.real):
         raise ToolError(f"File not found: {file}")
+    if read_denied(ctx, target.names):
+        # The file's text would go to a language server and come back in its answers: a read deny holds.
+        raise ToolError(f"lsp cannot open {file}: a read rule of this session denies it")
     servers = session_servers(ctx.state, ctx.session_id)
     targets: list[tuple[ServerSpec, str]] = []
     for spec in specs_for(file):
@@ -64,7 +69,7 @@ async def _run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if not targets:
         raise ToolError(NO_SERVER)
 
-    clients = await _open(ctx, servers, targets, file)
+    clients = await _open(ctx, servers, targets, file, target)
     position = {"line": line - 1, "character": character - 1}
     result = await OPERATIONS[operation](_Query(file, position, clients, servers))
     output = f"No results found for {operation}" if not result else to_json(result)
@@ -77,11 +82,11 @@ def _resolve(directory: str, file_path: str) -> str:
 
 
 async def _open(ctx: ToolContext, servers: SessionServers, targets: list[tuple[ServerSpec, str]],
-                file: str) -> list[LspClient]:
+                file: str, target: Target) -> list[LspClient]:
     """Starts (or reuses) the file's servers, sends them its current text and lets them analyse it."""
     # ToolRunner.start accepts `stdin`; the Runner protocol in tools/base.py does not declare it yet.
     starter = cast(ProcessStarter, ctx.runner)
-    text = await ctx.io(_read_text, file)
+    text = await ctx.io(_read_text, target)
     clients: list[LspClient] = []
     for spec, root in targets:
         client = await servers.client(spec, root, starter, await ctx.io(spec.initialization, root))
@@ -98,9 +103,9 @@ async def _open(ctx: ToolContext, servers: SessionServers, targets: list[tuple[S
     return clients
 
 
-def _read_text(path: str) -> str:
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "replace")
+def _read_text(target: Target) -> str:
+    """The file as it was checked (safe_open: no link followed again)."""
+    return read_bytes(target).decode("utf-8", "replace")
 
 
 class _Query:

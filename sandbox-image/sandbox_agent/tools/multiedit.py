@@ -26,7 +26,7 @@ from sandbox_agent.tools.edit import (
     required_path,
     store_file,
 )
-from sandbox_agent.tools.paths import as_given, assert_external_directory, relative_to_worktree
+from sandbox_agent.tools.paths import as_given, assert_external_directory, checked_target, relative_to_worktree
 
 NO_EDITS = "edits must contain at least one edit"
 
@@ -50,9 +50,10 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raise ToolError(NO_EDITS)
     path = as_given(ctx, file_path)
     first_old = edit_args(edits[0])[0]
-    await assert_external_directory(ctx, path)
+    target = await checked_target(ctx, path)
+    await assert_external_directory(ctx, path, real=target.real)
     async with ctx.file_times.lock(path):
-        disk = await load_file(ctx, path)
+        disk = await load_file(ctx, target)
         if disk.kind == "directory":
             raise ToolError(f"Path is a directory, not a file: {path}")
         # Only the first edit meets the file as it is on disk: after it, the content is the tool's own.
@@ -66,8 +67,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             return final, results, edit_metadata(path, disk.content, final)
 
         final, results, combined = await asyncio.to_thread(compute)
-        await ask_edit(ctx, path, combined["diff"])
-        await store_file(ctx, path, final)
+        await ask_edit(ctx, target, combined["diff"])
+        await store_file(ctx, target, final)
         ctx.file_times.read(path, time.time())
     await ctx.metadata(None, {"diff": combined["diff"], "filediff": combined["filediff"], "diagnostics": {}})
     return ToolOutput(title=relative_to_worktree(ctx, path), output=APPLIED, metadata={"results": results, **combined})

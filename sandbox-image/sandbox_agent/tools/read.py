@@ -8,6 +8,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -24,10 +25,13 @@ from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix
 from sandbox_agent.tools.paths import (
     as_given,
     assert_external_directory,
+    checked_target,
     node_dirname,
     outside_project,
+    path_names,
     relative_to_worktree,
 )
+from sandbox_agent.tools.safe_open import Target, inspect, open_checked, read_bytes
 
 DEFAULT_LIMIT = 2000
 MAX_LINE_LENGTH = 2000
@@ -121,19 +125,20 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     path = as_given(ctx, str(args["filePath"]))
     title = relative_to_worktree(ctx, path)
-    if not ctx.extra.get("bypassCwdCheck") and outside_project(ctx, path):
-        # Only the ask for an outside target needs the kind: a path inside costs no thread hop here.
-        is_dir = await ctx.io(os.path.isdir, path)
-        await assert_external_directory(ctx, path, kind="directory" if is_dir else "file")
-    await ctx.ask("read", [path], ["*"], {})
+    # Resolved once: the asks name where the path really leads, and the file read is the one checked.
+    target = await checked_target(ctx, path)
+    if not ctx.extra.get("bypassCwdCheck") and outside_project(ctx, path, target.real):
+        await assert_external_directory(ctx, path, kind="directory" if target.is_dir else "file", real=target.real)
+    await ctx.ask("read", [path, *target.spellings], ["*"], {})
 
     walk_root = ctx.directory if _strictly_inside(ctx.directory, path) else None
     loaded_before = frozenset(ctx.state.loaded_instructions)
-    info = ctx.io_now(stat_or_none, path)
+    denied = _denial_check(ctx)
+    info = ctx.io_now(stat_or_none, target.real)
     if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= IO_NOW_BYTES:
-        found = ctx.io_now(_load, path, offset, limit, walk_root, loaded_before)
+        found = ctx.io_now(_load, target, offset, limit, walk_root, loaded_before, denied)
     else:
-        found = await ctx.io(_load, path, offset, limit, walk_root, loaded_before)
+        found = await ctx.io(_load, target, offset, limit, walk_root, loaded_before, denied)
 
     if isinstance(found, _Missing):
         message = f"File not found: {path}"
@@ -165,6 +170,20 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         "truncated": found.more or found.cut,
         "loaded": loaded,
     })
+
+
+def _denial_check(ctx: ToolContext) -> Callable[[str], bool] | None:
+    """Whether a `read` deny covers an instruction file (any of its names), for `_load`; None: no rule can."""
+    rules = ctx.rules
+    if rules is None or not rules.may_deny("read"):
+        return None
+    workspace = ctx.directory
+
+    def denied(candidate: str) -> bool:
+        names = path_names(candidate, workspace)
+        return names is None or any(rules.action("read", name) == "deny" for name in names)
+
+    return denied
 
 
 def _strictly_inside(directory: str, path: str) -> bool:
@@ -217,23 +236,29 @@ def _directory_output(path: str, title: str, entries: list[str], offset: int, li
 # --- everything below runs in ctx.io or ctx.io_now (the tool user's filesystem identity) ---
 
 
-def _load(path: str, offset: int, limit: int, walk_root: str | None,
-          already_loaded: frozenset[str]) -> _Missing | _Directory | _Media | _Binary | _Text:
-    try:
-        info = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
+def _load(target: Target, offset: int, limit: int, walk_root: str | None, already_loaded: frozenset[str],
+          denied: Callable[[str], bool] | None) -> _Missing | _Directory | _Media | _Binary | _Text:
+    path = target.path
+    if target.identity is None:
+        target.missing_or_raise()
         return _Missing(_suggestions(path))
-    if stat.S_ISDIR(info.st_mode):
-        return _Directory(_list_directory(path))
+    if target.is_dir:
+        try:
+            return _Directory(_list_directory(target))
+        except (FileNotFoundError, NotADirectoryError):
+            return _Missing(_suggestions(path))
     extension = os.path.splitext(path)[1].lower()
     if extension in BINARY_EXTENSIONS:
         return _Binary()
-    instructions = _instructions(os.path.normpath(path), walk_root, already_loaded) if walk_root else []
+    instructions = _instructions(os.path.normpath(path), walk_root, already_loaded, denied) if walk_root else []
     mime = MEDIA_TYPES.get(extension)
-    if mime is not None:
-        with open(path, "rb") as fh:
+    try:
+        fd = open_checked(target, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return _Missing(_suggestions(path))
+    with os.fdopen(fd, "rb") as fh:
+        if mime is not None:
             return _Media(mime, fh.read(), instructions)
-    with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         sample = fh.read(SAMPLE_SIZE)
         # Like upstream, a file that reports size 0 (e.g. under /proc) skips the content sniffing.
@@ -255,17 +280,22 @@ def _suggestions(path: str) -> list[str]:
     return [os.path.normpath(os.path.join(directory, name)) for name in similar[:3]]
 
 
-def _list_directory(path: str) -> list[str]:
-    entries: list[str] = []
-    with os.scandir(path) as it:
-        for entry in it:
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if not is_dir and entry.is_symlink():
-                try:
-                    is_dir = os.path.isdir(entry.path)
-                except OSError:
-                    is_dir = False
-            entries.append(entry.name + "/" if is_dir else entry.name)
+def _list_directory(target: Target) -> list[str]:
+    """The checked directory's entries (opened without following links, its identity proven)."""
+    fd = open_checked(target, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        entries: list[str] = []
+        with os.scandir(fd) as it:
+            for entry in it:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if not is_dir and entry.is_symlink():
+                    try:
+                        is_dir = stat.S_ISDIR(os.stat(entry.name, dir_fd=fd).st_mode)
+                    except OSError:
+                        is_dir = False
+                entries.append(entry.name + "/" if is_dir else entry.name)
+    finally:
+        os.close(fd)
     return sorted(entries, key=locale_key)
 
 
@@ -393,18 +423,22 @@ def _read_text(fh: IO[bytes], first: bytes, offset: int, limit: int) -> _Text:
     return page.text
 
 
-def _instructions(path: str, root: str, already_loaded: frozenset[str]) -> list[tuple[str, str]]:
-    """Instruction files between the file's directory (included) and the project directory (excluded)."""
+def _instructions(path: str, root: str, already_loaded: frozenset[str],
+                  denied: Callable[[str], bool] | None) -> list[tuple[str, str]]:
+    """Instruction files between the file's directory (included) and the project directory (excluded).
+
+    One that a `read` deny covers by any of its names (a symlink `AGENTS.md -> ../.env`) is left out, and
+    each is read as it was checked (safe_open), like the file itself.
+    """
     found: list[tuple[str, str]] = []
     current = os.path.dirname(path)
     while _strictly_inside(root, current):
         candidate = next((os.path.join(current, name) for name in INSTRUCTION_FILES
                           if os.path.exists(os.path.join(current, name))), None)
-        if candidate and candidate != path and candidate not in already_loaded:
+        if candidate and candidate != path and candidate not in already_loaded and not (denied and denied(candidate)):
             try:
-                with open(candidate, "rb") as fh:
-                    content = fh.read().decode("utf-8", errors="replace")
-            except OSError:
+                content = read_bytes(inspect(candidate, None)).decode("utf-8", errors="replace")
+            except (OSError, ToolError):
                 content = ""
             if content:
                 found.append((candidate, content))

@@ -1,0 +1,258 @@
+"""Path rules follow the file, and the decision holds for the operation (issue 21, item 2).
+
+Through the public API against real containers: symlinks shipped in the archive and hard links made at run
+time are read, searched and written under the rules of the file they reach; an operator's deny and an
+`external_directory` deny hold through a symlink; and a link flipped by a concurrent process while many
+read/write/edit calls run never redirects one of them (the swapped-in target's content is checked after).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import tarfile
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from controlplane.client import AsyncClient, PermissionRequest
+from controlplane.v1 import tool_pb2
+from tests.planes import Plane, running_plane
+
+pytestmark = pytest.mark.docker
+
+SECRET = "SECRET_TOKEN=hunter2-7f3a"
+READ_DENY_ENV = {"permission": {"bash": "allow", "read": {"*": "allow", "*.env": "deny"}, "edit": "allow"}}
+POLICY = {"permission": {"edit": {"*protected*": "deny"}}}
+RACE_SECONDS = 5
+PEEK_TS = """import { tool } from "@opencode-ai/plugin"
+import * as fs from "node:fs"
+import * as path from "node:path"
+
+export default tool({
+  description: "Reads a file after asking for it, as a well-behaved custom tool does",
+  args: { file: tool.schema.string() },
+  async execute(args, ctx) {
+    const full = path.resolve(ctx.directory, args.file)
+    await ctx.ask({ permission: "read", patterns: [full], always: ["*"], metadata: {} })
+    return fs.readFileSync(full, "utf8")
+  },
+})
+"""
+
+
+def _archive(files: dict[str, str], symlinks: dict[str, str] | None = None,
+             hardlinks: dict[str, str] | None = None) -> bytes:
+    """A tar with regular files, symlinks (name -> target) and hard links to earlier files (name -> file)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, content in files.items():
+            data = content.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (symlinks or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode, info.mtime = tarfile.SYMTYPE, target, 0o777, int(time.time())
+            tar.addfile(info)
+        for name, target in (hardlinks or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode, info.mtime = tarfile.LNKTYPE, target, 0o644, int(time.time())
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+async def plane() -> AsyncIterator[Plane]:
+    """A Docker plane whose operator denies `edit` of anything named like `*protected*`."""
+    async with running_plane("docker", policy=POLICY, pool={"size": 1, "refill_concurrency": 1}) as p:
+        yield p
+
+
+def _denied(error: str | None, what: str) -> None:
+    """Refused by a deny rule, with upstream's text."""
+    assert error is not None, what
+    assert "prevents you from using this specific tool call" in error, (what, error)
+
+
+async def _sh(client: AsyncClient, session_id: str, script: str) -> str:
+    done = await client.run(session_id, ["/bin/sh", "-c", script], cwd="/workspace")
+    assert done.exit_code == 0, (done.stdout, done.stderr)
+    return done.stdout.decode()
+
+
+async def _tool(client: AsyncClient, session_id: str, tool: str, args: dict[str, object]) -> tuple[str, str | None]:
+    outcome = await client.execute_tool(session_id, tool, args)
+    return (outcome.output if outcome.error is None else ""), outcome.error
+
+
+async def test_symlink_and_hard_link_reads_follow_the_files_rules(plane: Plane) -> None:
+    client = plane.client
+    session = await client.create_session(
+        config_json=json.dumps(READ_DENY_ENV),
+        workspace_archive=_archive({".env": SECRET + "\n", "a.txt": "nothing to see\n"},
+                                   symlinks={"notes.txt": ".env"}, hardlinks={"shipped": ".env"}),
+    )
+    try:
+        await _sh(client, session.id, "ln .env made && mkdir -p d && ln .env d/deep")  # hard links at run time
+        for name in ("notes.txt", "shipped", "made", "d/deep", ".env"):
+            output, error = await _tool(client, session.id, "read", {"filePath": f"/workspace/{name}"})
+            _denied(error, name)
+            assert "hunter2" not in output
+        output, error = await _tool(client, session.id, "read", {"filePath": "/workspace/a.txt"})
+        assert error is None, error
+        assert "nothing to see" in output
+
+        searches: list[dict[str, object]] = [
+            {"pattern": "hunter2"}, {"pattern": "hunter2", "path": "/workspace/notes.txt"},
+            {"pattern": "SECRET", "path": "/workspace/d"},
+        ]
+        for args in searches:
+            output, error = await _tool(client, session.id, "grep", args)
+            assert error is None, error
+            assert output == "No files found", (args, output)
+
+        output, error = await _tool(client, session.id, "glob", {"pattern": "**/*"})
+        assert error is None
+        shown = {line.rsplit("/", 1)[-1] for line in output.splitlines()}
+        assert shown == {"a.txt"}, output
+        output, error = await _tool(client, session.id, "list", {})
+        assert error is None
+        assert not [name for name in ("notes.txt", "shipped", "made", "deep", ".env") if name in output], output
+        assert "a.txt" in output
+    finally:
+        await client.delete_session(session.id)
+
+
+async def test_operator_deny_holds_through_symlinks_for_every_writer(plane: Plane) -> None:
+    client = plane.client
+    session = await client.create_session(
+        config_json=json.dumps({"permission": {"bash": "allow", "edit": "allow", "read": "allow"}}),
+        workspace_archive=_archive({"protected.txt": "keep me\n", "ok.txt": "fine\n"},
+                                   symlinks={"g": "protected.txt", "dir": "."}),
+    )
+    try:
+        await _sh(client, session.id, "ln protected.txt h")
+        for path in ("/workspace/g", "/workspace/h", "/workspace/dir/protected.txt"):
+            output, error = await _tool(client, session.id, "read", {"filePath": path})
+            assert error is None, error
+            assert "keep me" in output
+            _, error = await _tool(client, session.id, "write", {"filePath": path, "content": "overwritten\n"})
+            _denied(error, path)
+            _, error = await _tool(client, session.id, "edit",
+                                   {"filePath": path, "oldString": "keep me", "newString": "changed"})
+            _denied(error, path)
+            _, error = await _tool(client, session.id, "multiedit", {
+                "filePath": path, "edits": [{"filePath": path, "oldString": "keep me", "newString": "changed"}]})
+            _denied(error, path)
+        patch = "*** Begin Patch\n*** Update File: g\n@@\n-keep me\n+changed\n*** End Patch"
+        _, error = await _tool(client, session.id, "apply_patch", {"patchText": patch})
+        _denied(error, "apply_patch")
+        assert await _sh(client, session.id, "cat protected.txt") == "keep me\n"
+        # An ordinary file is still written.
+        await _tool(client, session.id, "read", {"filePath": "/workspace/ok.txt"})
+        _, error = await _tool(client, session.id, "write", {"filePath": "/workspace/ok.txt", "content": "new\n"})
+        assert error is None, error
+    finally:
+        await client.delete_session(session.id)
+
+
+async def test_external_directory_deny_holds_through_a_symlink(plane: Plane) -> None:
+    client = plane.client
+    session = await client.create_session(config_json=json.dumps(
+        {"permission": {"external_directory": "deny", "edit": "allow", "read": "allow"}}))
+    try:
+        await _sh(client, session.id, "echo outside > /tmp/outside.txt && ln -s /tmp/outside.txt f")
+
+        async def no(_: PermissionRequest) -> tuple[int, str]:  # a deny needs no reply; never allow anyway
+            return tool_pb2.PermissionReply.REJECT, ""
+
+        calls: list[tuple[str, dict[str, object]]] = [("write", {"filePath": "/workspace/f", "content": "x\n"}),
+                           ("read", {"filePath": "/workspace/f"}),
+                           ("edit", {"filePath": "/workspace/f", "oldString": "", "newString": "y\n"})]
+        for tool, args in calls:
+            outcome = await client.execute_tool(session.id, tool, args, on_permission=no)
+            assert outcome.error is not None, (tool, outcome.result)
+        assert await _sh(client, session.id, "cat /tmp/outside.txt") == "outside\n"
+    finally:
+        await client.delete_session(session.id)
+
+
+async def test_a_flipping_symlink_never_redirects_read_write_or_edit(plane: Plane) -> None:
+    """A process flips `f` between a workspace file and /tmp/outside.txt while many calls run on `f`."""
+    client = plane.client
+    session = await client.create_session(
+        config_json=json.dumps({"permission": {"external_directory": "deny", "edit": "allow", "read": "allow"}}),
+        workspace_archive=_archive({"a.txt": "inside\n"}, symlinks={"f": "a.txt"}),
+    )
+    try:
+        await _sh(client, session.id, "echo OUTSIDE-ORIGINAL > /tmp/outside.txt")
+        # The link is replaced atomically (rename of a fresh symlink over it), so `f` always exists and every
+        # call meets one of the two targets.
+        flipper = (
+            "import os, time\n"
+            f"end = time.monotonic() + {RACE_SECONDS}\n"
+            "n = 0\n"
+            "while time.monotonic() < end:\n"
+            "    for target in ('/tmp/outside.txt', 'a.txt'):\n"
+            "        os.symlink(target, 'f.new')\n"
+            "        os.rename('f.new', 'f')\n"
+            "    n += 1\n"
+            "print(n)\n"
+        )
+        flipping = asyncio.ensure_future(client.run(session.id, ["python3", "-c", flipper], cwd="/workspace"))
+        outcomes: dict[str, list[str | None]] = {"read": [], "write": [], "edit": []}
+        leaked: list[str] = []
+
+        async def worker(index: int) -> None:
+            turn = 0
+            while not flipping.done():
+                turn += 1
+                output, error = await _tool(client, session.id, "read", {"filePath": "/workspace/f"})
+                outcomes["read"].append(error)
+                if "OUTSIDE" in output:
+                    leaked.append(output)
+                _, error = await _tool(client, session.id, "write",
+                                       {"filePath": "/workspace/f", "content": f"w{index}-{turn}\n"})
+                outcomes["write"].append(error)
+                _, error = await _tool(client, session.id, "edit",
+                                       {"filePath": "/workspace/f", "oldString": "", "newString": f"e{index}\n"})
+                outcomes["edit"].append(error)
+
+        await asyncio.gather(*(worker(i) for i in range(4)))
+        flips = int((await flipping).stdout.decode().strip() or 0)
+        await _sh(client, session.id, "ln -sfn a.txt f")
+
+        total = sum(len(v) for v in outcomes.values())
+        succeeded = {tool: sum(1 for e in errors if e is None) for tool, errors in outcomes.items()}
+        print(f"flips={flips} calls={total} succeeded={succeeded}")
+        assert flips > 100, flips
+        assert total >= 60, total
+        assert not leaked, leaked[:1]
+        # Nothing written through the link ever landed outside.
+        assert await _sh(client, session.id, "cat /tmp/outside.txt") == "OUTSIDE-ORIGINAL\n"
+        # The race was real: calls reached the workspace file, and some met the link pointing outside.
+        assert succeeded["write"] + succeeded["edit"] > 0, outcomes
+        assert any(e is not None for errors in outcomes.values() for e in errors), "the link never pointed out"
+    finally:
+        await client.delete_session(session.id)
+
+
+async def test_a_custom_tools_ask_is_checked_where_its_path_leads(plane: Plane) -> None:
+    client = plane.client
+    session = await client.create_session(
+        config_json=json.dumps(READ_DENY_ENV),
+        workspace_archive=_archive({".env": SECRET + "\n", "a.txt": "fine\n", ".opencode/tool/peek.ts": PEEK_TS},
+                                   symlinks={"notes.txt": ".env"}),
+    )
+    try:
+        output, error = await _tool(client, session.id, "peek", {"file": "a.txt"})
+        assert error is None, error
+        assert output == "fine\n"
+        output, error = await _tool(client, session.id, "peek", {"file": "notes.txt"})
+        _denied(error, "peek notes.txt")
+        assert "hunter2" not in output
+    finally:
+        await client.delete_session(session.id)
