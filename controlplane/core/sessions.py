@@ -32,6 +32,8 @@ TOUCH_WRITE_INTERVAL_S = 1.0
 """Activity is kept in memory and written to the store at most this often per session."""
 INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
 """Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
+LOST_CHECK_S = 5.0
+"""How long a sandbox whose call stream broke has to answer a health check before its session is failed."""
 
 
 class SessionStore(Protocol):
@@ -305,10 +307,25 @@ class SessionManager:
         return sandbox
 
     async def report_lost(self, session_id: str, reason: str) -> None:
-        """Called when a sandbox stops answering mid-call."""
+        """Called when a sandbox stops answering mid-call: the session fails only if its agent is really gone (a
+        call's broken stream alone does not say so), and its workspace is kept for the caller (`_wind_up`)."""
         session = self._live.get(session_id)
-        if session is not None:
-            await self._end(self._root(session), SessionState.FAILED, reason)
+        if session is None:
+            return
+        root = self._root(session)
+        if await self._still_answers(root):
+            log.warning("session %s: a call lost its sandbox stream (%s), but the agent answers: kept", root.id, reason)
+            return
+        if self._live.get(root.id) is root:
+            await self._end(root, SessionState.FAILED, reason)
+
+    async def _still_answers(self, session: Session) -> bool:
+        try:
+            sandbox = await self._provider.get(session.sandbox_id)
+            await sandbox.agent.health(timeout_s=LOST_CHECK_S)
+        except Exception:  # any failure to reach it counts as gone
+            return False
+        return True
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._running: set[Execution] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._runner = ToolRunner(self._identity, self.base_env(), config.output_buffer_bytes)
-        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home)
+        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             path = await self._tools.save_output(request.name, request.content)
         except AgentError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(getattr(grpc.StatusCode, exc.status), str(exc))
             raise
         return agent_pb2.SaveToolOutputResponse(path=path)
 

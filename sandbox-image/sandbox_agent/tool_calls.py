@@ -8,7 +8,6 @@ import importlib
 import itertools
 import json
 import os
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +15,18 @@ from typing import Any
 from sandbox.v1 import agent_pb2
 from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
-from sandbox_agent.errors import AgentError
+from sandbox_agent.errors import AgentError, ExhaustedError
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.permission_rules import LocalRules
+from sandbox_agent.saved_outputs import (
+    OUTPUT_NAME,
+    TOOL_OUTPUT_DIR,
+    Budget,
+    OutputDir,
+    OutputNotSavedError,
+    SpooledText,
+    new_name,
+)
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.runner import ToolRunner
 from sandbox_agent.tools.skill import scan_skills
@@ -28,8 +36,10 @@ BUILTIN_TOOLS = {
     "apply_patch": "apply_patch", "glob": "glob", "grep": "grep", "list": "list", "skill": "skill",
     "lsp": "lsp",
 }
-OUTPUT_NAME = re.compile(r"^tool_[0-9a-f]{12}[0-9A-Za-z]{14}$")
-TOOL_OUTPUT_DIR = ".local/share/opencode/tool-output"
+MAX_METADATA_JSON = 4 * 1024 * 1024
+"""A result's metadata larger than this is replaced by a note: with the output's head it must fit one message."""
+MAX_RESULT_BYTES = 48 * 1024 * 1024
+"""A result message larger than this (attachments included) fails the call instead: the channel carries 64 MiB."""
 
 
 def load_tool(tool_id: str) -> ToolRun:
@@ -70,10 +80,11 @@ class _Outbox:
 class ToolCalls:
     """Runs built-in tool calls for the sessions of this sandbox (one, once claimed)."""
 
-    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str) -> None:
+    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, output_budget_bytes: int = 0) -> None:
         self._runner = runner
         self._workspace = workspace
         self._tool_home = tool_home
+        self.outputs = OutputDir(runner.io, os.path.join(tool_home, TOOL_OUTPUT_DIR), Budget(output_budget_bytes))
         self._sessions: dict[str, SessionState] = {}
         self.custom = CustomTools(runner, workspace, tool_home)
         self.running = 0
@@ -159,9 +170,10 @@ class ToolCalls:
                     agent=start.agent, directory=directory, worktree=state.worktree,
                     ask=ask, metadata=metadata, runner=self._runner, state=state,
                     abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
+                    outputs=self.outputs,
                 )
                 output = await run(json.loads(start.args_json or "{}"), ctx)
-                return {"result": _result(output)}
+                return _bounded_result(await self._spooled(output))
             except ToolError as exc:
                 return {"failed": agent_pb2.ToolFailed(message=str(exc))}
             except Exception as exc:  # any tool bug is reported as the call's error
@@ -250,20 +262,53 @@ class ToolCalls:
     async def save_output(self, name: str, content: bytes) -> str:
         if not OUTPUT_NAME.match(name):
             raise AgentError(f"{name!r} is not a tool output name")
-        directory = os.path.join(self._tool_home, TOOL_OUTPUT_DIR)
-        path = os.path.join(directory, name)
-        await self._runner.io(_write_new, directory, path, content)
-        return path
+        try:
+            return await self.outputs.save(name, content)
+        except OutputNotSavedError as exc:
+            raise ExhaustedError(f"the full output could not be saved: {exc}") from exc
+
+    async def _spooled(self, output: ToolOutput) -> ToolOutput:
+        """An output too large to travel whole (a custom tool's, a spooled command's) leaves as its head, with the
+        rest saved here; what the model reads is then built by the control plane from the head and the totals."""
+        if output.spooled is not None or len(output.output) <= SPOOL_ABOVE_CHARS:
+            return output
+        text = output.output
+        encoded = text.encode("utf-8", "replace")
+        name = new_name()
+        path, error = "", ""
+        try:
+            path = await self.outputs.save(name, encoded)
+        except OutputNotSavedError as exc:
+            error = str(exc)
+        spooled = SpooledText(path=path, total_bytes=len(encoded), total_lines=text.count("\n") + 1,
+                              tail=text[-SPOOL_TAIL_CHARS:], error=error)
+        return ToolOutput(output.title, text[:SPOOL_HEAD_CHARS], output.metadata, output.attachments, spooled)
 
 
 def _is_end(event: agent_pb2.RunToolEvent) -> bool:
     return event.WhichOneof("event") in ("result", "failed")
 
 
-def _write_new(directory: str, path: str, content: bytes) -> None:
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(content)
+SPOOL_ABOVE_CHARS = 1 << 20
+SPOOL_HEAD_CHARS = 128 * 1024
+SPOOL_TAIL_CHARS = 32 * 1024
+
+
+def _bounded_result(output: ToolOutput) -> dict[str, Any]:
+    """The result event, within what one message may carry: oversized metadata becomes a note, and a result still
+    too large (attachments) fails the call with a clear message instead of breaking the stream."""
+    result = _result(output)
+    if len(result.metadata_json) > MAX_METADATA_JSON:
+        result.metadata_json = json.dumps({
+            "metadataOmitted": f"the tool's metadata ({len(result.metadata_json)} bytes) is larger than "
+                               f"{MAX_METADATA_JSON} bytes",
+        })
+    size = result.ByteSize()
+    if size > MAX_RESULT_BYTES:
+        return {"failed": agent_pb2.ToolFailed(
+            message=f"The tool's result is {size >> 20} MiB, larger than the {MAX_RESULT_BYTES >> 20} MiB a "
+                    "result may be; ask for less (a smaller file, a narrower range)")}
+    return {"result": result}
 
 
 def _span_attributes(start: agent_pb2.ToolStart) -> dict[str, tracing.AttributeValue]:
@@ -274,10 +319,17 @@ def _span_attributes(start: agent_pb2.ToolStart) -> dict[str, tracing.AttributeV
 
 
 def _result(output: ToolOutput) -> agent_pb2.ToolResult:
-    return agent_pb2.ToolResult(
+    result = agent_pb2.ToolResult(
         title=output.title, output=output.output, metadata_json=json.dumps(output.metadata),
         attachments=[agent_pb2.ToolAttachment(mime=a.mime, url=a.url, filename=a.filename) for a in output.attachments],
     )
+    if output.spooled is not None:
+        s = output.spooled
+        result.spooled.CopyFrom(agent_pb2.SpooledOutput(
+            path=s.path, total_bytes=s.total_bytes, total_lines=s.total_lines, tail=s.tail, error=s.error,
+            capped=s.capped,
+        ))
+    return result
 
 
 def _describe(exc: BaseException) -> str:
