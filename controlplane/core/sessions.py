@@ -114,6 +114,9 @@ class SessionManager:
             else:
                 live[session.sandbox_id] = session.id
                 self._live[session.id] = session
+        # Failed sessions not yet deleted keep their workspaces: reconciliation must not take them for orphans.
+        ended = await self._store.list_sessions()
+        self._provider.retain(s.sandbox_id for s in ended if s.state == SessionState.FAILED and s.sandbox_id)
         report = await self._provider.start(live)
         foreign: set[str] = set()
         for sandbox_id, session_id in live.items():
@@ -380,14 +383,18 @@ class SessionManager:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
-            await self._remove_sandbox(session, held)
+            await self._remove_sandbox(session, held, keep_workspace=state == SessionState.FAILED)
         return await self._finish(session, state, message)
 
-    async def _remove_sandbox(self, session: Session, held: Session | None) -> None:
+    async def _remove_sandbox(self, session: Session, held: Session | None, *, keep_workspace: bool = False) -> None:
         """Removes the session's sandbox; if that fails, the session is held again, so that the next delete, look
-        at the store or reaper round tries again."""
+        at the store or reaper round tries again. A failed session keeps its workspace (the user's work) until it
+        is deleted: then `destroy` removes what `retire` left."""
         try:
-            await self._provider.destroy(session.sandbox_id)
+            if keep_workspace:
+                await self._provider.retire(session.sandbox_id)
+            else:
+                await self._provider.destroy(session.sandbox_id)
         except Exception as exc:
             if held is not None:
                 self._live.setdefault(session.id, held)

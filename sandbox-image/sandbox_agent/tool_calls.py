@@ -265,7 +265,7 @@ class ToolCalls:
         try:
             return await self.outputs.save(name, content)
         except OutputNotSavedError as exc:
-            raise ExhaustedError(f"the full output could not be saved: {exc}") from exc
+            raise ExhaustedError(str(exc)) from exc
 
     async def _spooled(self, output: ToolOutput) -> ToolOutput:
         """An output too large to travel whole (a custom tool's, a spooled command's) leaves as its head, with the
