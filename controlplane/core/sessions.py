@@ -34,6 +34,8 @@ INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
 """Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
 LOST_CHECK_S = 5.0
 """How long a sandbox whose call stream broke has to answer a health check before its session is failed."""
+LOST_RETRY_S = 0.25
+"""Before the second look at an agent whose channel failed: the channel's reconnect backoff is at most 200 ms."""
 
 
 class SessionStore(Protocol):
@@ -323,12 +325,21 @@ class SessionManager:
             await self._end(root, SessionState.FAILED, reason)
 
     async def _still_answers(self, session: Session) -> bool:
+        """Whether the agent answers now. Not waiting for a connection: a dead agent's socket refuses at once,
+        while a live agent's channel that just lost a stream reconnects within its 200 ms backoff (a second try)."""
         try:
             sandbox = await self._provider.get(session.sandbox_id)
-            await sandbox.agent.health(timeout_s=LOST_CHECK_S)
-        except Exception:  # any failure to reach it counts as gone
+        except Exception:
             return False
-        return True
+        for attempt in range(2):
+            try:
+                await sandbox.agent.health(timeout_s=LOST_CHECK_S, wait_for_ready=False)
+            except Exception:  # any failure to reach it counts as gone
+                if attempt == 0:
+                    await asyncio.sleep(LOST_RETRY_S)
+                continue
+            return True
+        return False
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -403,9 +403,9 @@ class GrpcSandboxAgent(SandboxAgent):
         self._tool_stream: _SharedStream | None = None
         self._exec_stream: _SharedStream | None = None
 
-    async def health(self, timeout_s: float = 5.0) -> AgentHealth:
+    async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
         try:
-            r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=True)
+            r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
         self._features = frozenset(r.features)

@@ -72,7 +72,9 @@ class SandboxAgent(abc.ABC):
     """The channel to one sandbox's agent."""
 
     @abc.abstractmethod
-    async def health(self, timeout_s: float = 5.0) -> AgentHealth: ...
+    async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
+        """The agent's answer; `wait_for_ready=False` fails at once on a channel that cannot connect."""
+        ...
 
     @abc.abstractmethod
     async def exec(self, spec: CommandSpec) -> ExecStream: ...
