@@ -14,11 +14,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import docker
+import grpc
 import pytest
 
 from controlplane.client import AsyncClient, Session, ToolOutcome
 from controlplane.v1 import session_pb2
-from tests.planes import Plane
+from tests.archives import tar_of
+from tests.planes import Plane, running_plane
 
 pytestmark = pytest.mark.docker
 
@@ -293,3 +295,14 @@ async def test_a_failed_session_keeps_its_workspace_until_deleted(docker_plane: 
     await client.delete_session(victim.id)
     with pytest.raises(docker.errors.NotFound):
         engine.volumes.get(volume)
+
+
+async def test_an_archive_larger_than_the_workspace_is_refused_whole() -> None:
+    # A 32 MiB workspace and 40 MiB of files: refused with the reason, rather than a session missing files.
+    async with running_plane(resources={"disk_mb": 32}) as plane:
+        files = {f"part{n}.bin": os.urandom(4 << 20) for n in range(10)}
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await plane.client.create_session(workspace_archive=tar_of(files))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "No space left on device: the archive does not fit the workspace" in (refused.value.details() or "")
+        assert [s for s in await plane.client.list_sessions() if s.state == session_pb2.Session.READY] == []
