@@ -38,6 +38,8 @@ BUILTIN_TOOLS = {
 }
 MAX_METADATA_JSON = 4 * 1024 * 1024
 """A result's metadata larger than this is replaced by a note: with the output's head it must fit one message."""
+METADATA_BACKLOG = 16
+"""Events waiting for the control plane before a new metadata update replaces the last one still unsent."""
 MAX_RESULT_BYTES = 48 * 1024 * 1024
 """A result message larger than this (attachments included) fails the call instead: the channel carries 64 MiB."""
 
@@ -70,11 +72,29 @@ class _Outbox:
     allowed: list[agent_pb2.AllowedAsk] = field(default_factory=list)
     """Asks the call's rules allowed here, not yet reported: they ride on the next event."""
 
+    unsent_metadata: agent_pb2.RunToolEvent | None = None
+    """The latest metadata update while it still waits in the queue: a newer one replaces its content, so a tool
+    that streams metadata faster than the control plane reads it holds one update here, not thousands."""
+
     def put(self, **event: Any) -> None:
         self.seq += 1
         if self.allowed:
             event["allowed"], self.allowed = self.allowed, []
-        self.queue.put_nowait(agent_pb2.RunToolEvent(seq=self.seq, **event))
+        message = agent_pb2.RunToolEvent(seq=self.seq, **event)
+        self.unsent_metadata = message if "metadata" in event else None
+        self.queue.put_nowait(message)
+
+    def put_metadata(self, metadata: agent_pb2.ToolMetadata) -> None:
+        waiting = self.unsent_metadata
+        # Only a reader that lags far behind sees updates merged; one that keeps up gets every update.
+        if waiting is not None and not self.allowed and self.queue.qsize() >= METADATA_BACKLOG:
+            waiting.metadata.CopyFrom(metadata)
+            return
+        self.put(metadata=metadata)
+
+    def taken(self, event: agent_pb2.RunToolEvent) -> None:
+        if event is self.unsent_metadata:
+            self.unsent_metadata = None
 
 
 class ToolCalls:
@@ -124,9 +144,12 @@ class ToolCalls:
                 pending.pop(ask_id, None)
 
         async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
-            outbox.put(metadata=agent_pb2.ToolMetadata(
-                has_title=title is not None, title=title or "",
-                metadata_json=json.dumps(meta) if meta is not None else "",
+            encoded = json.dumps(meta) if meta is not None else ""
+            if len(encoded) > MAX_METADATA_JSON:
+                encoded = json.dumps({"metadataOmitted": f"the tool's metadata ({len(encoded)} bytes) is larger "
+                                                        f"than {MAX_METADATA_JSON} bytes"})
+            outbox.put_metadata(agent_pb2.ToolMetadata(
+                has_title=title is not None, title=title or "", metadata_json=encoded,
             ))
 
         async def listen() -> None:
@@ -184,6 +207,7 @@ class ToolCalls:
         worker = asyncio.ensure_future(execute())
         try:
             while (event := await outbox.queue.get()) is not None:
+                outbox.taken(event)
                 yield event
         finally:
             self.running -= 1
