@@ -14,6 +14,7 @@ from typing import Protocol
 
 from controlplane.core import project_files, workspace_archive
 from controlplane.core.events import EventBus
+from controlplane.core.liveness import still_answers
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import (
@@ -32,10 +33,6 @@ TOUCH_WRITE_INTERVAL_S = 1.0
 """Activity is kept in memory and written to the store at most this often per session."""
 INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
 """Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
-LOST_CHECK_S = 5.0
-"""How long a sandbox whose call stream broke has to answer a health check before its session is failed."""
-LOST_RETRY_S = 0.25
-"""Before the second look at an agent whose channel failed: the channel's reconnect backoff is at most 200 ms."""
 
 
 class SessionStore(Protocol):
@@ -318,28 +315,11 @@ class SessionManager:
         if session is None:
             return
         root = self._root(session)
-        if await self._still_answers(root):
+        if await still_answers(self._provider, root.sandbox_id):
             log.warning("session %s: a call lost its sandbox stream (%s), but the agent answers: kept", root.id, reason)
             return
         if self._live.get(root.id) is root:
             await self._end(root, SessionState.FAILED, reason)
-
-    async def _still_answers(self, session: Session) -> bool:
-        """Whether the agent answers now. Not waiting for a connection: a dead agent's socket refuses at once,
-        while a live agent's channel that just lost a stream reconnects within its 200 ms backoff (a second try)."""
-        try:
-            sandbox = await self._provider.get(session.sandbox_id)
-        except Exception:
-            return False
-        for attempt in range(2):
-            try:
-                await sandbox.agent.health(timeout_s=LOST_CHECK_S, wait_for_ready=False)
-            except Exception:  # any failure to reach it counts as gone
-                if attempt == 0:
-                    await asyncio.sleep(LOST_RETRY_S)
-                continue
-            return True
-        return False
 
     # -- internals ------------------------------------------------------------------------------
 
