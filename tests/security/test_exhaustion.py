@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from controlplane.client import AsyncClient, Session, ToolOutcome
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
 
 pytestmark = pytest.mark.docker
 
@@ -306,3 +307,39 @@ async def test_an_archive_larger_than_the_workspace_is_refused_whole() -> None:
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "No space left on device: the archive does not fit the workspace" in (refused.value.details() or "")
         assert [s for s in await plane.client.list_sessions() if s.state == session_pb2.Session.READY] == []
+
+
+async def test_restarts_keep_a_failed_sessions_workspace_until_it_is_deleted() -> None:
+    data_dir, instance = short_tmp(), new_instance("ws")
+    process = PlaneProcess(data_dir, instance, pool_size=0)
+    image = os.environ.get("OCSB_TEST_IMAGE", "ocsb-sandbox:latest")
+    process.env |= {"CONTROLPLANE_PROVIDER__TYPE": "docker", "CONTROLPLANE_PROVIDER__IMAGE": image}
+    engine = docker.from_env()
+    try:
+        target = await process.start()
+        async with AsyncClient(target, process.token()) as client:
+            victim = await client.create_session()
+            await client.run(victim.id, command="echo precious > notes.txt")
+        volume = f"ocsb-{instance}-{victim.sandbox_id}-ws"
+        process.kill()
+        # While the plane is down its container goes: the restart finds the session's sandbox lost.
+        engine.containers.get(f"ocsb-{instance}-{victim.sandbox_id}").remove(force=True)
+        for _ in range(2):  # the restart that fails the session, and one more after it
+            target = await process.start()
+            async with AsyncClient(target, process.token()) as client:
+                assert (await client.get_session(victim.id)).state == session_pb2.Session.FAILED
+            process.kill()
+            engine.volumes.get(volume)  # still there
+        copy = engine.containers.run(image, ["cat", "/w/notes.txt"], remove=True, network_mode="none",
+                                     volumes={volume: {"bind": "/w", "mode": "ro"}}, entrypoint=[])
+        assert copy == b"precious\n"
+        target = await process.start()
+        async with AsyncClient(target, process.token()) as client:
+            await client.delete_session(victim.id)
+        with pytest.raises(docker.errors.NotFound):
+            engine.volumes.get(volume)
+        await process.stop()
+    finally:
+        process.kill()
+        remove_instance_leftovers(instance)
+        shutil.rmtree(data_dir, ignore_errors=True)
