@@ -73,6 +73,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
         self._tmpfs_mb = resources.tmpfs_mb
         self._shm_mb = resources.shm_mb
+        self._output_budget_mb = resources.output_budget_mb
         self._disks = WorkspaceDisks(data_dir, resources.disk_mb) if resources.disk_mb else None
         self._instance = instance
         self._ledger = ledger
@@ -287,7 +288,8 @@ class DockerSandboxProvider(SandboxProvider):
             "mem_limit": resources.memory_mb * 1024 * 1024,
             "memswap_limit": resources.memory_mb * 1024 * 1024,
             "nano_cpus": int(resources.cpu * 1e9),
-            "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE},
+            "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
+                            "AGENT_OUTPUT_BUDGET_BYTES": str(self._output_budget_mb << 20)},
             "detach": True,
         }
         if self._config.runtime:
