@@ -46,6 +46,9 @@ class ResourcesConfig(_Closed):
     disk_mb: int = Field(default=2048, ge=0)
     """Workspace size per session, MiB: an ext4 image per session on a loop device (the Docker provider
     needs root, losetup and mkfs.ext4 on the host). 0: an unbounded Docker volume on the host's Docker disk."""
+    output_budget_mb: int = Field(default=0, ge=0)
+    """What the saved full outputs of truncated tool results may take together in a session's /tmp, MiB (the
+    oldest are removed first). 0: a quarter of the session's /tmp."""
 
 
 class DockerProviderConfig(_Closed):

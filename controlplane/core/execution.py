@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controlplane.core.spooled import Spooled
+
 
 @dataclass(frozen=True)
 class CommandSpec:
@@ -128,6 +130,8 @@ class RunResult:
     metadata: dict[str, object]
     attachments: list[tuple[str, str, str]]
     """(mime, data url, filename) each."""
+    spooled: Spooled | None = None
+    """Set when the output was too large to travel: `output` is its head, the agent saved the whole of it."""
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,11 @@ class ToolExecutor:
 
     @staticmethod
     async def _truncated(scope: CallScope, result: ToolResult) -> ToolResult:
+        if result.spooled is not None:
+            # Only the head travelled: it is truncated whatever the tool set (it cannot be shown whole).
+            content, extra = truncation.spooled_truncation(
+                result.output, result.spooled, task_allowed=truncation.task_hint_allowed(scope.ruleset))
+            return replace(result, output=content, metadata={**result.metadata, **extra}, spooled=None)
         if "truncated" in result.metadata:
             return result
         content, extra = await truncation.apply_truncation(

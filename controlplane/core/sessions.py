@@ -14,6 +14,7 @@ from typing import Protocol
 
 from controlplane.core import project_files, workspace_archive
 from controlplane.core.events import EventBus
+from controlplane.core.liveness import still_answers
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import (
@@ -112,6 +113,9 @@ class SessionManager:
             else:
                 live[session.sandbox_id] = session.id
                 self._live[session.id] = session
+        # Failed sessions not yet deleted keep their workspaces: reconciliation must not take them for orphans.
+        ended = await self._store.list_sessions()
+        self._provider.retain(s.sandbox_id for s in ended if s.state == SessionState.FAILED and s.sandbox_id)
         report = await self._provider.start(live)
         foreign: set[str] = set()
         for sandbox_id, session_id in live.items():
@@ -310,10 +314,17 @@ class SessionManager:
         return sandbox
 
     async def report_lost(self, session_id: str, reason: str) -> None:
-        """Called when a sandbox stops answering mid-call."""
+        """Called when a sandbox stops answering mid-call: the session fails only if its agent is really gone (a
+        call's broken stream alone does not say so), and its workspace is kept for the caller (`_wind_up`)."""
         session = self._live.get(session_id)
-        if session is not None:
-            await self._end(self._root(session), SessionState.FAILED, reason)
+        if session is None:
+            return
+        root = self._root(session)
+        if await still_answers(self._provider, root.sandbox_id):
+            log.warning("session %s: a call lost its sandbox stream (%s), but the agent answers: kept", root.id, reason)
+            return
+        if self._live.get(root.id) is root:
+            await self._end(root, SessionState.FAILED, reason)
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -368,14 +379,18 @@ class SessionManager:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
-            await self._remove_sandbox(session, held)
+            await self._remove_sandbox(session, held, keep_workspace=state == SessionState.FAILED)
         return await self._finish(session, state, message)
 
-    async def _remove_sandbox(self, session: Session, held: Session | None) -> None:
+    async def _remove_sandbox(self, session: Session, held: Session | None, *, keep_workspace: bool = False) -> None:
         """Removes the session's sandbox; if that fails, the session is held again, so that the next delete, look
-        at the store or reaper round tries again."""
+        at the store or reaper round tries again. A failed session keeps its workspace (the user's work) until it
+        is deleted: then `destroy` removes what `retire` left."""
         try:
-            await self._provider.destroy(session.sandbox_id)
+            if keep_workspace:
+                await self._provider.retire(session.sandbox_id)
+            else:
+                await self._provider.destroy(session.sandbox_id)
         except Exception as exc:
             if held is not None:
                 self._live.setdefault(session.id, held)

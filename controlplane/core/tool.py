@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from controlplane.core.schema import parameters_schema
 from controlplane.core.session_services import SessionServices
+from controlplane.core.spooled import Spooled
 from controlplane.errors import ControlPlaneError
 
 
@@ -41,6 +42,8 @@ class ToolResult:
     output: str
     metadata: dict[str, Any] = field(default_factory=dict)
     attachments: list[Attachment] = field(default_factory=list)
+    spooled: Spooled | None = None
+    """Set when the sandbox kept only the head of a huge output (`output`); truncation then uses it."""
 
 
 class ToolError(ControlPlaneError):

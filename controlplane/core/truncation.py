@@ -11,6 +11,8 @@ from typing import Any, Literal, TypeAlias
 
 from controlplane.core import ids
 from controlplane.core.permission import Rule, evaluate
+from controlplane.core.spooled import Spooled
+from controlplane.errors import ResourceExhaustedError
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
@@ -149,5 +151,51 @@ async def apply_truncation(
     result = truncate(output, max_lines=max_lines, max_bytes=max_bytes, direction=direction)
     if not result.truncated:
         return output, {"truncated": False}
-    path = await save((ids or _default_ids).new(), output)
+    try:
+        path = await save((ids or _default_ids).new(), output)
+    except ResourceExhaustedError as exc:
+        # A full /tmp (or quota, or no file descriptors left) costs the saved copy, never the call or the session.
+        return inline(output, output, utf8_len(output), str(exc), max_lines=max_lines, max_bytes=max_bytes), {
+            "truncated": True, "outputSaveError": str(exc)}
     return render(result, hint(path, task_allowed=task_allowed)), {"truncated": True, "outputPath": path}
+
+
+# --- outputs the sandbox kept bounded, and outputs that could not be saved ----------------------
+
+
+NOT_SAVED = "The tool call succeeded but the output was truncated. The full output could not be saved ({reason})."
+CAPPED = "(Only the first part of the output was saved: the session's saved-output budget is used up.)"
+
+
+def inline(head_text: str, tail_text: str, total_bytes: int, reason: str, *, max_lines: int = MAX_LINES,
+           max_bytes: int = MAX_BYTES) -> str:
+    """The fallback when the full output could not be saved: its first and last lines (half the limits each)
+    around a marker of what is left out, and why."""
+    head = truncate(head_text, max_lines=max_lines // 2, max_bytes=max_bytes // 2)
+    tail = truncate(tail_text, max_lines=max_lines // 2, max_bytes=max_bytes // 2, direction="tail")
+    removed = max(0, total_bytes - utf8_len(head.content) - utf8_len(tail.content))
+    note = NOT_SAVED.format(reason=reason)
+    return f"{head.content}\n\n...{removed} bytes truncated...\n\n{note}\n\n{tail.content}"
+
+
+def spooled_truncation(head_text: str, spooled: Spooled, *, task_allowed: bool) -> tuple[str, dict[str, Any]]:
+    """What `apply_truncation` gives for the whole output, from its head and its totals.
+
+    The head holds more than the preview can use (2000 lines / 50 KiB), so the preview and the kind of limit
+    hit are those of the whole output; the removed count comes from the totals.
+    """
+    if not spooled.path:
+        reason = spooled.error or "it was not saved"
+        text = inline(head_text, spooled.tail, spooled.total_bytes, reason)
+        return text, {"truncated": True, "outputSaveError": reason}
+    result = truncate(head_text)
+    kept_lines = len(head_text.split("\n")) - result.removed if result.unit == "lines" else 0
+    if result.unit == "lines":
+        removed = spooled.total_lines - kept_lines
+    else:
+        removed = spooled.total_bytes - (utf8_len(head_text) - result.removed)
+    whole = Truncated(result.content, True, max(0, removed), result.unit, result.direction)
+    text = render(whole, hint(spooled.path, task_allowed=task_allowed))
+    if spooled.capped:
+        text += "\n" + CAPPED
+    return text, {"truncated": True, "outputPath": spooled.path}

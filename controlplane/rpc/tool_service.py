@@ -90,6 +90,26 @@ def tool_event(call_id: str, seq: int, event: CallEvent) -> tool_pb2.ToolEvent:
     return tool_pb2.ToolEvent(call_id=call_id, seq=seq, error=tool_pb2.ToolError(message=event.message))
 
 
+MAX_EVENT_BYTES = 48 * 1024 * 1024
+"""Largest tool event sent to a client (the server's default message limit is 64 MiB): outputs are truncated long
+before this, but a tool's metadata or attachments are not, and a message over the limit would break the stream."""
+
+
+def within_message_limit(event: tool_pb2.ToolEvent, limit: int = MAX_EVENT_BYTES) -> tool_pb2.ToolEvent:
+    """`event`, or when it is too large for one message: a live metadata update without its metadata, a result
+    replaced by the call's error saying so."""
+    size = event.ByteSize()
+    if size <= limit:
+        return event
+    kind = event.WhichOneof("event")
+    if kind == "metadata":
+        return tool_pb2.ToolEvent(call_id=event.call_id, seq=event.seq,
+                                  metadata=tool_pb2.ToolMetadata(title=event.metadata.title))
+    message = (f"The tool's result is {size >> 20} MiB, larger than the {limit >> 20} MiB one message may carry;"
+               " ask for less (a smaller file, a narrower range)")
+    return tool_pb2.ToolEvent(call_id=event.call_id, seq=event.seq, error=tool_pb2.ToolError(message=message))
+
+
 def question_message(q: QuestionAsked) -> tool_pb2.Question:
     return tool_pb2.Question(id=q.id, questions_json=_json(q.questions))
 
@@ -152,7 +172,7 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
             seq = 0
             while (event := await running.events.get()) is not None:
                 seq += 1
-                yield tool_event(running.call_id, seq, event)
+                yield within_message_limit(tool_event(running.call_id, seq, event))
         except SandboxLostError as exc:
             await abort_with(context, exc)
         except ControlPlaneError as exc:

@@ -30,6 +30,7 @@ from controlplane.core.execution import (
     UploadSummary,
 )
 from controlplane.core.permission import Rule
+from controlplane.core.spooled import Spooled
 from controlplane.core.tool import ToolError
 from controlplane.errors import (
     ControlPlaneError,
@@ -37,6 +38,7 @@ from controlplane.errors import (
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
+    SandboxError,
     SandboxLostError,
 )
 from controlplane.sandbox.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
@@ -59,8 +61,16 @@ def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneE
     return _status_error(exc.code(), exc.details() or "", sandbox_id)
 
 
+AGENT_FAULTS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED,
+                grpc.StatusCode.DATA_LOSS, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.ALREADY_EXISTS,
+                grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ABORTED)
+"""Statuses an agent that is still there ends a call with (an exception it did not expect): that call failed,
+the sandbox did not. Only a dead channel (UNAVAILABLE, a cancelled or timed-out stream) may mean it is gone."""
+
+
 def _status_error(code: grpc.StatusCode, details: str, sandbox_id: str) -> ControlPlaneError:
-    """Agent statuses are a closed set; anything else means the sandbox is gone or broken."""
+    """Agent statuses are a closed set; an unexpected failure fails the call; anything else may mean the sandbox is
+    gone (the session manager checks that it really is before failing the session)."""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
@@ -69,6 +79,8 @@ def _status_error(code: grpc.StatusCode, details: str, sandbox_id: str) -> Contr
         return NotFoundError(details)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return ResourceExhaustedError(details)
+    if code in AGENT_FAULTS:
+        return SandboxError(f"the sandbox agent failed this call ({code.name}: {details})")
     return SandboxLostError(f"sandbox {sandbox_id} is not answering ({code.name}: {details})")
 
 
@@ -246,7 +258,11 @@ class ReportsAllowed:
             r = event.result
             traced.finish(event.spans)
             attachments = [(x.mime, x.url, x.filename) for x in r.attachments]
-            return RunResult(r.title, r.output, _json(r.metadata_json), attachments)
+            spooled = None
+            if r.HasField("spooled"):
+                s = r.spooled
+                spooled = Spooled(s.path, s.total_bytes, s.total_lines, s.tail, s.error, s.capped)
+            return RunResult(r.title, r.output, _json(r.metadata_json), attachments, spooled)
         if kind == "failed":
             traced.finish(event.spans)
             return RunFailed(event.failed.message)
@@ -402,9 +418,9 @@ class GrpcSandboxAgent(SandboxAgent):
         self._tool_stream: _SharedStream | None = None
         self._exec_stream: _SharedStream | None = None
 
-    async def health(self, timeout_s: float = 5.0) -> AgentHealth:
+    async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
         try:
-            r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=True)
+            r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
         self._features = frozenset(r.features)

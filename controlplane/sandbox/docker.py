@@ -14,7 +14,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
         self._tmpfs_mb = resources.tmpfs_mb
         self._shm_mb = resources.shm_mb
+        self._output_budget_mb = resources.output_budget_mb
         self._disks = WorkspaceDisks(data_dir, resources.disk_mb) if resources.disk_mb else None
         self._instance = instance
         self._ledger = ledger
@@ -85,6 +86,8 @@ class DockerSandboxProvider(SandboxProvider):
         """Other control planes' sandboxes this one has reached (see `attach`)."""
         self._attached_sockets: dict[str, str] = {}
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
+        self._retained: set[str] = set()
+        """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
 
     # -- naming ---------------------------------------------------------------------------------
@@ -198,8 +201,22 @@ class DockerSandboxProvider(SandboxProvider):
             await sandbox.agent.close()
         await asyncio.to_thread(self._remove_everything, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
+        self._retained.discard(sandbox_id)
 
-    def _remove_everything(self, sandbox_id: str) -> None:
+    async def retire(self, sandbox_id: str) -> None:
+        """The container and socket dir go; the workspace volume (and its disk image) stay until `destroy`."""
+        sandbox = self._live.pop(sandbox_id, None)
+        if sandbox is not None:
+            await sandbox.agent.close()
+        self._retained.add(sandbox_id)
+        await asyncio.to_thread(self._remove_container, sandbox_id)
+        await asyncio.to_thread(self._dirs.remove, sandbox_id)
+        await self._ledger.forget_sandbox(sandbox_id)
+
+    def retain(self, sandbox_ids: Iterable[str]) -> None:
+        self._retained.update(sandbox_ids)
+
+    def _remove_container(self, sandbox_id: str) -> None:
         try:
             self._client.api.remove_container(self._name(sandbox_id), force=True, v=True)
         except docker.errors.NotFound:
@@ -207,6 +224,9 @@ class DockerSandboxProvider(SandboxProvider):
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: removal already in progress
                 raise
+
+    def _remove_everything(self, sandbox_id: str) -> None:
+        self._remove_container(sandbox_id)
         try:
             self._client.api.remove_volume(self._volume(sandbox_id), force=True)
         except docker.errors.NotFound:
@@ -268,7 +288,8 @@ class DockerSandboxProvider(SandboxProvider):
             "mem_limit": resources.memory_mb * 1024 * 1024,
             "memswap_limit": resources.memory_mb * 1024 * 1024,
             "nano_cpus": int(resources.cpu * 1e9),
-            "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE},
+            "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
+                            "AGENT_OUTPUT_BUDGET_BYTES": str(self._output_budget_mb << 20)},
             "detach": True,
         }
         if self._config.runtime:
@@ -329,6 +350,9 @@ class DockerSandboxProvider(SandboxProvider):
             keep = await self._adopt(container, record, live, report) if record else False
             if keep:
                 kept.add(sandbox_id)
+            elif record and record.state == "claimed" and live.get(sandbox_id) == record.session_id:
+                await self.retire(sandbox_id)  # its session fails below (lost), its workspace stays
+                report.removed.append(sandbox_id)
             else:
                 await self.destroy(sandbox_id) if sandbox_id else await asyncio.to_thread(container.remove, force=True)
                 report.removed.append(sandbox_id or container.name or "")
@@ -336,14 +360,18 @@ class DockerSandboxProvider(SandboxProvider):
             if sandbox_id not in kept:
                 if record.state == "claimed" and sandbox_id in live:
                     report.lost.append(sandbox_id)
-                await self.destroy(sandbox_id)
+                    await self.retire(sandbox_id)
+                else:
+                    await self.destroy(sandbox_id)
+        # A failed session's workspace is the user's work: it stays until the session is deleted.
+        kept_workspaces = kept | self._retained
         for volume in await asyncio.to_thread(self._instance_volumes):
-            if self._volume_owner(volume) not in kept:
+            if self._volume_owner(volume) not in kept_workspaces:
                 await asyncio.to_thread(volume.remove, force=True)
                 report.removed.append(volume.name or "")
         disks = self._disks
         for sandbox_id in await asyncio.to_thread(disks.list_ids) if disks is not None else []:
-            if sandbox_id not in kept and disks is not None:
+            if sandbox_id not in kept_workspaces and disks is not None:
                 await asyncio.to_thread(disks.release, sandbox_id)
                 report.removed.append(f"{sandbox_id}.img")
         for sandbox_id in await asyncio.to_thread(self._dirs.list_ids):

@@ -7,7 +7,7 @@ local socket path or a local Docker daemon.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -80,7 +80,9 @@ class SandboxAgent(abc.ABC):
     """The channel to one sandbox's agent."""
 
     @abc.abstractmethod
-    async def health(self, timeout_s: float = 5.0) -> AgentHealth: ...
+    async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
+        """The agent's answer; `wait_for_ready=False` fails at once on a channel that cannot connect."""
+        ...
 
     @abc.abstractmethod
     async def exec(self, spec: CommandSpec) -> ExecStream: ...
@@ -193,6 +195,17 @@ class SandboxProvider(abc.ABC):
     @abc.abstractmethod
     async def destroy(self, sandbox_id: str) -> None:
         """Removes the sandbox and everything it owns; idempotent."""
+
+    async def retire(self, sandbox_id: str) -> None:
+        """Removes a failed session's sandbox but keeps its workspace, so the user's work outlives the failure;
+        `destroy` removes the workspace once the session is deleted. Here (providers whose workspace lives and
+        dies with the sandbox: swarm's tmpfs, the local plane's in-process agents): the same as `destroy`."""
+        await self.destroy(sandbox_id)
+
+    def retain(self, sandbox_ids: Iterable[str]) -> None:
+        """Before `start`: workspaces of these (failed, not yet deleted) sessions' sandboxes are not orphans, so
+        reconciliation keeps them. Nothing to keep for providers whose workspaces die with their sandboxes."""
+        del sandbox_ids  # nothing of theirs outlives these providers' sandboxes
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -14,6 +14,9 @@ from controlplane.core.tool import Attachment, PermissionAsk, SandboxCalls, Tool
 from controlplane.sandbox.agent_client import GrpcSandboxAgent, ReportsAllowed
 from controlplane.sandbox.provider import BuiltinRun, SandboxAgent
 
+SAVE_MESSAGE_BYTES = 32 * 1024 * 1024
+"""The most of a full output the control plane sends to be saved (the agent's channel carries 64 MiB)."""
+
 
 class AgentToolCalls(SandboxCalls):
     def __init__(self, agent: SandboxAgent, *, extra: dict[str, Any] | None = None,
@@ -77,7 +80,7 @@ class AgentToolCalls(SandboxCalls):
                     await ctx.metadata(event.title, event.metadata)
                 elif isinstance(event, RunResult):
                     attachments = [Attachment(mime, url, name) for mime, url, name in event.attachments]
-                    outcome = ToolResult(event.title, event.output, dict(event.metadata), attachments)
+                    outcome = ToolResult(event.title, event.output, dict(event.metadata), attachments, event.spooled)
                 elif isinstance(event, RunFailed):
                     # A refusal keeps its type (denied, rejected, corrected) for the audit and the caller.
                     outcome = refused if refused is not None and str(refused) == event.message else ToolError(
@@ -96,4 +99,9 @@ class AgentToolCalls(SandboxCalls):
         return outcome
 
     async def save_output(self, name: str, content: str) -> str:
-        return await self._agent.save_output(name, content.encode())
+        encoded = content.encode("utf-8", "replace")
+        if len(encoded) > SAVE_MESSAGE_BYTES:
+            # One message carries it: past this the rest is left out, and the file says so at its end.
+            note = (f"\n\n[output capped: only the first {SAVE_MESSAGE_BYTES} of {len(encoded)} bytes were saved]\n")
+            encoded = encoded[:SAVE_MESSAGE_BYTES] + note.encode()
+        return await self._agent.save_output(name, encoded)

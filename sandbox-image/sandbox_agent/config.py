@@ -22,6 +22,8 @@ class AgentConfig:
     """Output held per command before reading pauses (backpressure on a slow client)."""
     max_upload_bytes: int = 1024 * 1024 * 1024
     """Largest workspace upload, in extracted bytes."""
+    output_budget_bytes: int = 0
+    """What all saved tool outputs may take together; 0: a quarter of their filesystem (the /tmp tmpfs)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -35,4 +37,5 @@ class AgentConfig:
             kill_grace_ms=int(env.get("AGENT_KILL_GRACE_MS", default.kill_grace_ms)),
             output_buffer_bytes=int(env.get("AGENT_OUTPUT_BUFFER_BYTES", default.output_buffer_bytes)),
             max_upload_bytes=int(env.get("AGENT_MAX_UPLOAD_BYTES", default.max_upload_bytes)),
+            output_budget_bytes=int(env.get("AGENT_OUTPUT_BUDGET_BYTES", default.output_budget_bytes)),
         )

@@ -2,6 +2,7 @@
 
 AgentError
 ├── SpawnError          the command could not be started (missing program, bad cwd)
+├── ExhaustedError      the sandbox ran out of something (disk space, quota, files, processes)
 └── WorkspacePathError  a path names something outside the workspace
 """
 
@@ -21,3 +22,9 @@ class SpawnError(AgentError):
 
 class WorkspacePathError(AgentError, ValueError):
     """A path leaves the workspace."""
+
+
+class ExhaustedError(AgentError):
+    """The sandbox ran out of disk space, quota, file descriptors or processes: the call fails, the agent is fine."""
+
+    status = "RESOURCE_EXHAUSTED"

@@ -33,6 +33,8 @@ class Routed(Generic[Inner]):
     trace: dict[str, str]
 
 
+MAX_QUEUED = 64
+"""Events (an output chunk is at most 64 KiB) queued on the shared stream before the calls feeding it wait."""
 CallRunner = Callable[[AsyncIterator[Inner], dict[str, str]], AsyncIterator[Event]]
 Wrap = Callable[..., Outer]
 """wrap(call, event=..., done=..., error=..., code=...) -> the shared stream's event."""
@@ -52,8 +54,18 @@ async def multiplex(
     normally); otherwise its requests end, which the call reads as an abort (RunTool).
     """
     events: asyncio.Queue[Outer | None] = asyncio.Queue()
+    room = asyncio.Event()
+    """Set while the stream keeps up: a call waits for it after queueing an event, so a loud command behind a
+    slow reader pauses (its Execution stops reading its pipes) instead of piling its output up here."""
+    room.set()
     inboxes: dict[int, asyncio.Queue[Inner | None]] = {}
     tasks: dict[int, asyncio.Task[None]] = {}
+
+    async def put(event: Outer) -> None:
+        events.put_nowait(event)
+        while events.qsize() >= MAX_QUEUED:
+            room.clear()
+            await room.wait()
 
     def hang_up(number: int) -> None:
         if cancel_on_hang_up:
@@ -70,7 +82,7 @@ async def multiplex(
             done = False
             async for event in run_call(requests_of_call(), trace):
                 done = is_final(event)
-                events.put_nowait(wrap(number, event=event, done=done))
+                await put(wrap(number, event=event, done=done))
             if not done:
                 events.put_nowait(wrap(number, done=True))
         except AgentError as exc:
@@ -106,6 +118,8 @@ async def multiplex(
     try:
         while not (reader.done() and not inboxes and events.empty()):
             event = await events.get()
+            if events.qsize() < MAX_QUEUED // 2:
+                room.set()
             if event is not None:
                 yield event
     finally:

@@ -17,10 +17,11 @@ import grpc
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__, tracing
 from sandbox_agent.config import AgentConfig
-from sandbox_agent.errors import AgentError, SpawnError, WorkspacePathError
+from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+from sandbox_agent.saved_outputs import resource_error
 from sandbox_agent.tool_calls import ToolCalls
 from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.runner import ToolRunner
@@ -39,7 +40,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._running: set[Execution] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._runner = ToolRunner(self._identity, self.base_env(), config.output_buffer_bytes)
-        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home)
+        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -149,7 +150,12 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         trace = tracing.recorder_from_metadata(trace_metadata)
         span = trace.start("sandbox.exec") if trace is not None else None
         spec = self._spec_from(first.start)
-        execution = await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
+        try:
+            execution = await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
+        except OSError as exc:
+            if resource_error(exc):  # no pipe or process to be had: this command fails, the sandbox is fine
+                raise ExhaustedError(f"cannot start the command: {exc.strerror}") from exc
+            raise
         if span is not None:
             span.set("process.pid", execution.pid)
         self._running.add(execution)
@@ -229,7 +235,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             path = await self._tools.save_output(request.name, request.content)
         except AgentError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(getattr(grpc.StatusCode, exc.status), str(exc))
             raise
         return agent_pb2.SaveToolOutputResponse(path=path)
 

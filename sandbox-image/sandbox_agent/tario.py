@@ -11,6 +11,7 @@ process has the tool user's rights only, even a missed case cannot write where t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -78,6 +79,10 @@ def extract(stream: IO[bytes], dest: str, max_bytes: int) -> Summary:
             except ArchiveTooLargeError:
                 raise
             except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # Skipping would hand the caller a session missing part of its files: refuse the upload.
+                    raise ArchiveTooLargeError(
+                        f"{member.name}: {exc.strerror}: the archive does not fit the workspace") from exc
                 summary.skipped.append(f"{member.name}: {exc.strerror or exc}")
     return summary
 

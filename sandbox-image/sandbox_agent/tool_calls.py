@@ -7,7 +7,6 @@ import importlib
 import itertools
 import json
 import os
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +16,18 @@ from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.custom.skills import SkillScan
 from sandbox_agent.custom.snapshot import SnapshotError
-from sandbox_agent.errors import AgentError
+from sandbox_agent.errors import AgentError, ExhaustedError
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.permission_rules import LocalRules
+from sandbox_agent.saved_outputs import (
+    OUTPUT_NAME,
+    TOOL_OUTPUT_DIR,
+    Budget,
+    OutputDir,
+    OutputNotSavedError,
+    SpooledText,
+    new_name,
+)
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.paths import with_real_spellings
 from sandbox_agent.tools.runner import ToolRunner
@@ -29,8 +37,12 @@ BUILTIN_TOOLS = {
     "apply_patch": "apply_patch", "glob": "glob", "grep": "grep", "list": "list", "skill": "skill",
     "lsp": "lsp",
 }
-OUTPUT_NAME = re.compile(r"^tool_[0-9a-f]{12}[0-9A-Za-z]{14}$")
-TOOL_OUTPUT_DIR = ".local/share/opencode/tool-output"
+MAX_METADATA_JSON = 4 * 1024 * 1024
+"""A result's metadata larger than this is replaced by a note: with the output's head it must fit one message."""
+METADATA_BACKLOG = 16
+"""Events waiting for the control plane before a new metadata update replaces the last one still unsent."""
+MAX_RESULT_BYTES = 48 * 1024 * 1024
+"""A result message larger than this (attachments included) fails the call instead: the channel carries 64 MiB."""
 
 
 def load_tool(tool_id: str) -> ToolRun:
@@ -61,20 +73,39 @@ class _Outbox:
     allowed: list[agent_pb2.AllowedAsk] = field(default_factory=list)
     """Asks the call's rules allowed here, not yet reported: they ride on the next event."""
 
+    unsent_metadata: agent_pb2.RunToolEvent | None = None
+    """The latest metadata update while it still waits in the queue: a newer one replaces its content, so a tool
+    that streams metadata faster than the control plane reads it holds one update here, not thousands."""
+
     def put(self, **event: Any) -> None:
         self.seq += 1
         if self.allowed:
             event["allowed"], self.allowed = self.allowed, []
-        self.queue.put_nowait(agent_pb2.RunToolEvent(seq=self.seq, **event))
+        message = agent_pb2.RunToolEvent(seq=self.seq, **event)
+        self.unsent_metadata = message if "metadata" in event else None
+        self.queue.put_nowait(message)
+
+    def put_metadata(self, metadata: agent_pb2.ToolMetadata) -> None:
+        waiting = self.unsent_metadata
+        # Only a reader that lags far behind sees updates merged; one that keeps up gets every update.
+        if waiting is not None and not self.allowed and self.queue.qsize() >= METADATA_BACKLOG:
+            waiting.metadata.CopyFrom(metadata)
+            return
+        self.put(metadata=metadata)
+
+    def taken(self, event: agent_pb2.RunToolEvent) -> None:
+        if event is self.unsent_metadata:
+            self.unsent_metadata = None
 
 
 class ToolCalls:
     """Runs built-in tool calls for the sessions of this sandbox (one, once claimed)."""
 
-    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str) -> None:
+    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, output_budget_bytes: int = 0) -> None:
         self._runner = runner
         self._workspace = workspace
         self._tool_home = tool_home
+        self.outputs = OutputDir(runner.io, os.path.join(tool_home, TOOL_OUTPUT_DIR), Budget(output_budget_bytes))
         self._sessions: dict[str, SessionState] = {}
         self.custom = CustomTools(runner, workspace, tool_home)
         self.running = 0
@@ -115,9 +146,12 @@ class ToolCalls:
                 pending.pop(ask_id, None)
 
         async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
-            outbox.put(metadata=agent_pb2.ToolMetadata(
-                has_title=title is not None, title=title or "",
-                metadata_json=json.dumps(meta) if meta is not None else "",
+            encoded = json.dumps(meta) if meta is not None else ""
+            if len(encoded) > MAX_METADATA_JSON:
+                encoded = json.dumps({"metadataOmitted": f"the tool's metadata ({len(encoded)} bytes) is larger "
+                                                        f"than {MAX_METADATA_JSON} bytes"})
+            outbox.put_metadata(agent_pb2.ToolMetadata(
+                has_title=title is not None, title=title or "", metadata_json=encoded,
             ))
 
         async def listen() -> None:
@@ -164,9 +198,10 @@ class ToolCalls:
                     ask=ask, metadata=metadata, runner=self._runner, state=state,
                     abort=abort, extra=json.loads(start.extra_json or "{}"), env=dict(start.env),
                     rules=path_rules,
+                    outputs=self.outputs,
                 )
                 output = await run(json.loads(start.args_json or "{}"), ctx)
-                return {"result": _result(output)}
+                return _bounded_result(await self._spooled(output))
             except ToolError as exc:
                 return {"failed": agent_pb2.ToolFailed(message=str(exc))}
             except Exception as exc:  # any tool bug is reported as the call's error
@@ -177,6 +212,7 @@ class ToolCalls:
         worker = asyncio.ensure_future(execute())
         try:
             while (event := await outbox.queue.get()) is not None:
+                outbox.taken(event)
                 yield event
         finally:
             self.running -= 1
@@ -284,10 +320,27 @@ class ToolCalls:
     async def save_output(self, name: str, content: bytes) -> str:
         if not OUTPUT_NAME.match(name):
             raise AgentError(f"{name!r} is not a tool output name")
-        directory = os.path.join(self._tool_home, TOOL_OUTPUT_DIR)
-        path = os.path.join(directory, name)
-        await self._runner.io(_write_new, directory, path, content)
-        return path
+        try:
+            return await self.outputs.save(name, content)
+        except OutputNotSavedError as exc:
+            raise ExhaustedError(str(exc)) from exc
+
+    async def _spooled(self, output: ToolOutput) -> ToolOutput:
+        """An output too large to travel whole (a custom tool's, a spooled command's) leaves as its head, with the
+        rest saved here; what the model reads is then built by the control plane from the head and the totals."""
+        if output.spooled is not None or len(output.output) <= SPOOL_ABOVE_CHARS:
+            return output
+        text = output.output
+        encoded = text.encode("utf-8", "replace")
+        name = new_name()
+        path, error = "", ""
+        try:
+            path = await self.outputs.save(name, encoded)
+        except OutputNotSavedError as exc:
+            error = str(exc)
+        spooled = SpooledText(path=path, total_bytes=len(encoded), total_lines=text.count("\n") + 1,
+                              tail=text[-SPOOL_TAIL_CHARS:], error=error)
+        return ToolOutput(output.title, text[:SPOOL_HEAD_CHARS], output.metadata, output.attachments, spooled)
 
 
 def _config(config_json: str) -> dict[str, Any]:
@@ -302,10 +355,26 @@ def _is_end(event: agent_pb2.RunToolEvent) -> bool:
     return event.WhichOneof("event") in ("result", "failed")
 
 
-def _write_new(directory: str, path: str, content: bytes) -> None:
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(content)
+SPOOL_ABOVE_CHARS = 1 << 20
+SPOOL_HEAD_CHARS = 128 * 1024
+SPOOL_TAIL_CHARS = 32 * 1024
+
+
+def _bounded_result(output: ToolOutput) -> dict[str, Any]:
+    """The result event, within what one message may carry: oversized metadata becomes a note, and a result still
+    too large (attachments) fails the call with a clear message instead of breaking the stream."""
+    result = _result(output)
+    if len(result.metadata_json) > MAX_METADATA_JSON:
+        result.metadata_json = json.dumps({
+            "metadataOmitted": f"the tool's metadata ({len(result.metadata_json)} bytes) is larger than "
+                               f"{MAX_METADATA_JSON} bytes",
+        })
+    size = result.ByteSize()
+    if size > MAX_RESULT_BYTES:
+        return {"failed": agent_pb2.ToolFailed(
+            message=f"The tool's result is {size >> 20} MiB, larger than the {MAX_RESULT_BYTES >> 20} MiB a "
+                    "result may be; ask for less (a smaller file, a narrower range)")}
+    return {"result": result}
 
 
 def _span_attributes(start: agent_pb2.ToolStart) -> dict[str, tracing.AttributeValue]:
@@ -316,10 +385,17 @@ def _span_attributes(start: agent_pb2.ToolStart) -> dict[str, tracing.AttributeV
 
 
 def _result(output: ToolOutput) -> agent_pb2.ToolResult:
-    return agent_pb2.ToolResult(
+    result = agent_pb2.ToolResult(
         title=output.title, output=output.output, metadata_json=json.dumps(output.metadata),
         attachments=[agent_pb2.ToolAttachment(mime=a.mime, url=a.url, filename=a.filename) for a in output.attachments],
     )
+    if output.spooled is not None:
+        s = output.spooled
+        result.spooled.CopyFrom(agent_pb2.SpooledOutput(
+            path=s.path, total_bytes=s.total_bytes, total_lines=s.total_lines, tail=s.tail, error=s.error,
+            capped=s.capped,
+        ))
+    return result
 
 
 def _describe(exc: BaseException) -> str:

@@ -959,11 +959,16 @@ class ToolResult(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     METADATA_JSON_FIELD_NUMBER: _builtins.int
     ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    SPOOLED_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     output: _builtins.str
     metadata_json: _builtins.str
     @_builtins.property
     def attachments(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolAttachment]: ...
+    @_builtins.property
+    def spooled(self) -> Global___SpooledOutput:
+        """Set when the output was too large to travel: the agent saved it itself and `output` holds its head only."""
+
     def __init__(
         self,
         *,
@@ -971,14 +976,58 @@ class ToolResult(_message.Message):
         output: _builtins.str = ...,
         metadata_json: _builtins.str = ...,
         attachments: _abc.Iterable[Global___ToolAttachment] | None = ...,
+        spooled: Global___SpooledOutput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spooled", b"spooled"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "metadata_json", b"metadata_json", "output", b"output", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "metadata_json", b"metadata_json", "output", b"output", "spooled", b"spooled", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolResult: _TypeAlias = ToolResult  # noqa: Y015
+
+@_typing.final
+class SpooledOutput(_message.Message):
+    """An output the agent kept bounded: its head (in ToolResult.output), its tail, its size, and where the whole
+    of it (up to the session's saved-output budget) was saved.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    TOTAL_LINES_FIELD_NUMBER: _builtins.int
+    TAIL_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    CAPPED_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Absolute path of the saved output inside the sandbox; "" when it could not be saved (see `error`)."""
+    total_bytes: _builtins.int
+    """UTF-8 bytes and lines (as `text.split("\\n")` counts them) of the whole output."""
+    total_lines: _builtins.int
+    tail: _builtins.str
+    """The last characters of the output (for the inline fallback when nothing could be saved)."""
+    error: _builtins.str
+    """Why the output could not be saved, e.g. "No space left on device"; "" when it was."""
+    capped: _builtins.bool
+    """The saved file holds only the first part of the output (the budget ran out), with a note at its end."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        total_bytes: _builtins.int = ...,
+        total_lines: _builtins.int = ...,
+        tail: _builtins.str = ...,
+        error: _builtins.str = ...,
+        capped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capped", b"capped", "error", b"error", "path", b"path", "tail", b"tail", "total_bytes", b"total_bytes", "total_lines", b"total_lines"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpooledOutput: _TypeAlias = SpooledOutput  # noqa: Y015
 
 @_typing.final
 class ToolFailed(_message.Message):

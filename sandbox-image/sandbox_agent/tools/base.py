@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Execution
+from sandbox_agent.saved_outputs import OutputDir, SpooledText
 
 if TYPE_CHECKING:
     from sandbox_agent.custom.skills import SkillScan
@@ -57,6 +58,8 @@ class ToolOutput:
     output: str
     metadata: dict[str, Any] = field(default_factory=dict)
     attachments: list[Attachment] = field(default_factory=list)
+    spooled: SpooledText | None = None
+    """Set when the output was too large to keep: `output` is then its head only (see saved_outputs)."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class ToolContext:
     rules: RuleView | None = None
     """The call's rules when the control plane sent them: used only to leave out what a deny covers (grep,
     glob, list, instruction files), never to allow. None: nothing is left out."""
+    outputs: OutputDir | None = None
+    """Where a tool saves an output too large to keep in memory (None: it keeps it whole)."""
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.runner.io(fn, *args)

@@ -7,12 +7,14 @@ import codecs
 import errno
 import os
 import stat
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sandbox_agent.errors import SpawnError
 from sandbox_agent.process import Chunk, Execution, Exit, cgroup_counter
+from sandbox_agent.saved_outputs import OutputDir, Spool, SpooledText
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput, js_number
 from sandbox_agent.tools.bash_scan import Scan, scan
 from sandbox_agent.tools.paths import resolve
@@ -74,7 +76,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         raise ToolError(await ctx.io(spawn_refusal, workdir, shell) or str(exc)) from exc
     # As upstream: spawned first, then the initial metadata.
     await ctx.metadata(None, initial)
-    text, done = await _collect(execution, ctx, float(timeout), description)
+    output, done = await _collect(execution, ctx, float(timeout), description)
 
     notes = []
     if done.timed_out:
@@ -91,11 +93,13 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         notes += [f"No space left on device: {path} is full ({size_mib} MiB)" for path, size_mib in full]
         extra["disk_full"] = [path for path, _ in full]
     if notes:
-        text += "\n\n<bash_metadata>\n" + "\n".join(notes) + "\n</bash_metadata>"
+        await output.add("\n\n<bash_metadata>\n" + "\n".join(notes) + "\n</bash_metadata>")
+    text, spooled = await output.finish()
     return ToolOutput(
         title=description,
         output=text,
         metadata={"output": cap_output(text), "exit": done.exit_code, "description": description, **extra},
+        spooled=spooled,
     )
 
 
@@ -217,13 +221,13 @@ class _Done:
 
 
 async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
-                   description: str) -> tuple[str, _Done]:
+                   description: str) -> tuple[_Output, _Done]:
     """Runs the command to its exit, stopping it on timeout or abort; returns its output and how it ended.
 
     Live metadata is throttled to one update per METADATA_INTERVAL_S (upstream sends one per chunk,
     which floods clients on chatty commands); the latest state is always sent before returning.
     """
-    output = _Output()
+    output = _Output(ctx.outputs)
 
     async def send() -> None:
         await ctx.metadata(None, {"output": output.capped(), "description": description})
@@ -250,15 +254,18 @@ async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
     try:
         async for event in execution.events():
             if isinstance(event, Chunk):
-                output.feed(event.data)
+                await output.feed(event.data)
                 throttle.mark()
             else:
                 end = event
         timer.cancel()
         watcher.cancel()
-        if output.close():
+        if await output.close():
             throttle.mark()
         await throttle.finish()
+    except BaseException:
+        await asyncio.shield(output.discard())
+        raise
     finally:
         timer.cancel()
         watcher.cancel()
@@ -269,7 +276,7 @@ async def _collect(execution: Execution, ctx: ToolContext, timeout_ms: float,
         raise ToolError("the command ended without an exit status")
     # A stop that came after the command had already exited killed nothing: it is not reported.
     stopped = end.timed_out or end.aborted
-    return output.text(), _Done(
+    return output, _Done(
         # A command that handles the SIGTERM and exits on its own keeps its status, as Node's `exitCode` does.
         exit_code=None if end.signal else end.exit_code,
         timed_out=stopped and flags.timed_out,
@@ -283,35 +290,104 @@ def timer_delay_ms(timeout_ms: float) -> float:
     return delay if 1 <= delay <= MAX_JS_TIMER_MS else 1
 
 
+INLINE_CHARS = 1 << 20
+"""Up to this many characters an output stays whole in memory and travels whole to the control plane (which
+truncates it as upstream does). Past it the agent saves it as it comes (`Spool`) and keeps only its ends."""
+HEAD_CHARS = 128 * 1024
+"""The head kept of a longer output: more than the truncation preview (50 KiB, 2000 lines) and the metadata cap
+can use, so the model sees exactly what it would see of the whole output."""
+TAIL_CHARS = 32 * 1024
+"""The tail kept of a longer output, for the inline preview when it could not be saved."""
+
+
 class _Output:
-    """Merged output, decoded incrementally so a character split across chunks survives."""
+    """Merged output, decoded incrementally so a character split across chunks survives.
 
-    def __init__(self) -> None:
+    Bounded: past INLINE_CHARS only HEAD_CHARS + TAIL_CHARS characters stay in memory, whatever the command
+    prints; the rest goes to a saved output (itself within the session's budget) or, when that cannot be
+    written, nowhere (the result then says so).
+    """
+
+    def __init__(self, outputs: OutputDir | None = None) -> None:
+        self._outputs = outputs
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self._parts: list[str] = []
+        self._parts: list[str] | None = []
+        """The whole output while it is short; None once it is spooled."""
+        self._chars = 0
         self._head = ""
-        """The first MAX_METADATA_LENGTH + 1 characters: all `capped` ever needs."""
+        """The first HEAD_CHARS characters (all `capped` and the preview ever need)."""
+        self._tail: deque[str] = deque()
+        self._tail_chars = 0
+        self._bytes = 0
+        self._lines = 1
+        self._spool: Spool | None = None
 
-    def feed(self, data: bytes) -> None:
-        self._add(self._decoder.decode(data))
+    async def feed(self, data: bytes) -> None:
+        await self.add(self._decoder.decode(data))
 
-    def close(self) -> bool:
+    async def close(self) -> bool:
         """Flushes a truncated trailing character (as U+FFFD); True when that changed the output."""
-        return self._add(self._decoder.decode(b"", final=True))
+        return await self.add(self._decoder.decode(b"", final=True))
 
-    def _add(self, text: str) -> bool:
+    async def add(self, text: str) -> bool:
         if not text:
             return False
-        self._parts.append(text)
-        if len(self._head) <= MAX_METADATA_LENGTH:
-            self._head += text[: MAX_METADATA_LENGTH + 1 - len(self._head)]
+        if len(self._head) < HEAD_CHARS:
+            self._head += text[: HEAD_CHARS - len(self._head)]
+        self._keep_tail(text)
+        encoded = text.encode("utf-8", "surrogatepass")
+        self._bytes += len(encoded)
+        self._lines += text.count("\n")
+        if self._parts is not None:
+            self._parts.append(text)
+            self._chars += len(text)
+            if self._chars > INLINE_CHARS and self._outputs is not None:
+                await self._start_spool()
+        elif self._spool is not None and self._spool.add(encoded) and self._outputs is not None:
+            await self._outputs.flush(self._spool)
         return True
+
+    def _keep_tail(self, text: str) -> None:
+        if len(text) >= TAIL_CHARS:
+            self._tail.clear()
+            self._tail.append(text[-TAIL_CHARS:])
+            self._tail_chars = TAIL_CHARS
+            return
+        self._tail.append(text)
+        self._tail_chars += len(text)
+        while self._tail_chars - len(self._tail[0]) >= TAIL_CHARS:
+            self._tail_chars -= len(self._tail.popleft())
+
+    async def _start_spool(self) -> None:
+        assert self._outputs is not None
+        assert self._parts is not None
+        parts, self._parts = self._parts, None
+        self._spool = await self._outputs.spool()
+        for part in parts:
+            self._spool.add(part.encode("utf-8", "surrogatepass"))
+        await self._outputs.flush(self._spool)
 
     def capped(self) -> str:
         return cap_output(self._head)
 
-    def text(self) -> str:
-        return "".join(self._parts)
+    async def finish(self) -> tuple[str, SpooledText | None]:
+        """The output (whole, or its head when spooled) and, when spooled, what is known of the rest."""
+        if self._parts is not None:
+            return "".join(self._parts), None
+        spool = self._spool
+        assert spool is not None
+        assert self._outputs is not None
+        await self._outputs.close(spool)
+        tail = "".join(self._tail)[-TAIL_CHARS:]
+        return self._head, SpooledText(
+            path="" if spool.error else spool.path, total_bytes=self._bytes, total_lines=self._lines, tail=tail,
+            error=spool.error, capped=spool.capped,
+        )
+
+    async def discard(self) -> None:
+        """The call failed: a half-written saved output is closed (and kept: it is the tool user's file)."""
+        if self._spool is not None and self._outputs is not None:
+            await self._outputs.close(self._spool)
 
 
 def cap_output(text: str) -> str:
