@@ -25,7 +25,7 @@ from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.events import EventBus
 from controlplane.core.hooks import HookBus
 from controlplane.core.ids import ascending
-from controlplane.core.permission import Rule, Ruleset
+from controlplane.core.permission import Rule, Ruleset, strictest
 from controlplane.core.tool import PermissionAsk, ToolError
 from controlplane.core.tool_events import PermissionRequested
 from controlplane.core.wildcard import match
@@ -140,8 +140,12 @@ class PermissionGate:
         state = await self._session(scope.tenant, scope.session_id)
         deciding: list[str] = []
         needs_reply = False
-        for pattern in ask.patterns:
-            rule, source = self._evaluate(ask.permission, pattern, scope, state.approved)
+        # What a bash command really runs (checks), and the strictest rule when some command is not known,
+        # are decided with the patterns: the rules of all three layers see them all.
+        results = [self._evaluate(ask.permission, text, scope, state.approved) for text in (*ask.patterns, *ask.checks)]
+        if ask.opaque:
+            results.append(self._strictest(ask.permission, scope, state.approved))
+        for rule, source in results:
             if rule.action == "deny":
                 denying = describe_rule(rule, source)
                 spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_DENY, denying)
@@ -170,7 +174,7 @@ class PermissionGate:
         request = PermissionRequested(
             id=ascending("per"), session_id=scope.session_id, permission=ask.permission,
             patterns=list(ask.patterns), always=list(ask.always), metadata=dict(ask.metadata),
-            call_id=scope.call_id, message_id=scope.message_id,
+            call_id=scope.call_id, message_id=scope.message_id, checks=list(ask.checks), opaque=ask.opaque,
         )
         if self._hooks.has("permission.ask"):
             verdict = await self._plugin_verdict(request, scope)
@@ -199,6 +203,14 @@ class PermissionGate:
             self._owner.pop(request.id, None)
             if pending.decision:
                 spans.permission_decided(pending.decision, pending.rule)
+
+    @staticmethod
+    def _strictest(name: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
+        rule = permission.strictest(name, scope.ruleset, approved, scope.policy)
+        for source, rules in (("operator", scope.policy), ("approved", approved), ("agent", scope.ruleset)):
+            if any(r is rule for r in rules):
+                return rule, f"strictest {source}"
+        return rule, "strictest default"
 
     @staticmethod
     def _evaluate(name: str, pattern: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
@@ -260,10 +272,12 @@ class PermissionGate:
                 continue
             # Upstream checks the approvals alone; the operator's rules still come after them here,
             # so an operator `ask` is not settled by someone else's "always".
-            if all(
-                permission.evaluate(other.request.permission, p, state.approved, other.scope.policy).action == "allow"
-                for p in other.request.patterns
-            ):
+            # A pending bash command whose name is not known stays pending: approvals are allow rules for
+            # patterns, and no pattern stands for it (its strictest rule is the default ask here).
+            req = other.request
+            if permission.decide(
+                req.permission, (*req.patterns, *req.checks), req.opaque, state.approved, other.scope.policy,
+            ).action == "allow":
                 self._published_reply(other, Reply.ALWAYS)
                 await self._record(other.scope, other.request, "always", f"auto from {request_id}")
                 _settle(other, None, "always", f"auto from {request_id}")
@@ -362,9 +376,16 @@ class CallAsks:
         state = await gate._session(scope.tenant, scope.session_id)
         return _snapshot(scope.ruleset, state.approved, scope.policy)
 
-    async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules) -> None:
+    async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules,
+                                checks: list[str] | None = None, opaque: bool = False) -> None:
         deciding: list[str] = []
-        for pattern in patterns:
+        if opaque:
+            rule = strictest(permission, [entry[0] for entry in rules.rules])
+            if rule.action != "allow":
+                log.warning("sandbox agent allowed %s with a command not known, which its rules do not allow",
+                            permission)
+            deciding.append(f"strictest: {permission} {rule.pattern} {rule.action}")
+        for pattern in [*patterns, *(checks or [])]:
             found = next(
                 (entry for entry in reversed(rules.rules)
                  if match(permission, entry[0].permission) and match(pattern, entry[0].pattern)),

@@ -222,21 +222,22 @@ def _refusal(code: str, message: str, sandbox_id: str) -> ControlPlaneError:
 class ReportsAllowed:
     """A tool call whose agent may settle rule-allowed asks itself and report them with its events."""
 
-    _allowed: list[tuple[str, list[str]]] | None = None
+    _allowed: list[agent_pb2.AllowedAsk] | None = None
 
-    def take_allowed(self) -> list[tuple[str, list[str]]]:
-        """(permission, patterns) of the asks the agent allowed by the call's rules since the last look."""
+    def take_allowed(self) -> list[agent_pb2.AllowedAsk]:
+        """The asks the agent allowed by the call's rules since the last look."""
         allowed, self._allowed = self._allowed or [], None
         return allowed
 
     def _domain_event(self, event: agent_pb2.RunToolEvent, traced: AgentCallSpan) -> RunEvent | None:
         """The domain form of one agent event (None for a kind this side does not know)."""
         if event.allowed:
-            self._allowed = (self._allowed or []) + [(a.permission, list(a.patterns)) for a in event.allowed]
+            self._allowed = (self._allowed or []) + list(event.allowed)
         kind = event.WhichOneof("event")
         if kind == "ask":
             a = event.ask
-            return RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json))
+            return RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json),
+                          list(a.checks), a.opaque)
         if kind == "metadata":
             m = event.metadata
             return RunMetadata(m.title if m.has_title else None, _json(m.metadata_json) if m.metadata_json else None)

@@ -14,6 +14,7 @@ from sandbox.v1 import agent_pb2
 
 _SPECIALS = re.compile(r"[.+^${}()|\[\]\\]")
 _OPTIONAL_TAIL = " .*"
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 
 
 def match(text: str, pattern: str) -> bool:
@@ -59,5 +60,22 @@ class LocalRules:
                 return action
         return "ask"
 
-    def allows(self, permission: str, patterns: Sequence[str]) -> bool:
-        return all(self.action(permission, pattern) == "allow" for pattern in patterns)
+    def allows(self, permission: str, patterns: Sequence[str], checks: Sequence[str] = (), opaque: bool = False,
+               ) -> bool:
+        """`checks` are matched as `patterns` are; `opaque` (a command not known) needs the strictest rule to allow."""
+        if opaque and self.strictest(permission) != "allow":
+            return False
+        return all(self.action(permission, text) == "allow" for texts in (patterns, checks) for text in texts)
+
+    def strictest(self, permission: str) -> str:
+        """The strictest action of the rules that decide some pattern of `permission` (the control plane's
+        `permission.strictest`): from the newest back to the last catch-all `*`, or the default ask with none."""
+        found = "allow"
+        for name, glob, action in self._rules:
+            if not match(permission, name):
+                continue
+            if _STRICTNESS[action] > _STRICTNESS[found]:
+                found = action
+            if glob and glob.strip("*") == "":
+                return found
+        return found if found == "deny" else "ask"

@@ -9,7 +9,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,16 +96,18 @@ class ToolCalls:
         ask_ids = itertools.count(1)
         rules = LocalRules(start.rules.rules) if start.HasField("rules") else None
 
-        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
-            if rules is not None and rules.allows(permission, patterns):
-                outbox.allowed.append(agent_pb2.AllowedAsk(permission=permission, patterns=patterns))
+        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any],
+                      checks: Sequence[str] = (), opaque: bool = False) -> None:
+            if rules is not None and rules.allows(permission, patterns, checks, opaque):
+                outbox.allowed.append(agent_pb2.AllowedAsk(permission=permission, patterns=patterns, checks=checks,
+                                                           opaque=opaque))
                 return
             ask_id = next(ask_ids)
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending[ask_id] = waiter
             outbox.put(ask=agent_pb2.ToolAsk(
                 ask_id=ask_id, permission=permission, patterns=patterns, always=always,
-                metadata_json=json.dumps(metadata),
+                metadata_json=json.dumps(metadata), checks=checks, opaque=opaque,
             ))
             try:
                 await waiter
