@@ -144,7 +144,7 @@ class PermissionGate:
         # are decided with the patterns: the rules of all three layers see them all.
         results = [self._evaluate(ask.permission, text, scope, state.approved) for text in (*ask.patterns, *ask.checks)]
         if ask.opaque:
-            results.append(self._strictest(ask.permission, scope, state.approved))
+            results.append(self._strictest(ask.permission, scope))
         for rule, source in results:
             if rule.action == "deny":
                 denying = describe_rule(rule, source)
@@ -205,9 +205,10 @@ class PermissionGate:
                 spans.permission_decided(pending.decision, pending.rule)
 
     @staticmethod
-    def _strictest(name: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
-        rule = permission.strictest(name, scope.ruleset, approved, scope.policy)
-        for source, rules in (("operator", scope.policy), ("approved", approved), ("agent", scope.ruleset)):
+    def _strictest(name: str, scope: AskScope) -> tuple[Rule, str]:
+        # The session's approvals are answers about patterns; no pattern stands for a command not known.
+        rule = permission.strictest(name, scope.ruleset, scope.policy)
+        for source, rules in (("operator", scope.policy), ("agent", scope.ruleset)):
             if any(r is rule for r in rules):
                 return rule, f"strictest {source}"
         return rule, "strictest default"
@@ -273,11 +274,12 @@ class PermissionGate:
             # Upstream checks the approvals alone; the operator's rules still come after them here,
             # so an operator `ask` is not settled by someone else's "always".
             # A pending bash command whose name is not known stays pending: approvals are allow rules for
-            # patterns, and no pattern stands for it (its strictest rule is the default ask here).
+            # patterns, and no pattern stands for it.
             req = other.request
-            if permission.decide(
-                req.permission, (*req.patterns, *req.checks), req.opaque, state.approved, other.scope.policy,
-            ).action == "allow":
+            if not req.opaque and all(
+                permission.evaluate(req.permission, p, state.approved, other.scope.policy).action == "allow"
+                for p in (*req.patterns, *req.checks)
+            ):
                 self._published_reply(other, Reply.ALWAYS)
                 await self._record(other.scope, other.request, "always", f"auto from {request_id}")
                 _settle(other, None, "always", f"auto from {request_id}")
@@ -380,7 +382,7 @@ class CallAsks:
                                 checks: list[str] | None = None, opaque: bool = False) -> None:
         deciding: list[str] = []
         if opaque:
-            rule = strictest(permission, [entry[0] for entry in rules.rules])
+            rule = strictest(permission, [rule for rule, source in rules.rules if source != "approved"])
             if rule.action != "allow":
                 log.warning("sandbox agent allowed %s with a command not known, which its rules do not allow",
                             permission)

@@ -84,14 +84,6 @@ def is_catch_all(pattern: str) -> bool:
     return bool(pattern) and pattern.strip("*") == ""
 
 
-def decide(permission: str, patterns: Iterable[str], opaque: bool, *rulesets: Iterable[Rule]) -> Rule:
-    """The strictest of each pattern's deciding rule, and of `strictest` when a command is not known."""
-    deciding = [evaluate(permission, pattern, *rulesets) for pattern in patterns]
-    if opaque:
-        deciding.append(strictest(permission, *rulesets))
-    return max(deciding, key=lambda rule: STRICTNESS[rule.action], default=Rule(permission, "*", "allow"))
-
-
 def disabled(tool_ids: Iterable[str], ruleset: Iterable[Rule]) -> set[str]:
     """Tools to hide from the model: the last rule for the tool's permission is a blanket deny."""
     rules = list(ruleset)

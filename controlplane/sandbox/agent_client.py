@@ -441,10 +441,7 @@ class GrpcSandboxAgent(SandboxAgent):
         cached = self._rules.get(id(rules))
         if cached is not None and cached[0] is rules:
             return cached[1]
-        encoded = agent_pb2.PermissionRules(rules=[
-            agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
-            for rule, _source in rules.rules
-        ])
+        encoded = encode_rules(rules)
         if len(self._rules) >= 16:
             self._rules.clear()
         self._rules[id(rules)] = (rules, encoded)
@@ -520,3 +517,11 @@ class GrpcSandboxAgent(SandboxAgent):
                 stream.close()
         with contextlib.suppress(Exception):
             await self._channel.close()
+
+
+def encode_rules(rules: LocalRules) -> agent_pb2.PermissionRules:
+    """A call's rules as the sandbox agent receives them, each with its source (agent, approved, operator)."""
+    return agent_pb2.PermissionRules(rules=[
+        agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action, source=source)
+        for rule, source in rules.rules
+    ])

@@ -53,6 +53,8 @@ class LocalRules:
     def __init__(self, rules: Sequence[agent_pb2.PermissionRule]) -> None:
         # Newest first, so the first match is the deciding (last) rule.
         self._rules = [(r.permission, r.pattern, r.action) for r in reversed(rules)]
+        self._ruleset = [(r.permission, r.pattern, r.action) for r in reversed(rules) if r.source != "approved"]
+        """Without the session's approvals: the rules a command not known is decided by."""
 
     def action(self, permission: str, pattern: str) -> str:
         for name, glob, action in self._rules:
@@ -69,9 +71,10 @@ class LocalRules:
 
     def strictest(self, permission: str) -> str:
         """The strictest action of the rules that decide some pattern of `permission` (the control plane's
-        `permission.strictest`): from the newest back to the last catch-all `*`, or the default ask with none."""
+        `permission.strictest`): from the newest back to the last catch-all `*`, or the default ask with none.
+        Approvals are left out: they are answers about patterns, and no pattern stands for such a command."""
         found = "allow"
-        for name, glob, action in self._rules:
+        for name, glob, action in self._ruleset:
             if not match(permission, name):
                 continue
             if _STRICTNESS[action] > _STRICTNESS[found]:

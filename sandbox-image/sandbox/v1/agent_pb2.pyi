@@ -659,20 +659,26 @@ class PermissionRule(_message.Message):
     PERMISSION_FIELD_NUMBER: _builtins.int
     PATTERN_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     permission: _builtins.str
     pattern: _builtins.str
     action: _builtins.str
     """allow, deny or ask."""
+    source: _builtins.str
+    """agent, approved (a session's "always" approval) or operator. Approvals answer for patterns only:
+    they take no part in the strictest-rule decision of a command that is not known before it runs.
+    """
     def __init__(
         self,
         *,
         permission: _builtins.str = ...,
         pattern: _builtins.str = ...,
         action: _builtins.str = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "pattern", b"pattern", "permission", b"permission"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "pattern", b"pattern", "permission", b"permission", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

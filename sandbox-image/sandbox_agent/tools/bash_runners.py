@@ -301,7 +301,8 @@ def _script_option(options: tuple[str, ...], with_arg: str, *, otherwise_shell: 
             if value is None:
                 continue
             text: str | None
-            if value in options:
+            if value in options or (value[:1] == "-" and value[1:2] != "-" and value.endswith("c") and "-c" in options):
+                # `-c SCRIPT`, also at the end of a cluster of flags (`script -qc SCRIPT`)
                 text = args[j + 1].value if j + 1 < len(args) else None
                 if j + 1 >= len(args) and not ctx.appended:
                     return None

@@ -57,6 +57,9 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
     dirs: dict[str, None] = {}
     if not _inside(cwd, directory, worktree):
         dirs[cwd] = None
+    if tree.root_node.has_error:
+        # Text the grammar could not read may still run (`{rm,f}` is `rm f`): what it runs is not known.
+        normaliser.opaque("part of the command does not parse, so what it runs is not known")
     for node in _commands(tree.root_node):
         parent = node.parent
         text_node = parent if parent is not None and parent.type == "redirected_statement" else node
@@ -81,8 +84,11 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
         checks[form.text] = None
         if not form.name:
             continue  # a nested command as written: its normalised form brings the prefix
-        # So that an "always" reply covers what really runs, not only the wrapper (`env *`).
-        always[" ".join(prefix(form.tokens)) + " *"] = None
+        # So that an "always" reply covers what really runs, not only the wrapper (`env *`); never a prefix
+        # with wildcards of its own (`\\* x` would offer `* *`, an approval of almost everything).
+        named = prefix(form.tokens)
+        if not any("*" in token or "?" in token for token in named):
+            always[" ".join(named) + " *"] = None
         if form.respelled and form.name in PATH_COMMANDS:
             for word in form.args:
                 value = word.value
