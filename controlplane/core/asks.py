@@ -142,7 +142,8 @@ class PermissionGate:
         needs_reply = False
         # What a bash command really runs (checks), and the strictest rule when some command is not known,
         # are decided with the patterns: the rules of all three layers see them all.
-        results = [self._evaluate(ask.permission, text, scope, state.approved) for text in (*ask.patterns, *ask.checks)]
+        layers = self._layers(ask.permission, scope, state.approved)
+        results = [self._evaluate_in(layers, ask.permission, text) for text in (*ask.patterns, *ask.checks)]
         if ask.opaque:
             results.append(self._strictest(ask.permission, scope))
         for rule, source in results:
@@ -214,13 +215,21 @@ class PermissionGate:
         return rule, "strictest default"
 
     @staticmethod
-    def _evaluate(name: str, pattern: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
-        found: tuple[Rule, str] | None = None
-        for source, rules in (("agent", scope.ruleset), ("approved", approved), ("operator", scope.policy)):
-            for rule in rules:
-                if match(name, rule.permission) and match(pattern, rule.pattern):
-                    found = (rule, source)
-        return found if found is not None else (Rule(name, "*", "ask"), "default")
+    def _layers(name: str, scope: AskScope, approved: list[Rule]) -> list[tuple[Rule, str]]:
+        """The rules for permission `name`, in evaluation order with their source: matched once per ask, as a
+        bash ask may bring a dozen texts (patterns and normalised forms) to evaluate against them."""
+        return [
+            (rule, source)
+            for source, rules in (("agent", scope.ruleset), ("approved", approved), ("operator", scope.policy))
+            for rule in rules if match(name, rule.permission)
+        ]
+
+    @staticmethod
+    def _evaluate_in(layers: list[tuple[Rule, str]], name: str, pattern: str) -> tuple[Rule, str]:
+        for rule, source in reversed(layers):
+            if match(pattern, rule.pattern):
+                return rule, source
+        return Rule(name, "*", "ask"), "default"
 
     async def _plugin_verdict(self, request: PermissionRequested, scope: AskScope) -> str:
         info = {

@@ -55,12 +55,21 @@ class LocalRules:
         self._rules = [(r.permission, r.pattern, r.action) for r in reversed(rules)]
         self._ruleset = [(r.permission, r.pattern, r.action) for r in reversed(rules) if r.source != "approved"]
         """Without the session's approvals: the rules a command not known is decided by."""
+        self._by_permission: dict[str, list[tuple[str, str]]] = {}
 
     def action(self, permission: str, pattern: str) -> str:
-        for name, glob, action in self._rules:
-            if match(permission, name) and match(pattern, glob):
+        for glob, action in self._for(permission):
+            if match(pattern, glob):
                 return action
         return "ask"
+
+    def _for(self, permission: str) -> list[tuple[str, str]]:
+        """(pattern, action) of the rules for `permission`, newest first: matched once per permission, since a
+        bash ask brings a dozen texts (patterns and normalised forms)."""
+        found = self._by_permission.get(permission)
+        if found is None:
+            found = self._by_permission[permission] = [(g, a) for name, g, a in self._rules if match(permission, name)]
+        return found
 
     def allows(self, permission: str, patterns: Sequence[str], checks: Sequence[str] = (), opaque: bool = False,
                ) -> bool:
