@@ -170,7 +170,7 @@ def skip_options(args: list[Word], with_arg: frozenset[str]) -> int | None:
             i += 2  # a cluster of flags ending in an option whose value is the next word: `-xn 5`
             continue
         i += 1
-    return i
+    return min(i, len(args))  # an option missing its value at the end
 
 
 def follow(n: Normaliser, name: str, rest: list[Word], ctx: Context, *, empty_runs_shell: bool = False,

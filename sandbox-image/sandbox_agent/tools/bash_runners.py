@@ -72,12 +72,12 @@ def _source(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
 def _trap(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     """`trap ACTION SIGNAL...`: ACTION is a script run later by this shell."""
     rest = args[1:] if args and args[0].value == "--" else args
-    if rest and rest[0].value in ("-l", "-p", "-lp", "-pl"):
-        return None
-    if len(rest) >= 2 or ctx.appended:
-        if rest[0].value is None or ctx.appended:
+    if ctx.appended:
+        n.opaque("trap with an action known only when it runs")
+    elif len(rest) >= 2 and rest[0].value not in ("-l", "-p", "-lp", "-pl", "-"):
+        if rest[0].value is None:
             n.opaque("trap with an action known only when it runs")
-        elif rest[0].value != "-":
+        else:
             n.script(rest[0].value, ctx)
     return None
 
