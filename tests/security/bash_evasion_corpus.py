@@ -60,7 +60,8 @@ ASSIGNMENTS_AND_WRAPPERS = _many(
     "su -c 'rm f'", "su tool -c 'rm f'", "runuser -u tool -- rm f", "runuser tool -c 'rm f'",
     "script -qc 'rm f' /dev/null", "script -q -c 'rm f' /dev/null", "watch -n 1 rm f", "watch -x rm f",
     "watch 'rm f'", "busybox rm f", "sudo rm f", "sudo -u root rm f", "doas rm f",
-    "nice -n 1 nohup env X=1 timeout 5 command /bin/rm f",
+    "nice -n 1 nohup env X=1 timeout 5 command /bin/rm f", "coproc rm f", "setarch x86_64 rm f",
+    "env GIT_SSH_COMMAND='rm f' git fetch", "GIT_EDITOR='rm f' git commit", "PAGER='rm f' man ls",
 )
 NESTED_SCRIPTS = _many(
     "rm-deny", "deny",
@@ -116,6 +117,10 @@ GIT_ONLY = [
         "git -c core.editor='touch pwned' commit", "git rebase -x id HEAD~1", "git status; id", "git status && id",
         "git $(id)", "git log | sh", "git bisect run id", "git -c core.fsmonitor='touch pwned' status",
         "git -c diff.x.textconv='id' diff", "git -c credential.helper='!id' fetch",
+        "GIT_EDITOR='touch pwned' git commit", "GIT_EXTERNAL_DIFF='touch pwned' git diff",
+        "env GIT_SSH_COMMAND=id git fetch", "LD_PRELOAD=./x.so git status", "PATH=.:$PATH git status",
+        "BASH_ENV=./x.sh git status", "git -c include.path=x.cfg st", "GIT_CONFIG_PARAMETERS=\"'alias.x=!id'\" git x",
+        "git --config-env=alias.x=V x",
     ),
     *_many("git-only", "allow", "git status", "git log --oneline -5", "git -c color.ui=always log",
            "git -c user.name=x commit -m 'rm f'", "git diff HEAD", "git -C sub status", "git -c alias.st=status st"),
@@ -141,7 +146,8 @@ BENIGN = _many(
     "command -v rm", "type rm", "which rm", "man rm", "env", "env | grep PATH", "echo f | xargs",
     "echo $HOME", "cd src && ls", "python3 -c 'print(1)'", "git -c alias.st=status st",
     "sh -c 'echo hi'", "bash -c 'ls -la'", "timeout 5 ls", "nice -n 5 make", "echo f | xargs cat",
-    "find . -name '*.tmp' -print", "X=1 ls", "/bin/ls", "\\ls", "eval 'echo hi'",
+    "find . -name '*.tmp' -print", "X=1 ls", "/bin/ls", "\\ls", "eval 'echo hi'", "LANG=C ls",
+    "FOO=bar npm test", "GIT_AUTHOR_NAME=x git commit -m msg",
 )
 
 CORPUS: list[Case] = [

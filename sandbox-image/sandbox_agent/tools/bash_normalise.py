@@ -23,12 +23,21 @@ from dataclasses import dataclass, field, replace
 
 from tree_sitter import Node
 
-from sandbox_agent.tools.bash_words import Word, command_words
+from sandbox_agent.tools.bash_words import Word, assignments, command_words
 
 MAX_DEPTH = 8
 """Scripts inside scripts (`sh -c "sh -c '...'"`) are followed this deep; deeper is a name not known."""
 MAX_NESTED_CHARS = 100_000
 """Nested script text parsed in all, per command; more is treated as a name not known."""
+PROGRAM_VARIABLES = frozenset({
+    "GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS", "SSH_ASKPASS", "PAGER", "MANPAGER", "EDITOR", "VISUAL", "BROWSER", "LESSOPEN", "LESSCLOSE",
+    "PROMPT_COMMAND", "GIT_PROXY_COMMAND",
+})
+"""Environment variables whose value is a command another program runs (`GIT_EDITOR='x' git commit`)."""
+FILE_VARIABLES = frozenset({"BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP",
+                            "NODE_OPTIONS", "PERL5OPT", "GIT_EXEC_PATH", "GIT_DIR", "GIT_TEMPLATE_DIR", "PATH"})
+"""Environment variables that make a program load or run a file, or look programs up elsewhere."""
 MAX_FORMS = 2_000
 """Forms collected per command; a command that yields more is treated as not known."""
 
@@ -78,7 +87,20 @@ class Normaliser:
 
     def command(self, node: Node) -> None:
         """Normalises one `command` node of the script being asked about."""
+        for name, value in assignments(node):
+            self.variable(name, value, Context())
         self.run(command_words(node), Context(), respelled=False)
+
+    def variable(self, name: str, value: Word, ctx: Context) -> None:
+        """An assignment in a command's environment: a command it names is followed, a file it names is not known."""
+        if name in PROGRAM_VARIABLES or name.startswith("GIT_CONFIG"):
+            if value.value is None or name.startswith("GIT_CONFIG"):
+                self.opaque(f"{name} names a program known only when it runs")
+            elif value.value:
+                self.script(value.value, ctx)
+        elif name in FILE_VARIABLES and value.value != "":
+            # A command-prefix PATH or preload changes what a name runs: no rule can see the file.
+            self.opaque(f"{name} makes the command run or load files that permission rules cannot read")
 
     def run(self, words: list[Word], ctx: Context, *, respelled: bool = True) -> None:
         """Follows one command through its wrappers, adding a form per program on the way."""
@@ -116,6 +138,8 @@ class Normaliser:
                 parent = node.parent
                 shown = parent if parent is not None and parent.type == "redirected_statement" else node
                 words = command_words(node)
+                for name, value in assignments(node):
+                    self.variable(name, value, inner)
                 self.run(words, inner)
                 if words and words[0].value != "cd":
                     # As written too, so a rule spelled with quotes still meets the nested command.

@@ -125,6 +125,8 @@ def _env(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             pass  # a flag, or an option with its value attached (`-uNAME`, `--chdir=DIR`)
         elif "=" in value and not value.startswith("="):
             options = False  # NAME=VALUE: assignments only from here on
+            name, _, assigned = value.partition("=")
+            n.variable(name, literal(assigned), ctx)
         else:
             break
         i += 1
@@ -214,7 +216,8 @@ def _git(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
         if value in ("-c", "--config-env") or value.startswith("--config-env="):
             setting = value.split("=", 1)[1] if "=" in value else (args[i + 1].value if i + 1 < len(args) else "")
             key, _, text = (setting or "").partition("=")
-            if setting is None or (value.startswith("--config-env") and _git_program_key(key)):
+            if setting is None or (value.startswith("--config-env") and _git_program_key(key)) \
+                    or key.lower().startswith(("include.", "includeif.")):
                 n.opaque("git runs a program from configuration known only when it runs")
             elif key.lower().startswith("alias.") and not value.startswith("--config-env"):
                 aliases[key[len("alias."):].lower()] = text
@@ -399,6 +402,9 @@ RUNNERS: dict[str, Handler] = {
     "env": _env, "xargs": _xargs, "find": _find, "git": _git, "watch": _watch, "flock": _flock,
     "sudo": _sudo, "doas": wrapper("-u -C", no_command="-s"), "parallel": _parallel, "busybox": _busybox,
     "command": wrapper(no_command="-v -V"),
+    "coproc": wrapper(),
+    "setarch": wrapper(positional=1),
+    "linux32": wrapper(), "linux64": wrapper(),
     "builtin": wrapper(),
     "exec": wrapper("-a"),
     "nohup": wrapper(),

@@ -46,6 +46,19 @@ def command_words(node: Node) -> list[Word]:
     return [word(child) for child in node.children if child.is_named and child.type not in SKIPPED]
 
 
+def assignments(node: Node) -> list[tuple[str, Word]]:
+    """(name, value) of a `command` node's leading assignments (`X=1 cmd`)."""
+    found = []
+    for child in node.children:
+        if child.type != "variable_assignment":
+            continue
+        name = child.child_by_field_name("name")
+        value = child.child_by_field_name("value")
+        if name is not None:
+            found.append((_text(name), word(value) if value is not None else Word("", "")))
+    return found
+
+
 def word(node: Node) -> Word:
     value, pattern = _static(node)
     return Word(value, _text(node), pattern)
