@@ -94,6 +94,7 @@ async def test_the_same_respelling_removes_the_file_where_rm_is_allowed(docker_p
 @pytest.mark.parametrize("command", [
     "git -c alias.x='!touch pwned' x", "git -c alias.x=!touch\\ pwned x", "git -c core.pager='touch pwned' log",
     "git -c core.fsmonitor='touch pwned' status", "git status; touch pwned", "git $(touch pwned)",
+    "GIT_EDITOR='touch pwned' git commit --allow-empty", "env GIT_EXTERNAL_DIFF='touch pwned' git diff",
 ])
 async def test_only_git_allowed_runs_no_other_program_through_git(docker_plane: Plane, command: str) -> None:
     session = await docker_plane.client.create_session(
