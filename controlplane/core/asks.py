@@ -27,8 +27,8 @@ from controlplane.core.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.events import EventBus
 from controlplane.core.hooks import HookBus
 from controlplane.core.ids import ascending
-from controlplane.core.permission import Rule, Ruleset
-from controlplane.core.rule_layers import CEILING_SOURCE, STRICTNESS
+from controlplane.core.permission import STRICTNESS, Rule, Ruleset, strictest
+from controlplane.core.rule_layers import CEILING_SOURCE
 from controlplane.core.tool import PermissionAsk, ToolError
 from controlplane.core.tool_events import PermissionRequested
 from controlplane.core.wildcard import match
@@ -145,8 +145,15 @@ class PermissionGate:
         state = await self._session(scope.tenant, scope.session_id)
         deciding: list[str] = []
         needs_reply = False
-        for pattern in ask.patterns:
-            rule, source = self._evaluate(ask.permission, pattern, scope, state.approved)
+        # What a bash command really runs (checks), and the strictest rule when some command is not known,
+        # are decided with the patterns: the rules of all three layers see them all.
+        layers = self._layers(ask.permission, ("agent", scope.ruleset), state.approved, scope.policy)
+        capped = (None if scope.ceiling is None else
+                  self._layers(ask.permission, (CEILING_SOURCE, scope.ceiling), state.approved, scope.policy))
+        results = [self._decide(layers, capped, ask.permission, text) for text in (*ask.patterns, *ask.checks)]
+        if ask.opaque:
+            results.append(self._strictest(ask.permission, scope))
+        for rule, source in results:
             if rule.action == "deny":
                 denying = describe_rule(rule, source)
                 spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_DENY, denying)
@@ -177,7 +184,7 @@ class PermissionGate:
         request = PermissionRequested(
             id=ascending("per"), session_id=scope.session_id, permission=ask.permission,
             patterns=list(ask.patterns), always=list(ask.always), metadata=dict(ask.metadata),
-            call_id=scope.call_id, message_id=scope.message_id,
+            call_id=scope.call_id, message_id=scope.message_id, checks=list(ask.checks), opaque=ask.opaque,
         )
         if self._hooks.has("permission.ask"):
             verdict = await self._plugin_verdict(request, scope)
@@ -208,15 +215,46 @@ class PermissionGate:
                 spans.permission_decided(pending.decision, pending.rule)
 
     @staticmethod
-    def _evaluate(name: str, pattern: str, scope: AskScope, approved: list[Rule]) -> tuple[Rule, str]:
-        """The deciding rule and where it comes from; from the ceiling (source CEILING_SOURCE, whichever
-        of its layers decided) when that is stricter than the merged rules' decision."""
-        found = _last(name, pattern, (("agent", scope.ruleset), ("approved", approved), ("operator", scope.policy)))
-        if scope.ceiling is None:
+    def _strictest(name: str, scope: AskScope) -> tuple[Rule, str]:
+        # The session's approvals are answers about patterns; no pattern stands for a command not known.
+        rule = permission.strictest(name, scope.ruleset, scope.policy)
+        if scope.ceiling is not None:
+            capped = permission.strictest(name, scope.ceiling, scope.policy)
+            if STRICTNESS[capped.action] > STRICTNESS[rule.action]:
+                return capped, CEILING_SOURCE
+        for source, rules in (("operator", scope.policy), ("agent", scope.ruleset)):
+            if any(r is rule for r in rules):
+                return rule, f"strictest {source}"
+        return rule, "strictest default"
+
+    @staticmethod
+    def _layers(name: str, first: tuple[str, Ruleset], approved: list[Rule], policy: Ruleset,
+                ) -> list[tuple[Rule, str]]:
+        """The rules for permission `name`, in evaluation order with their source: matched once per ask, as a
+        bash ask may bring a dozen texts (patterns and normalised forms) to evaluate against them."""
+        return [
+            (rule, source)
+            for source, rules in (first, ("approved", approved), ("operator", policy))
+            for rule in rules if match(name, rule.permission)
+        ]
+
+    @staticmethod
+    def _evaluate_in(layers: list[tuple[Rule, str]], name: str, pattern: str) -> tuple[Rule, str]:
+        for rule, source in reversed(layers):
+            if match(pattern, rule.pattern):
+                return rule, source
+        return Rule(name, "*", "ask"), "default"
+
+    @classmethod
+    def _decide(cls, layers: list[tuple[Rule, str]], capped: list[tuple[Rule, str]] | None, name: str,
+                text: str) -> tuple[Rule, str]:
+        """The deciding rule and its source; from the ceiling (source CEILING_SOURCE, whichever of its layers
+        decided) when that is stricter than the merged rules' decision."""
+        found = cls._evaluate_in(layers, name, text)
+        if capped is None:
             return found
-        capped = _last(name, pattern, ((CEILING_SOURCE, scope.ceiling), ("approved", approved),
-                                       ("operator", scope.policy)))
-        return (capped[0], CEILING_SOURCE) if STRICTNESS[capped[0].action] > STRICTNESS[found[0].action] else found
+        limit = cls._evaluate_in(capped, name, text)
+        return (limit[0], CEILING_SOURCE) if STRICTNESS[limit[0].action] > STRICTNESS[found[0].action] else found
 
     async def _plugin_verdict(self, request: PermissionRequested, scope: AskScope) -> str:
         info = {
@@ -269,9 +307,12 @@ class PermissionGate:
                 continue
             # Upstream checks the approvals alone; the operator's rules still come after them here,
             # so an operator `ask` is not settled by someone else's "always".
-            if all(
-                permission.evaluate(other.request.permission, p, state.approved, other.scope.policy).action == "allow"
-                for p in other.request.patterns
+            # A pending bash command whose name is not known stays pending: approvals are allow rules for
+            # patterns, and no pattern stands for it.
+            req = other.request
+            if not req.opaque and all(
+                permission.evaluate(req.permission, p, state.approved, other.scope.policy).action == "allow"
+                for p in (*req.patterns, *req.checks)
             ):
                 self._published_reply(other, Reply.ALWAYS)
                 await self._record(other.scope, other.request, "always", f"auto from {request_id}")
@@ -395,9 +436,19 @@ class CallAsks:
         # With the ceiling: a deny the caller's own rules make covers the file whatever the workspace says.
         return _snapshot(scope.ruleset, state.approved, scope.policy, scope.ceiling)
 
-    async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules) -> None:
+    async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules,
+                                checks: list[str] | None = None, opaque: bool = False) -> None:
         deciding: list[str] = []
-        for pattern in patterns:
+        if opaque:
+            rule = strictest(permission, [rule for rule, source in rules.rules if source != "approved"])
+            if rules.ceiling is not None:
+                capped_rule = strictest(permission, [rule for rule, _source in rules.ceiling])
+                rule = capped_rule if STRICTNESS[capped_rule.action] > STRICTNESS[rule.action] else rule
+            if rule.action != "allow":
+                log.warning("sandbox agent allowed %s with a command not known, which its rules do not allow",
+                            permission)
+            deciding.append(f"strictest: {permission} {rule.pattern} {rule.action}")
+        for pattern in [*patterns, *(checks or [])]:
             found = _deciding(permission, pattern, rules.rules)
             capped = _deciding(permission, pattern, rules.ceiling) if rules.ceiling is not None else found
             if found is not None and found[0].action == "allow" and capped is not None and capped[0].action == "allow":

@@ -115,6 +115,10 @@ class RunAsk:
     patterns: list[str]
     always: list[str]
     metadata: dict[str, object]
+    checks: list[str] = field(default_factory=list)
+    """PermissionAsk.checks."""
+    opaque: bool = False
+    """PermissionAsk.opaque."""
 
 
 @dataclass(frozen=True)

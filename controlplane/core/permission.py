@@ -57,6 +57,33 @@ def evaluate(permission: str, pattern: str, *rulesets: Iterable[Rule]) -> Rule:
     return found if found is not None else Rule(permission, "*", "ask")
 
 
+STRICTNESS: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def strictest(permission: str, *rulesets: Iterable[Rule]) -> Rule:
+    """The strictest rule that decides some pattern of `permission`: for a bash command whose name is
+    known only when it runs, no pattern can be matched, so any rule that could apply to it does.
+
+    Rules before the last one that matches every pattern (`"*"`) can decide nothing and are left out; with
+    no such rule, no match at all is possible, so the default `ask` counts too.
+    """
+    found: Rule | None = None
+    for rule in reversed(merge(*rulesets)):
+        if not match(permission, rule.permission):
+            continue
+        if found is None or STRICTNESS[rule.action] > STRICTNESS[found.action]:
+            found = rule
+        if is_catch_all(rule.pattern):
+            return found
+    default = Rule(permission, "*", "ask")
+    return default if found is None or STRICTNESS[found.action] < STRICTNESS["ask"] else found
+
+
+def is_catch_all(pattern: str) -> bool:
+    """A pattern every text matches."""
+    return bool(pattern) and pattern.strip("*") == ""
+
+
 def disabled(tool_ids: Iterable[str], ruleset: Iterable[Rule]) -> set[str]:
     """Tools to hide from the model: the last rule for the tool's permission is a blanket deny."""
     rules = list(ruleset)

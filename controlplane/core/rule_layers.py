@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.core import permission, project_config
-from controlplane.core.permission import Agent, Rule, Ruleset, disabled_layered, evaluate
+from controlplane.core.permission import STRICTNESS, Agent, Rule, Ruleset, disabled_layered, evaluate
 from controlplane.core.subtasks import child_session_rules, hidden_in_child, primary_tools
 
-STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 CEILING_SOURCE = "caller"
 """How the audit names a rule that decided from the ceiling (the caller's own rules)."""
 

@@ -56,6 +56,11 @@ class PermissionAsk:
     patterns: list[str]
     always: list[str]
     metadata: dict[str, Any]
+    checks: list[str] = field(default_factory=list)
+    """More texts the rules must allow, not shown to whoever replies: what a bash command really runs
+    (normalised, see the agent's bash_normalise) where it differs from `patterns`."""
+    opaque: bool = False
+    """Some command's name is known only when it runs: the strictest rule for `permission` decides too."""
 
 
 class SandboxCalls(Protocol):

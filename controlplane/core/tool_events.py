@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.core.tool import ToolResult
@@ -37,6 +37,10 @@ class PermissionRequested:
     metadata: dict[str, Any]
     call_id: str = ""
     message_id: str = ""
+    checks: list[str] = field(default_factory=list)
+    """PermissionAsk.checks: evaluated with `patterns`, never published."""
+    opaque: bool = False
+    """PermissionAsk.opaque."""
 
 
 @dataclass(frozen=True)

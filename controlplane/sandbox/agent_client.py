@@ -29,7 +29,6 @@ from controlplane.core.execution import (
     Started,
     UploadSummary,
 )
-from controlplane.core.permission import Rule
 from controlplane.core.spooled import Spooled
 from controlplane.core.tool import ToolError
 from controlplane.errors import (
@@ -42,6 +41,7 @@ from controlplane.errors import (
     SandboxLostError,
 )
 from controlplane.sandbox.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
+from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 
@@ -236,21 +236,22 @@ def _refusal(code: str, message: str, sandbox_id: str) -> ControlPlaneError:
 class ReportsAllowed:
     """A tool call whose agent may settle rule-allowed asks itself and report them with its events."""
 
-    _allowed: list[tuple[str, list[str]]] | None = None
+    _allowed: list[agent_pb2.AllowedAsk] | None = None
 
-    def take_allowed(self) -> list[tuple[str, list[str]]]:
-        """(permission, patterns) of the asks the agent allowed by the call's rules since the last look."""
+    def take_allowed(self) -> list[agent_pb2.AllowedAsk]:
+        """The asks the agent allowed by the call's rules since the last look."""
         allowed, self._allowed = self._allowed or [], None
         return allowed
 
     def _domain_event(self, event: agent_pb2.RunToolEvent, traced: AgentCallSpan) -> RunEvent | None:
         """The domain form of one agent event (None for a kind this side does not know)."""
         if event.allowed:
-            self._allowed = (self._allowed or []) + [(a.permission, list(a.patterns)) for a in event.allowed]
+            self._allowed = (self._allowed or []) + list(event.allowed)
         kind = event.WhichOneof("event")
         if kind == "ask":
             a = event.ask
-            return RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json))
+            return RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json),
+                          list(a.checks), a.opaque)
         if kind == "metadata":
             m = event.metadata
             return RunMetadata(m.title if m.has_title else None, _json(m.metadata_json) if m.metadata_json else None)
@@ -389,19 +390,6 @@ async def _drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterato
     while (item := await outbox.get()) is not _END:
         assert isinstance(item, kind)
         yield item
-
-
-def encode_rules(rules: LocalRules) -> agent_pb2.PermissionRules:
-    """A call's rules (and their ceiling) as ToolStart carries them to the agent."""
-
-    def listed(entries: tuple[tuple[Rule, str], ...]) -> list[agent_pb2.PermissionRule]:
-        return [agent_pb2.PermissionRule(permission=rule.permission, pattern=rule.pattern, action=rule.action)
-                for rule, _source in entries]
-
-    encoded = agent_pb2.PermissionRules(rules=listed(rules.rules))
-    if rules.ceiling is not None:
-        encoded.ceiling.CopyFrom(agent_pb2.PermissionRules(rules=listed(rules.ceiling)))
-    return encoded
 
 
 class GrpcSandboxAgent(SandboxAgent):

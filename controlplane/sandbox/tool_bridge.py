@@ -66,11 +66,13 @@ class AgentToolCalls(SandboxCalls):
             async for event in run.events():
                 if rules is not None and asks is not None and isinstance(run, ReportsAllowed):
                     # Asks the agent allowed itself are audited before whatever came after them.
-                    for permission, patterns in run.take_allowed():
-                        await asks.allowed_elsewhere(permission, patterns, rules)
+                    for allowed in run.take_allowed():
+                        await asks.allowed_elsewhere(allowed.permission, list(allowed.patterns), rules,
+                                                     list(allowed.checks), allowed.opaque)
                 if isinstance(event, RunAsk):
                     try:
-                        await ctx.ask(PermissionAsk(event.permission, event.patterns, event.always, event.metadata))
+                        await ctx.ask(PermissionAsk(event.permission, event.patterns, event.always, event.metadata,
+                                                    event.checks, event.opaque))
                     except ToolError as exc:
                         refused = exc
                         await run.answer(event.ask_id, False, str(exc))

@@ -14,6 +14,11 @@ from sandbox.v1 import agent_pb2
 
 _SPECIALS = re.compile(r"[.+^${}()|\[\]\\]")
 _OPTIONAL_TAIL = " .*"
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def _stricter(first: str, second: str) -> str:
+    return second if _STRICTNESS[second] > _STRICTNESS[first] else first
 
 
 def match(text: str, pattern: str) -> bool:
@@ -46,9 +51,6 @@ def _utf16(s: str) -> str:
     return "".join(out)
 
 
-_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
-
-
 class LocalRules:
     """The rules of one call; `allows` is True only when every pattern's last matching rule allows, in the
     rules and in their ceiling when there is one (the caller's own rules, which the workspace's config
@@ -57,6 +59,9 @@ class LocalRules:
     def __init__(self, rules: Sequence[agent_pb2.PermissionRule], ceiling: LocalRules | None = None) -> None:
         # Newest first, so the first match is the deciding (last) rule.
         self._rules = [(r.permission, r.pattern, r.action) for r in reversed(rules)]
+        self._ruleset = [(r.permission, r.pattern, r.action) for r in reversed(rules) if r.source != "approved"]
+        """Without the session's approvals: the rules a command not known is decided by."""
+        self._by_permission: dict[str, list[tuple[str, str]]] = {}
         self._ceiling = ceiling
         self._denies: dict[str, bool] = {}
 
@@ -70,14 +75,21 @@ class LocalRules:
         own = self._own(permission, pattern)
         if self._ceiling is None or own == "deny":
             return own
-        capped = self._ceiling.action(permission, pattern)
-        return capped if _STRICTNESS[capped] > _STRICTNESS[own] else own
+        return _stricter(own, self._ceiling.action(permission, pattern))
 
     def _own(self, permission: str, pattern: str) -> str:
-        for name, glob, action in self._rules:
-            if match(permission, name) and match(pattern, glob):
+        for glob, action in self._for(permission):
+            if match(pattern, glob):
                 return action
         return "ask"
+
+    def _for(self, permission: str) -> list[tuple[str, str]]:
+        """(pattern, action) of the rules for `permission`, newest first: matched once per permission, since a
+        bash ask brings a dozen texts (patterns and normalised forms)."""
+        found = self._by_permission.get(permission)
+        if found is None:
+            found = self._by_permission[permission] = [(g, a) for name, g, a in self._rules if match(permission, name)]
+        return found
 
     def may_deny(self, permission: str) -> bool:
         found = self._denies.get(permission)
@@ -87,5 +99,27 @@ class LocalRules:
             ) or (self._ceiling is not None and self._ceiling.may_deny(permission))
         return found
 
-    def allows(self, permission: str, patterns: Sequence[str]) -> bool:
-        return all(self.action(permission, pattern) == "allow" for pattern in patterns)
+    def allows(self, permission: str, patterns: Sequence[str], checks: Sequence[str] = (), opaque: bool = False,
+               ) -> bool:
+        """`checks` are matched as `patterns` are; `opaque` (a command not known) needs the strictest rule to allow."""
+        if opaque and self.strictest(permission) != "allow":
+            return False
+        return all(self.action(permission, text) == "allow" for texts in (patterns, checks) for text in texts)
+
+    def strictest(self, permission: str) -> str:
+        """The strictest action of the rules that decide some pattern of `permission` (the control plane's
+        `permission.strictest`), the ceiling's included: from the newest back to the last catch-all `*`, or
+        the default ask with none. Approvals are left out: they are answers about patterns, and no pattern
+        stands for such a command."""
+        found = "allow"
+        for name, glob, action in self._ruleset:
+            if not match(permission, name):
+                continue
+            found = _stricter(found, action)
+            if glob and glob.strip("*") == "":
+                break
+        else:
+            found = found if found == "deny" else "ask"
+        if self._ceiling is None or found == "deny":
+            return found
+        return _stricter(found, self._ceiling.strictest(permission))

@@ -7,7 +7,7 @@ import importlib
 import itertools
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,16 +129,18 @@ class ToolCalls:
         rules = LocalRules.of(start.rules) if start.HasField("rules") else None
         path_rules = LocalRules.of(start.path_rules) if start.HasField("path_rules") else rules
 
-        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
-            if rules is not None and rules.allows(permission, patterns):
-                outbox.allowed.append(agent_pb2.AllowedAsk(permission=permission, patterns=patterns))
+        async def ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any],
+                      checks: Sequence[str] = (), opaque: bool = False) -> None:
+            if rules is not None and rules.allows(permission, patterns, checks, opaque):
+                outbox.allowed.append(agent_pb2.AllowedAsk(permission=permission, patterns=patterns, checks=checks,
+                                                           opaque=opaque))
                 return
             ask_id = next(ask_ids)
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending[ask_id] = waiter
             outbox.put(ask=agent_pb2.ToolAsk(
                 ask_id=ask_id, permission=permission, patterns=patterns, always=always,
-                metadata_json=json.dumps(metadata),
+                metadata_json=json.dumps(metadata), checks=checks, opaque=opaque,
             ))
             try:
                 await waiter

@@ -729,6 +729,7 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
 SECTIONS = (
     ("custom tools", "tests.bench.custom_tools_bench"),
     ("tracing overhead", "tests.bench.tracing_bench"),
+    ("bash permission analysis", "tests.bench.bash_rules_bench"),
     ("under attack", "tests.bench.attack_bench"),
     ("tool-call path", "tests.bench.toolpath_bench"),
     ("floors", "tests.bench.floor_bench"),

@@ -86,7 +86,8 @@ async def test_refusals_and_rule_allowed_asks_on_the_stream(agent: Agent) -> Non
     assert isinstance(events[-1], RunResult)
     assert events[-1].output == "yes\n"
     assert isinstance(run, StreamedBuiltinRun)
-    assert run.take_allowed() == [("bash", ["echo yes"])]
+    assert [(a.permission, list(a.patterns), list(a.checks), a.opaque) for a in run.take_allowed()] == [
+        ("bash", ["echo yes"], [], False)]
     assert run.take_allowed() == []
     denied = await collect(await client.run_builtin(bash("rm -f nothing"), rules), allow=False)
     assert isinstance(denied[0], RunAsk)

@@ -9,7 +9,8 @@ import pytest
 from controlplane.core import wildcard
 from controlplane.core.asks import LocalRules as CpLocalRules
 from controlplane.core.asks import _snapshot
-from controlplane.core.permission import Rule, evaluate, from_config
+from controlplane.core.permission import ACTIONS, Rule, evaluate, from_config, strictest
+from controlplane.sandbox.rule_encoding import encode_rules
 from sandbox.v1 import agent_pb2
 from sandbox_agent import permission_rules
 from sandbox_agent.permission_rules import LocalRules
@@ -83,3 +84,21 @@ def test_a_snapshot_is_reused_until_its_rules_change() -> None:
     assert second is not first
     assert [r.pattern for r, _ in second.rules] == ["*", "ls *", "git *"]
     assert _snapshot(list(agent_rules), approved, policy) is not second  # another list, even when equal
+
+
+def test_the_strictest_rule_for_a_command_not_known_agrees() -> None:
+    """LocalRules.strictest (agent) and permission.strictest (control plane) on random layered rulesets;
+    approvals take no part in either."""
+    rng = random.Random(21)
+    names, globs = ["*", "bash", "ba*", "read", "edit"], ["*", "**", "rm *", "git *", "ls", "*x"]
+
+    def rules(count: int) -> list[Rule]:
+        return [Rule(rng.choice(names), rng.choice(globs), rng.choice(ACTIONS)) for _ in range(count)]
+
+    for _ in range(2000):
+        agent_rules, approved, policy = rules(rng.randint(0, 6)), rules(rng.randint(0, 3)), rules(rng.randint(0, 3))
+        local = LocalRules(encode_rules(_snapshot(agent_rules, approved, policy)).rules)
+        for name in ("bash", "read"):
+            expected = strictest(name, agent_rules, policy).action
+            assert local.strictest(name) == expected, (name, agent_rules, approved, policy)
+            assert local.allows(name, [], [], True) == (expected == "allow")

@@ -20,7 +20,7 @@ from controlplane.core import project_files, rule_layers
 from controlplane.core.asks import AskScope, PermissionGate, _snapshot
 from controlplane.core.permission import Agent, DeniedError, Rule, Ruleset, from_config
 from controlplane.core.tool import PermissionAsk
-from controlplane.sandbox.agent_client import encode_rules
+from controlplane.sandbox.rule_encoding import encode_rules
 from sandbox_agent.permission_rules import LocalRules
 
 HOME = "/home/tool"

@@ -678,20 +678,26 @@ class PermissionRule(_message.Message):
     PERMISSION_FIELD_NUMBER: _builtins.int
     PATTERN_FIELD_NUMBER: _builtins.int
     ACTION_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     permission: _builtins.str
     pattern: _builtins.str
     action: _builtins.str
     """allow, deny or ask."""
+    source: _builtins.str
+    """agent, approved (a session's "always" approval) or operator. Approvals answer for patterns only:
+    they take no part in the strictest-rule decision of a command that is not known before it runs.
+    """
     def __init__(
         self,
         *,
         permission: _builtins.str = ...,
         pattern: _builtins.str = ...,
         action: _builtins.str = ...,
+        source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "pattern", b"pattern", "permission", b"permission"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "pattern", b"pattern", "permission", b"permission", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -794,18 +800,27 @@ class AllowedAsk(_message.Message):
 
     PERMISSION_FIELD_NUMBER: _builtins.int
     PATTERNS_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
+    OPAQUE_FIELD_NUMBER: _builtins.int
     permission: _builtins.str
+    opaque: _builtins.bool
     @_builtins.property
     def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """ToolAsk.checks and ToolAsk.opaque of the ask, so the control plane audits all it was decided on."""
+
     def __init__(
         self,
         *,
         permission: _builtins.str = ...,
         patterns: _abc.Iterable[_builtins.str] | None = ...,
+        checks: _abc.Iterable[_builtins.str] | None = ...,
+        opaque: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["patterns", b"patterns", "permission", b"permission"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "opaque", b"opaque", "patterns", b"patterns", "permission", b"permission"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -876,13 +891,23 @@ class ToolAsk(_message.Message):
     PATTERNS_FIELD_NUMBER: _builtins.int
     ALWAYS_FIELD_NUMBER: _builtins.int
     METADATA_JSON_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
+    OPAQUE_FIELD_NUMBER: _builtins.int
     ask_id: _builtins.int
     permission: _builtins.str
     metadata_json: _builtins.str
+    opaque: _builtins.bool
+    """Some command's name is known only when it runs: the strictest rule for the permission decides too."""
     @_builtins.property
     def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def always(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """More texts the rules must allow, never shown to whoever replies: what a bash command really runs,
+        normalised (program name without path or quotes, wrappers and nested scripts followed).
+        """
+
     def __init__(
         self,
         *,
@@ -891,10 +916,12 @@ class ToolAsk(_message.Message):
         patterns: _abc.Iterable[_builtins.str] | None = ...,
         always: _abc.Iterable[_builtins.str] | None = ...,
         metadata_json: _builtins.str = ...,
+        checks: _abc.Iterable[_builtins.str] | None = ...,
+        opaque: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["always", b"always", "ask_id", b"ask_id", "metadata_json", b"metadata_json", "patterns", b"patterns", "permission", b"permission"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["always", b"always", "ask_id", b"ask_id", "checks", b"checks", "metadata_json", b"metadata_json", "opaque", b"opaque", "patterns", b"patterns", "permission", b"permission"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

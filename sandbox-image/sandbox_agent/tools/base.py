@@ -103,8 +103,12 @@ class RuleView(Protocol):
         ...
 
 
-AskFn = Callable[[str, list[str], list[str], dict[str, Any]], Awaitable[None]]
-"""ask(permission, patterns, always, metadata): returns when allowed, raises ToolError otherwise."""
+AskFn = Callable[..., Awaitable[None]]
+"""ask(permission, patterns, always, metadata[, checks, opaque]): returns when allowed, raises ToolError otherwise.
+
+`checks`: more texts the rules must allow, not shown to whoever replies (a bash command's normalised forms);
+`opaque`: some command is not known before it runs, so the strictest rule decides too. Only bash passes them,
+so an asker for other tools (custom tool hosts, test recorders) may take the four arguments alone."""
 MetadataFn = Callable[[str | None, dict[str, Any] | None], Awaitable[None]]
 """metadata(title, metadata): streams a live update of the running call."""
 

@@ -54,8 +54,10 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     if found.external_dirs:
         globs = [d.rstrip("/") + "/*" for d in found.external_dirs]
         await ctx.ask("external_directory", globs, globs, {})
-    if found.patterns:
-        await ctx.ask("bash", found.patterns, found.always, {})
+    if found.patterns or found.checks or found.unknown:
+        # Upstream's patterns and always are what the request shows; the normalised forms of what runs and
+        # whether some command is not known are decided with them (bash_normalise).
+        await ctx.ask("bash", found.patterns, found.always, {}, found.checks, bool(found.unknown))
 
     invalid = null_byte_refusal(command, given_workdir)
     if invalid:

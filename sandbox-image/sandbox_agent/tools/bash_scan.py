@@ -8,13 +8,15 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
 from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.bash_arity import prefix
+from sandbox_agent.tools.bash_normalise import Normaliser
+from sandbox_agent.tools.bash_runners import RUNNERS
 
 TOKEN_TYPES = frozenset({"command_name", "word", "string", "raw_string", "concatenation"})
 PATH_COMMANDS = frozenset({"cd", "rm", "cp", "mv", "mkdir", "touch", "chmod", "chown", "cat"})
@@ -29,6 +31,11 @@ class Scan:
     """One `<arity prefix> *` per distinct prefix, first seen first."""
     external_dirs: list[str]
     """Directories outside the project the command names (the workdir first when it is outside)."""
+    checks: list[str] = field(default_factory=list)
+    """What runs, normalised (bash_normalise), where it differs from `patterns`: matched against the rules
+    too, never shown (the request shows upstream's patterns)."""
+    unknown: list[str] = field(default_factory=list)
+    """Why some command's name is known only when it runs; when any, the strictest bash rule decides."""
 
 
 @functools.cache
@@ -38,16 +45,21 @@ def _language() -> Language:
 
 def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
     """Parses `command` and collects what to ask; `cwd` is the resolved workdir the command runs in."""
+    # A Parser is cheap and not safe to share between the io threads, so each call makes its own.
+    parser = Parser(_language())
     try:
-        # A Parser is cheap and not safe to share between the io threads, so each call makes its own.
-        tree = Parser(_language()).parse(command.encode("utf-8", "surrogatepass"))
+        tree = parser.parse(command.encode("utf-8", "surrogatepass"))
     except Exception as exc:
         raise ToolError("Failed to parse command") from exc
+    normaliser = Normaliser(lambda text: parser.parse(text.encode("utf-8", "surrogatepass")).root_node, RUNNERS)
     patterns: dict[str, None] = {}
     always: dict[str, None] = {}
     dirs: dict[str, None] = {}
     if not _inside(cwd, directory, worktree):
         dirs[cwd] = None
+    if tree.root_node.has_error:
+        # Text the grammar could not read may still run (`{rm,f}` is `rm f`): what it runs is not known.
+        normaliser.opaque("part of the command does not parse, so what it runs is not known")
     for node in _commands(tree.root_node):
         parent = node.parent
         text_node = parent if parent is not None and parent.type == "redirected_statement" else node
@@ -64,7 +76,28 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
         if tokens[0] != "cd":
             patterns[_text(text_node)] = None
             always[" ".join(prefix(tokens)) + " *"] = None
-    return Scan(list(patterns), list(always), list(dirs))
+        normaliser.command(node)
+    checks: dict[str, None] = {}
+    for form in normaliser.forms.values():
+        if form.text in patterns:
+            continue
+        checks[form.text] = None
+        if not form.name:
+            continue  # a nested command as written: its normalised form brings the prefix
+        # So that an "always" reply covers what really runs, not only the wrapper (`env *`); never a prefix
+        # with wildcards of its own (`\\* x` would offer `* *`, an approval of almost everything).
+        named = prefix(form.tokens)
+        if not any("*" in token or "?" in token for token in named):
+            always[" ".join(named) + " *"] = None
+        if form.respelled and form.name in PATH_COMMANDS:
+            for word in form.args:
+                value = word.value
+                if value is None or value.startswith("-") or (form.name == "chmod" and value.startswith("+")):
+                    continue
+                outside = _outside_dir(os.path.join(cwd, value), directory, worktree)
+                if outside is not None:
+                    dirs[outside] = None
+    return Scan(list(patterns), list(always), list(dirs), list(checks), normaliser.unknown)
 
 
 def _commands(root: Node) -> Iterator[Node]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,9 @@ class Asked:
     patterns: list[str]
     always: list[str]
     metadata: dict[str, Any]
+    checks: list[str] = field(default_factory=list, compare=False)
+    """Normalised forms the rules also saw (bash only); left out of comparisons, which are upstream's fields."""
+    opaque: bool = field(default=False, compare=False)
 
 
 @dataclass
@@ -30,8 +33,9 @@ class Recorder:
     updates: list[tuple[str | None, dict[str, Any] | None]] = field(default_factory=list)
     deny: set[str] = field(default_factory=set)
 
-    async def ask(self, permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
-        self.asks.append(Asked(permission, list(patterns), list(always), dict(metadata)))
+    async def ask(self, permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any],
+                  checks: Sequence[str] = (), opaque: bool = False) -> None:
+        self.asks.append(Asked(permission, list(patterns), list(always), dict(metadata), list(checks), opaque))
         if permission in self.deny:
             raise ToolError("The user rejected permission to use this specific tool call.")
 

@@ -241,3 +241,50 @@ def test_parse_failure(monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
 
 def test_cd_to_the_parent_asks_external_directory_only(project: Path) -> None:
     assert run_scan("cd ..", project) == Scan([], [], [str(project.parent)])
+
+
+# -- what runs, normalised (bash_normalise) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "checks", "always"),
+    [
+        ("ls -la", [], ["ls *"]),
+        ("/bin/rm -f x", ["rm -f x"], ["/bin/rm *", "rm *"]),
+        ("env -i X=1 nice -n 5 rm x", ["rm x", "nice -n 5 rm x"], ["env *", "nice *", "rm *"]),
+        ("sh -c 'git push origin'", ["sh -c git push origin", "git push origin"], ["sh *", "git push *"]),
+        ("echo x | xargs -0 rm", ["rm"], ["echo *", "xargs *", "rm *"]),
+        ("find . -name '*.o' -delete", ["find . -name *.o -delete", "rm"], ["find *", "rm *"]),
+        ("git -c alias.p=push p origin", ["git push origin"], ["git -c *", "git push *"]),
+        ("\\* x", ["* x"], ["\\* *"]),
+    ],
+)
+def test_normalised_forms_are_checks_and_bring_their_arity_prefix(
+    command: str, checks: list[str], always: list[str], project: Path,
+) -> None:
+    found = run_scan(command, project)
+    assert sorted(found.checks) == sorted(checks)
+    assert found.always == always
+    assert found.unknown == []
+
+
+@pytest.mark.parametrize("command", [
+    "$(echo rm) x", "eval \"$x\"", "source env.sh", ". ./env.sh", "sh build.sh", "echo ls | sh", "bash <<< ls",
+    "sh -c \"$1\"", "{rm,x}", "r? x", "echo x | xargs -I{} {}", "env $OPTS rm x", "git -c \"$K\" st",
+])
+def test_a_command_whose_name_is_known_only_when_it_runs_is_reported(command: str, project: Path) -> None:
+    assert run_scan(command, project).unknown
+
+
+@pytest.mark.parametrize("command", ["xargs -I", "timeout", "env -S", "find . -exec", "git -c", "trap", "su -c",
+                                     "sh -o", "flock", "chrt -p", "watch -n", "env -u"])
+def test_an_option_missing_its_value_is_no_crash(command: str, project: Path) -> None:
+    run_scan(command, project)
+
+
+def test_a_respelled_path_command_still_asks_for_outside_directories(project: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "f").write_text("x")
+    assert run_scan(f"env rm {outside}/f", project).external_dirs == [str(outside)]
+    assert run_scan(f"sh -c 'cat {outside}/f'", project).external_dirs == [str(outside)]
