@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyhost_harden  # noqa: F401 - first: before any tool code runs in the host
 from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext
 from pyhost_tracing import Recording, unix_ms
 
