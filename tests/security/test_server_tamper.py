@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -262,8 +263,8 @@ async def test_a_project_bunfig_never_runs_code_in_the_bun_host(plane: Plane, se
     """Bun reads ./bunfig.toml at every start, and its `preload` runs before the host's own code."""
     client = plane.client
     marker = "/workspace/preloaded.txt"
-    preload = f'require("node:fs").writeFileSync({json.dumps(marker)}, String(process.pid))\n'
-    script = (f"printf '%s' {json.dumps(preload)} > /workspace/preload.js && "
+    preload = f'require("node:fs").writeFileSync({json.dumps(marker)}, String(process.pid))'
+    script = (f"printf '%s\\n' {shlex.quote(preload)} > /workspace/preload.js && "
               "printf 'preload = [\"/workspace/preload.js\"]\\n' > /workspace/bunfig.toml && echo written")
     assert (await client.run(session_id, ["sh", "-c", script])).stdout.strip() == b"written"
     _, pid = await _count(client, session_id, "state_count")
