@@ -1,10 +1,8 @@
 """Makes the Python tool host untouchable by the session's tool processes; imported first by host.py.
 
 The agent starts the host with real uid = the host's own uid and effective uid = the tool user, so the
-files tools create still belong to the tool user. execve copied the effective uid into the saved uid, and
-a process may signal another whose real or saved uid equals its own real or effective uid: the saved uid
-is set back to the host uid here, after which no tool process can signal, ptrace or read the host's
-memory (the exec changed identity, so the host is also not dumpable; the prctl keeps it so).
+files tools create still belong to the tool user; `pyhost_identity` restores the saved uid, after which
+no tool process can signal, ptrace or read the host's memory.
 
 Children must not inherit the host's real uid: they could signal the host, and a shell started with
 real != effective uid drops to the real uid (bash and dash do), so its files would belong to the host uid.
@@ -16,13 +14,13 @@ Files the host reads at run time must not be replaceable either: see `_no_byteco
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-PR_SET_DUMPABLE = 4
+import pyhost_identity
+
 SETPRIV = "/usr/bin/setpriv"
 
 
@@ -82,13 +80,9 @@ def _no_bytecode_from_writable_dirs() -> None:
 
 def harden() -> bool:
     """True when the host runs under its own uid (inside the sandbox) and is now protected."""
-    ruid, euid, _ = os.getresuid()
-    if ruid == euid:
+    euid = pyhost_identity.protect()
+    if euid is None:
         return False  # an unprivileged test run: nothing to separate from
-    os.setresuid(-1, -1, ruid)  # glibc applies it to every thread; the agent checks each task afterwards
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
     _patch_children(euid)
     _no_bytecode_from_writable_dirs()
     return True

@@ -24,12 +24,15 @@ import asyncio
 import contextlib
 import os
 import signal
+from dataclasses import replace
 
-from sandbox_agent.errors import AgentError
+from sandbox_agent.errors import AgentError, SpawnError
+from sandbox_agent.process import ExecSpec, Execution, Identity
 
 BUN_SERVER_UID = 1001
 PY_SERVER_UID = 1002
 LSP_SERVER_UID = 1003
+MCP_SERVER_UID = 1004
 SETPRIV = "/usr/bin/setpriv"
 NICE = "/usr/bin/nice"
 SERVER_NICENESS = 10
@@ -39,7 +42,9 @@ SERVER_OOM_SCORE_ADJ = 500
 VERIFY_TIMEOUT_S = 10.0
 _POLL_S = 0.002
 
-__all__ = ["BUN_SERVER_UID", "LSP_SERVER_UID", "PY_SERVER_UID", "ServerIdentityError", "server_argv", "verify_server"]
+__all__ = ["BUN_SERVER_UID", "LSP_SERVER_UID", "MCP_SERVER_UID", "PY_SERVER_UID", "ServerIdentityError",
+           "is_bun_server", "server_argv", "start_bun_server", "verify_server"]
+TOOLHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolhost")
 
 
 class ServerIdentityError(AgentError):
@@ -93,3 +98,31 @@ async def verify_server(pid: int, server_uid: int, label: str) -> None:
             raise ServerIdentityError(f"{label} is still dumpable")
     except (FileNotFoundError, ProcessLookupError) as exc:
         raise ServerIdentityError(f"{label} ended while starting") from exc
+
+
+def is_bun_server(argv: list[str]) -> bool:
+    """Whether a local MCP server's command runs Bun (whose hardening the image ships: toolhost/harden.ts)."""
+    return bool(argv) and os.path.basename(argv[0]) == "bun"
+
+
+async def start_bun_server(spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
+    """A Bun-run local MCP server under MCP_SERVER_UID, protected as the Bun tool host is.
+
+    harden.ts is preloaded (it restores the saved uid, turns dumping off and starts children as the tool
+    user), and the image's empty bunfig replaces the project's one, whose `preload` would run code the
+    tool user wrote in the server. Other runtimes have no such first step: they run as the tool user.
+    """
+    if identity.uid is None:
+        raise SpawnError("a protected server needs the tool user's identity")
+    gid = identity.gid if identity.gid is not None else identity.uid
+    bun, *rest = spec.argv
+    argv = [bun, f"--preload={os.path.join(TOOLHOST_DIR, 'harden.ts')}",
+            f"--config={os.path.join(TOOLHOST_DIR, 'bunfig.toml')}", *rest]
+    wrapped = replace(spec, argv=server_argv(argv, MCP_SERVER_UID, identity.uid, gid))
+    execution = await Execution.start(wrapped, Identity(uid=None, gid=None), buffer_limit)
+    try:
+        await verify_server(execution.pid, MCP_SERVER_UID, f"the local MCP server {bun!r}")
+    except ServerIdentityError:
+        await execution.stop(reason="not protected")
+        raise
+    return execution

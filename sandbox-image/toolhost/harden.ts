@@ -13,6 +13,7 @@
 // (node:child_process goes through them too) is therefore started via `setpriv --ruid=<tool uid>`, which
 // needs no privilege (a process may set its real uid to its effective one).
 import { dlopen, FFIType } from "bun:ffi"
+import { track } from "./children.ts"
 
 const PR_SET_DUMPABLE = 4
 const SETPRIV = "/usr/bin/setpriv"
@@ -52,24 +53,36 @@ function dropped(cmd: string[], options: SpawnOptions | undefined, toolUid: numb
   return [SETPRIV, `--ruid=${toolUid}`, "--", program, ...rest] // setpriv looks it up as execvp would
 }
 
-function patchSpawn(toolUid: number): void {
+/** Bun.spawn / spawnSync: children recorded for their call (children.ts), and started as the tool user
+ * when the host runs under its own uid (`toolUid`). */
+function patchSpawn(toolUid: number | undefined): void {
+  const rewrite = (cmd: string[], options: SpawnOptions | undefined) =>
+    toolUid === undefined ? cmd : dropped(cmd, options, toolUid)
   for (const name of ["spawn", "spawnSync"] as const) {
     const original = Bun[name] as (...args: unknown[]) => unknown
-    const wrapped = (first: unknown, second?: unknown) => {
-      if (Array.isArray(first)) {
-        return original(dropped(first as string[], second as SpawnOptions | undefined, toolUid), second)
-      }
+    const start = (first: unknown, second?: unknown) => {
+      if (Array.isArray(first)) return original(rewrite(first as string[], second as SpawnOptions | undefined), second)
       if (typeof first === "object" && first !== null && Array.isArray((first as SpawnOptions).cmd)) {
         const options = first as SpawnOptions
-        return original({ ...options, cmd: dropped(options.cmd!, options, toolUid) }, second)
+        return original({ ...options, cmd: rewrite(options.cmd!, options) }, second)
       }
       return original(first, second)
+    }
+    const wrapped = name === "spawnSync" ? start : (first: unknown, second?: unknown) => {
+      const child = start(first, second) as { pid: number; exited: Promise<unknown> }
+      track(child)
+      return child
     }
     Object.defineProperty(Bun, name, { value: wrapped, writable: false, configurable: false })
   }
 }
 
 const ids = harden()
-if (ids !== undefined) patchSpawn(ids.euid)
+patchSpawn(ids?.euid)
+if (ids !== undefined) {
+  // Code here is the tool user for every purpose but signals and ptrace: it says so, as it did before.
+  const toolUid = ids.euid
+  process.getuid = () => toolUid
+}
 
 export const hardened = ids !== undefined

@@ -9,6 +9,7 @@ state. Both hosts (Bun, Python) are driven the same way; each case runs on a rea
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -47,6 +48,18 @@ export const stubborn = tool({
     ctx.metadata({ title: "running" })
     await Bun.sleep(3000)
     return "stubborn finished"
+  },
+})
+
+// Starts a child and waits for it, ignoring abort: the child must not outlive the abandoned call.
+export const parent = tool({
+  description: "Waits for a child process",
+  args: {},
+  async execute(_args, ctx) {
+    const child = Bun.spawn(["sleep", "60"])
+    ctx.metadata({ title: "running", metadata: { child: child.pid } })
+    await child.exited
+    return "child ended"
   },
 })
 
@@ -189,3 +202,29 @@ async def test_a_lone_stubborn_call_restarts_the_host_and_its_error_says_so(
     )
     number, new_pid = await _count(client, session_id, host)
     assert (number, new_pid != pid) == (1, True)
+
+
+async def test_an_abandoned_call_does_not_leave_its_children_running(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+    patient_box, patient_events = await _start(client, session_id, "state_patient", "p-children")
+    stream, outbox = client.tool_call(session_id, "state_parent", {}, call_id="parent")
+    events = stream.__aiter__()
+    child = 0
+    async for event in events:
+        if event.WhichOneof("event") == "metadata":
+            child = json.loads(event.metadata.metadata_json)["child"]
+            break
+    assert child > 0
+    assert (await client.run(session_id, ["kill", "-0", str(child)])).exit_code == 0
+    outbox.put_nowait(tool_pb2.ExecuteToolRequest(abort=tool_pb2.AbortCall(reason="stop")))
+    stopped = await asyncio.wait_for(_final(events), 10)
+    outbox.put_nowait(None)
+    assert stopped.error.message == ABORTED  # abandoned: the patient call runs in the same host
+    # Killed once the grace is over (the host tracks the children each call started).
+    deadline = time.monotonic() + 3
+    while (await client.run(session_id, ["kill", "-0", str(child)])).exit_code == 0:
+        assert time.monotonic() < deadline, "the abandoned call's child is still running"
+        await asyncio.sleep(0.1)
+    finished = await asyncio.wait_for(_final(patient_events), 10)
+    patient_box.put_nowait(None)
+    assert finished.WhichOneof("event") == "result", finished

@@ -1,6 +1,7 @@
 """Nothing that serves later calls can be reached by a tool process (issue 21, item 5).
 
-The Bun tool host, the Python tool host and the language server serve every later call of the session:
+The Bun tool host, the Python tool host, the language server and a (Bun-run) local MCP server serve
+every later call of the session:
 a `bash` call that could ptrace one, read or write its memory, stop or kill it, or replace a file it
 runs from, could change what later custom-tool calls and plugin hooks return. Each attack runs through
 every vector of the suite (the bash tool; a process a TypeScript custom tool spawns; one a Python custom
@@ -15,6 +16,7 @@ import json
 import os
 import shlex
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -95,8 +97,11 @@ count = tool(description="Counts its calls in module state", args={"type": "obje
 
 SHAPES_PY = '"""Shapes."""\n\n\nclass Square:\n    """A square."""\n\n    side = 2\n'
 
+MCP_SERVER_TS = (Path(__file__).parent.parent / "docker" / "mcp_stdio_server.ts").read_text()
+CONFIG = {"mcp": {"ts": {"type": "local", "command": ["bun", "run", "--no-install", "mcp_stdio_server.ts"]}}}
+
 FILES = {**PROBE_FILES, ".opencode/tool/state.ts": STATE_TS, ".opencode/tool/pystate.py": PYSTATE_PY,
-         "shapes.py": SHAPES_PY}
+         "shapes.py": SHAPES_PY, "mcp_stdio_server.ts": MCP_SERVER_TS}
 
 ATTACK = r"""
 import ctypes, errno, os, signal, sys
@@ -186,7 +191,7 @@ async def plane(lsp_flag: None) -> AsyncIterator[Plane]:
 
 @pytest.fixture(scope="module")
 async def session_id(plane: Plane) -> AsyncIterator[str]:
-    session = await plane.client.create_session(workspace_archive=tar_of(FILES))
+    session = await plane.client.create_session(workspace_archive=tar_of(FILES), config_json=json.dumps(CONFIG))
     yield session.id
     await plane.client.delete_session(session.id)
 
@@ -211,10 +216,17 @@ async def _servers_running(client: AsyncClient, session_id: str) -> dict[str, in
     _, python = await _count(client, session_id, "pystate_count")
     hover = await _hover(client, session_id)
     assert "Square" in hover, hover
-    found = await client.run(session_id, ["pgrep", "-f", "jedi_language_server.cli"])
-    lsp = [int(pid) for pid in found.stdout.split()]
-    assert len(lsp) == 1, found
-    return {"bun": bun, "python": python, "lsp": lsp[0]}
+    echo = await client.execute_tool(session_id, "ts_echo", {"text": "still serving"})
+    assert (echo.error, echo.output) == (None, "still serving")
+    return {"bun": bun, "python": python, "lsp": await _pid_of(client, session_id, "jedi_language_server.cli"),
+            "mcp": await _pid_of(client, session_id, "mcp_stdio_server.ts")}
+
+
+async def _pid_of(client: AsyncClient, session_id: str, pattern: str) -> int:
+    found = await client.run(session_id, ["pgrep", "-f", pattern])
+    pids = [int(pid) for pid in found.stdout.split()]
+    assert len(pids) == 1, found
+    return pids[0]
 
 
 def _assert_all_refused(output: str, servers: dict[str, int]) -> None:
@@ -240,10 +252,11 @@ async def test_no_tool_process_can_ptrace_read_write_or_signal_a_server(
 async def test_custom_tool_code_cannot_reach_the_other_servers(plane: Plane, session_id: str) -> None:
     client = plane.client
     servers = await _servers_running(client, session_id)
-    outcome = await client.execute_tool(session_id, "state_attack", {"pids": [servers["python"], servers["lsp"]]})
+    others = [servers["python"], servers["lsp"], servers["mcp"]]
+    outcome = await client.execute_tool(session_id, "state_attack", {"pids": others})
     assert outcome.error is None, outcome.error
     lines = outcome.output.splitlines()
-    assert len(lines) == 8, outcome.output
+    assert len(lines) == 4 * len(others), outcome.output
     assert all(line.endswith((": EPERM", ": EACCES")) for line in lines), outcome.output
     await asyncio.sleep(0.3)
     assert await _servers_running(client, session_id) == servers

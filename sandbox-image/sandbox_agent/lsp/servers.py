@@ -91,9 +91,11 @@ PYTHON = ServerSpec(
     root_markers=("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "Pipfile", "pyrightconfig.json"),
     # The agent's own interpreter is the one the image installs jedi-language-server for; the package
     # has no __main__, and its console script may not be on the tool user's PATH.
-    # pyhost_harden (imported first) restores the server's own saved uid, as in the Python tool host.
+    # pyhost_identity (first) restores the server's own saved uid, as in the Python tool host. The host's
+    # other measures (children as the plain tool user) are not taken: with them jedi's workspace search
+    # found nothing, and its children are its own environment probes, not a tool's commands.
     argv=(sys.executable, "-s", "-B", "-c",
-          f"import sys; sys.path.insert(0, {PYHOST_DIR!r}); import pyhost_harden; "
+          f"import sys; sys.path.insert(0, {PYHOST_DIR!r}); import pyhost_identity; pyhost_identity.protect(); "
           "from jedi_language_server.cli import cli; sys.exit(cli())"),
     venv_names=(".venv", "venv"),
     # jedi answers from the text it was sent, and its diagnostics (syntax errors only) come after a
