@@ -252,6 +252,35 @@ async def test_busy_loop_is_killed_on_timeout(sandbox: Sandbox, bun_host: ToolHo
     assert (await sandbox.call(bun_host, "looper_quick", {})).output == "still here"
 
 
+async def test_a_stubborn_call_is_abandoned_while_another_runs(sandbox: Sandbox, bun_host: ToolHost) -> None:
+    path = sandbox.tool("state.ts", """
+        let counter = 0
+        export const count = { description: "counts", args: {}, async execute() { return String(++counter) } }
+        export const stubborn = {
+          description: "ignores abort", args: {},
+          async execute(_args, ctx) { ctx.metadata({ title: "stubborn" }); await Bun.sleep(1500); return "late" },
+        }
+        export const patient = {
+          description: "waits", args: {},
+          async execute() { await Bun.sleep(800); return `patient ${counter}` },
+        }
+    """)
+    await load(bun_host, sandbox, path)
+    assert (await sandbox.call(bun_host, "state_count", {})).output == "1"
+    patient = asyncio.ensure_future(sandbox.call(bun_host, "state_patient", {}))
+    abort = asyncio.Event()
+    stubborn = asyncio.ensure_future(sandbox.call(bun_host, "state_stubborn", {}, abort=abort))
+    await eventually(lambda: bool(sandbox.recorder.updates))
+    abort.set()
+    with pytest.raises(HostCallError, match=r"^Tool execution aborted$"):
+        await asyncio.wait_for(stubborn, 0.4)  # at once, not after the grace
+    assert (await patient).output == "patient 1"
+    assert (await sandbox.call(bun_host, "state_count", {})).output == "2"
+    await asyncio.sleep(1.0)  # the abandoned call's late result arrives and is dropped
+    assert (await sandbox.call(bun_host, "state_count", {})).output == "3"
+    assert bun_host.restarts == 0
+
+
 async def test_abort_while_an_ask_is_pending_ends_the_call(sandbox: Sandbox, bun_host: ToolHost) -> None:
     path = sandbox.tool("asker.ts", """
         export default {
