@@ -75,6 +75,7 @@ export const patient = tool({
 """
 
 PYSTATE_PY = '''import os
+import subprocess
 import time
 
 from opencode_tool import tool
@@ -96,6 +97,14 @@ def _stubborn(args, ctx):
     return "stubborn finished"
 
 
+def _parent(args, ctx):
+    # Starts a child and waits for it, ignoring abort: the child must not outlive the abandoned call.
+    child = subprocess.Popen(["sleep", "60"])
+    ctx.metadata_sync(title="running", metadata={"child": child.pid})
+    child.wait()
+    return "child ended"
+
+
 def _patient(args, ctx):
     ctx.metadata_sync(title="running")
     time.sleep(1.5)
@@ -105,6 +114,7 @@ def _patient(args, ctx):
 count = tool(description="Counts its calls in module state", args=NO_ARGS, execute=_count)
 stubborn = tool(description="Ignores abort", args=NO_ARGS, execute=_stubborn)
 patient = tool(description="Runs for a while, then reports the counter", args=NO_ARGS, execute=_patient)
+parent = tool(description="Waits for a child process", args=NO_ARGS, execute=_parent)
 '''
 
 
@@ -204,10 +214,13 @@ async def test_a_lone_stubborn_call_restarts_the_host_and_its_error_says_so(
     assert (number, new_pid != pid) == (1, True)
 
 
-async def test_an_abandoned_call_does_not_leave_its_children_running(docker_plane: Plane, session_id: str) -> None:
+@pytest.mark.parametrize("host", HOSTS, ids=[h.name for h in HOSTS])
+async def test_an_abandoned_call_does_not_leave_its_children_running(
+    docker_plane: Plane, session_id: str, host: Host,
+) -> None:
     client = docker_plane.client
-    patient_box, patient_events = await _start(client, session_id, "state_patient", "p-children")
-    stream, outbox = client.tool_call(session_id, "state_parent", {}, call_id="parent")
+    patient_box, patient_events = await _start(client, session_id, f"{host.prefix}_patient", f"pc-{host.name}")
+    stream, outbox = client.tool_call(session_id, f"{host.prefix}_parent", {}, call_id=f"parent-{host.name}")
     events = stream.__aiter__()
     child = 0
     async for event in events:
