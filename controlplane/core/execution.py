@@ -19,6 +19,8 @@ class CommandSpec:
     stdin: bool = False
     merge_stderr: bool = False
     kill_grace_ms: int = 0
+    server: bool = False
+    """A long-lived server serving later calls (a local MCP server): see ExecStart.server."""
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,8 @@ class McpServers:
         agent = self._agent
         if agent is None:
             raise _RefusedError("this session has no sandbox to run local MCP servers in")
-        spec = CommandSpec(argv=list(entry.command), env=dict(entry.environment), cwd=self._cwd, stdin=True)
+        spec = CommandSpec(argv=list(entry.command), env=dict(entry.environment), cwd=self._cwd, stdin=True,
+                           server=True)
 
         def exited(status: Exited | None) -> None:
             connection.lost = True

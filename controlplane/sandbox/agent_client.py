@@ -421,6 +421,7 @@ class GrpcSandboxAgent(SandboxAgent):
             start=agent_pb2.ExecStart(
                 argv=spec.argv, command=spec.command, env=spec.env, cwd=spec.cwd, timeout_ms=spec.timeout_ms,
                 stdin=spec.stdin, kill_grace_ms=spec.kill_grace_ms, merge_stderr=spec.merge_stderr,
+                server=spec.server,
             )
         )
         traced = AgentCallSpan("Exec", self.sandbox_id)

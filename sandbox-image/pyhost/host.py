@@ -15,11 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyhost_harden  # noqa: F401 - first: before any tool code runs in the host
 from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext
+from pyhost_children import CHILDREN, kill_all
 from pyhost_tracing import Recording, unix_ms
 
 ABORTED = "Tool execution aborted"
 CANCEL_AFTER_S = 0.1
+ABORT_GRACE_S = 0.5
+"""After this long (the driver's grace) an aborted call still running is abandoned: its children are killed."""
 """How long an aborted async tool may take to notice `ctx.abort` before it is cancelled."""
 MAX_LINE = 1 << 30
 
@@ -198,6 +202,7 @@ class Running:
     task: asyncio.Task[Any]
     abort: asyncio.Event
     is_async: bool
+    children: set[int]
 
 
 def normalise(result: Any) -> Message:
@@ -308,9 +313,14 @@ class Host:
         execute = loaded.tool.execute
         # A callable object counts as async when its __call__ is.
         is_async = inspect.iscoroutinefunction(execute) or inspect.iscoroutinefunction(type(execute).__call__)
-        work = execute(args, ctx) if is_async else asyncio.to_thread(execute, args, ctx)
-        task = asyncio.ensure_future(work)
-        self.running[request_id] = Running(task, abort, is_async)
+        children: set[int] = set()
+        recording_children = CHILDREN.set(children)  # the task (and to_thread's worker) copy this context
+        try:
+            work = execute(args, ctx) if is_async else asyncio.to_thread(execute, args, ctx)
+            task = asyncio.ensure_future(work)
+        finally:
+            CHILDREN.reset(recording_children)
+        self.running[request_id] = Running(task, abort, is_async, children)
         try:
             result = await task
             if inspect.isawaitable(result):
@@ -359,9 +369,16 @@ class Host:
             if owner == request_id and not answer.done():
                 del self.asks[ask_id]
                 answer.set_result((False, ABORTED))
+        loop = asyncio.get_running_loop()
         if running.is_async:
-            # A synchronous tool's thread cannot be interrupted: the driver stops the host if it does not end.
-            asyncio.get_running_loop().call_later(CANCEL_AFTER_S, running.task.cancel)
+            # A synchronous tool's thread cannot be interrupted: the driver abandons it, or stops an idle host.
+            loop.call_later(CANCEL_AFTER_S, running.task.cancel)
+
+        def end_children() -> None:
+            if self.running.get(request_id) is running:
+                kill_all(running.children)
+
+        loop.call_later(ABORT_GRACE_S, end_children)
 
 
 async def serve(channel: Channel) -> None:

@@ -22,6 +22,7 @@ from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.saved_outputs import resource_error
+from sandbox_agent.server_identity import is_bun_server, start_bun_server
 from sandbox_agent.tool_calls import ToolCalls
 from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.runner import ToolRunner
@@ -151,7 +152,10 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         span = trace.start("sandbox.exec") if trace is not None else None
         spec = self._spec_from(first.start)
         try:
-            execution = await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
+            if first.start.server and is_bun_server(spec.argv) and self._identity.uid is not None:
+                execution = await start_bun_server(spec, self._identity, self._config.output_buffer_bytes)
+            else:
+                execution = await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
         except OSError as exc:
             if resource_error(exc):  # no pipe or process to be had: this command fails, the sandbox is fine
                 raise ExhaustedError(f"cannot start the command: {exc.strerror}") from exc

@@ -3,8 +3,11 @@
 import { log, send } from "./channel.ts"
 import { type HostTool, messageOf, type Registry, withTimeout } from "./loader.ts"
 import { type Recording, UNTRACED } from "./tracing.ts"
+import { killAll, recordingChildren } from "./children.ts"
 
 export const HOOK_LIMIT_MS = Number(process.env.OCSB_TOOLHOST_HOOK_LIMIT_MS ?? "10000")
+/** How long an aborted call may run on before the children it started are killed (the driver's grace). */
+export const ABORT_GRACE_MS = 500
 
 type Json = Record<string, unknown>
 type CallContext = {
@@ -63,7 +66,7 @@ function withUndeclared(tool: HostTool, raw: Json, parsed: Json): Json {
 }
 
 export class Calls {
-  private running = new Map<string, AbortController>()
+  private running = new Map<string, { controller: AbortController; children: Set<number> }>()
   private asks = new Map<string, Pending>()
   private askCount = 0
 
@@ -94,7 +97,8 @@ export class Calls {
       return
     }
     const controller = new AbortController()
-    this.running.set(id, controller)
+    const children = new Set<number>()
+    this.running.set(id, { controller, children })
     const ctx = {
       sessionID: context.sessionID ?? "", messageID: context.messageID ?? "", agent: context.agent ?? "",
       callID: context.callID ?? "", directory: context.directory ?? process.cwd(),
@@ -112,7 +116,8 @@ export class Calls {
         this.ask(id, request),
     }
     try {
-      const result = await tool.execute(withUndeclared(tool, raw as Json, parsed.data as Json), ctx)
+      const args = withUndeclared(tool, raw as Json, parsed.data as Json)
+      const result = await recordingChildren(children, () => tool.execute(args, ctx))
       const normalised = normalise(result)
       try {
         JSON.stringify(normalised) // fails before the span is ended, so the error reply still carries it
@@ -148,7 +153,14 @@ export class Calls {
   }
 
   abort(callId: string, reason: string): void {
-    this.running.get(callId)?.abort(reason)
+    const running = this.running.get(callId)
+    running?.controller.abort(reason)
+    if (running !== undefined) {
+      // A call still running after the grace is abandoned by the driver: what it started must end now.
+      setTimeout(() => {
+        if (this.running.get(callId) === running) killAll(running.children)
+      }, ABORT_GRACE_MS)
+    }
     // Nobody will answer the call's open questions any more; a tool waiting on one can now end.
     for (const [askId, pending] of this.asks) {
       if (pending.callId !== callId) continue

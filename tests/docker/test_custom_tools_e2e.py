@@ -28,6 +28,8 @@ from tests.planes import Plane, new_instance, remove_instance_leftovers, short_t
 pytestmark = pytest.mark.docker
 
 ABORTED = "Tool execution aborted"
+ABORTED_WITH_RESTART = (ABORTED + " (the tool did not stop within 0.5 s and nothing else was running in the bun tool "
+                        "host, so the host was restarted: its tools' module state was reset)")
 TOOL_DIR = "/workspace/.opencode/tool"
 
 WAITER_TS = """import { tool } from "@opencode-ai/plugin"
@@ -242,7 +244,7 @@ async def test_busy_loop_is_killed_on_abort_and_the_next_call_works(docker_plane
     outbox.put_nowait(tool_pb2.ExecuteToolRequest(abort=tool_pb2.AbortCall(reason="stop")))
     final = await asyncio.wait_for(final_event(events), 10)
     outbox.put_nowait(None)
-    assert (final.WhichOneof("event"), final.error.message) == ("error", ABORTED)
+    assert (final.WhichOneof("event"), final.error.message) == ("error", ABORTED_WITH_RESTART)
     assert time.monotonic() - aborted_at < 3.0
     # No busy process of the call is left: nothing in the sandbox burns a CPU any more.
     ps = await client.run(session_id, ["ps", "-eo", "pcpu=,args="])
@@ -258,7 +260,7 @@ async def test_busy_loop_is_killed_on_abort_and_the_next_call_works(docker_plane
         assert await other.cancel_tool_call(session_id, "c-spin-2") is True
     final = await asyncio.wait_for(final_event(events), 10)
     outbox.put_nowait(None)
-    assert final.error.message == ABORTED
+    assert final.error.message == ABORTED_WITH_RESTART
     out = await client.execute_tool(session_id, "plug_echo", {"text": "still"})
     assert out.output == "plugin says still (dir=/workspace tree=/ agent=build)"
 

@@ -135,6 +135,7 @@ class ExecStart(_message.Message):
     STDIN_FIELD_NUMBER: _builtins.int
     KILL_GRACE_MS_FIELD_NUMBER: _builtins.int
     MERGE_STDERR_FIELD_NUMBER: _builtins.int
+    SERVER_FIELD_NUMBER: _builtins.int
     command: _builtins.str
     """A script run by `/bin/bash -c`."""
     cwd: _builtins.str
@@ -147,6 +148,11 @@ class ExecStart(_message.Message):
     """Delay between SIGTERM and SIGKILL when the command is stopped; 0 means the agent default."""
     merge_stderr: _builtins.bool
     """Send stderr into the stdout stream (one ordered stream, as a terminal shows it)."""
+    server: _builtins.bool
+    """A long-lived server that serves later calls (a local MCP server): when its program is Bun, the agent
+    runs it under an identity of its own that tool processes cannot ptrace, read or signal
+    (sandbox_agent/server_identity.py); other programs run as the tool user, as any command.
+    """
     @_builtins.property
     def argv(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Program and arguments, run without a shell. Exactly one of argv and command is set."""
@@ -166,10 +172,11 @@ class ExecStart(_message.Message):
         stdin: _builtins.bool = ...,
         kill_grace_ms: _builtins.int = ...,
         merge_stderr: _builtins.bool = ...,
+        server: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "command", b"command", "cwd", b"cwd", "env", b"env", "kill_grace_ms", b"kill_grace_ms", "merge_stderr", b"merge_stderr", "stdin", b"stdin", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["argv", b"argv", "command", b"command", "cwd", b"cwd", "env", b"env", "kill_grace_ms", b"kill_grace_ms", "merge_stderr", b"merge_stderr", "server", b"server", "stdin", b"stdin", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

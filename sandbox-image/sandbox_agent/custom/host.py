@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from sandbox_agent import tracing
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.process import Chunk, Execution
+from sandbox_agent.server_identity import BUN_SERVER_UID, PY_SERVER_UID, ServerIdentityError, verify_server
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
 from sandbox_agent.tools.runner import ToolRunner
 
@@ -79,6 +81,7 @@ class _HostProcess:
         self.alive = True
         self.gone_reason = ""
         self._queues: dict[str, asyncio.Queue[Message | _Gone]] = {}
+        self._abandoned: set[str] = set()
         self._write_lock = asyncio.Lock()
         self._stderr_tail = b""
         self._reader = asyncio.ensure_future(self._read())
@@ -92,6 +95,15 @@ class _HostProcess:
 
     def close(self, request_id: str) -> None:
         self._queues.pop(request_id, None)
+
+    def abandon(self, request_id: str) -> None:
+        """The request no longer counts as running; what it still sends is dropped."""
+        self._abandoned.add(request_id)
+        self._queues.pop(request_id, None)
+
+    def busy_besides(self, request_id: str) -> bool:
+        """Whether any other request (call, hook, load, ping) is waiting for this host."""
+        return any(other != request_id and other not in self._abandoned for other in self._queues)
 
     async def send(self, message: Message) -> None:
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
@@ -144,6 +156,8 @@ class _HostProcess:
         queue = self._queues.get(request_id)
         if queue is not None:
             queue.put_nowait(message)
+        elif request_id in self._abandoned and message.get("type") in ("result", "error"):
+            self._abandoned.discard(request_id)  # the abandoned call ended after all; its answer is dropped
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
@@ -160,7 +174,7 @@ class ToolHost:
         self._start_lock = asyncio.Lock()
         self._last_load: Message | None = None
         self._ids = itertools.count(1)
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[bool]] = set()
         self._stopping: set[str] = set()
         self.restarts = 0
         """How many times a dead or killed host was started again."""
@@ -194,8 +208,9 @@ class ToolHost:
                 message = await _next(queue, abort, deadline)
                 if message is None:
                     timed_out = not abort.is_set()
-                    await self._stop_call(process, request_id, queue, "timeout" if timed_out else "aborted")
-                    raise HostCallError(_timeout_text(timeout_s) if timed_out else ABORTED)
+                    text = _timeout_text(timeout_s) if timed_out else ABORTED
+                    restarted = await self._stop_call(process, request_id, queue, "timeout" if timed_out else "aborted")
+                    raise HostCallError(text + (self._restarted_note() if restarted else ""))
                 if isinstance(message, _Gone):
                     raise HostCallError(message.reason)
                 kind = message.get("type")
@@ -302,30 +317,49 @@ class ToolHost:
         if process.alive:
             await process.send({"type": "ask_reply", "ask_id": ask.get("ask_id"), "allowed": allowed, "message": text})
 
+    def _restarted_note(self) -> str:
+        return (f" (the tool did not stop within {ABORT_GRACE_S:g} s and nothing else was running in the "
+                f"{self.name} tool host, so the host was restarted: its tools' module state was reset)")
+
     async def _stop_call(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
-                         reason: str) -> None:
-        """Asks the host to abort the call; kills the host when the call has not ended within the grace."""
+                         reason: str) -> bool:
+        """Ends the call for its caller; True when that took a restart of the host.
+
+        The host is asked to abort the call. While other requests run in the same host, the call is
+        abandoned at once (whatever it answers later is dropped): killing the host would fail those
+        requests and lose every tool's module state for one tool that ignores `ctx.abort`. Only a host
+        that serves nothing else is killed, when the call has not ended within the grace (a busy loop
+        never yields, and would otherwise keep the host's event loop for itself).
+        """
         self._stopping.add(request_id)
         try:
-            await self._abort_or_kill(process, request_id, queue, reason)
+            if process.alive:
+                await process.send({"id": self._next_id(), "type": "abort", "call": request_id, "reason": reason})
+            if process.busy_besides(request_id):
+                process.abandon(request_id)
+                return False
+            return await self._wait_or_kill(process, request_id, queue, reason)
         finally:
             self._stopping.discard(request_id)
             process.close(request_id)
 
-    async def _abort_or_kill(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
-                             reason: str) -> None:
-        if process.alive:
-            await process.send({"id": self._next_id(), "type": "abort", "call": request_id, "reason": reason})
+    async def _wait_or_kill(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
+                            reason: str) -> bool:
         deadline = asyncio.get_running_loop().time() + ABORT_GRACE_S
         while process.alive:
             remaining = deadline - asyncio.get_running_loop().time()
             try:
                 message = await asyncio.wait_for(queue.get(), max(remaining, 0))
             except TimeoutError:
+                if process.busy_besides(request_id):
+                    # Another request started meanwhile: it must not pay for this call.
+                    process.abandon(request_id)
+                    return False
                 await process.kill(f"call {reason}, not ended within {ABORT_GRACE_S} s")
-                return
+                return True
             if isinstance(message, _Gone) or message.get("type") in ("result", "error"):
-                return
+                return False
+        return False
 
 
 async def _next(queue: asyncio.Queue[Message | _Gone], abort: asyncio.Event,
@@ -375,17 +409,37 @@ def _problems(items: list[Message] | None) -> list[LoadError]:
 
 
 def bun_launcher(runner: ToolRunner, bun: str, host_ts: str, cwd: str, env: dict[str, str]) -> Launch:
-    """Starts `bun --no-install run host.ts` as the tool user (env must carry a writable HOME)."""
-    return _launcher(runner, [bun, "--no-install", "run", host_ts], cwd, env)
+    """Starts `bun --no-install run host.ts` under the Bun host's own identity (see server_identity).
+
+    `--config` names the image's empty bunfig: Bun would otherwise read the project's `bunfig.toml`
+    (writable by every tool process) at each start, and its `preload` would run code in the host.
+    The runtime transpiler cache is off: it would live in a directory the tool user can write.
+    """
+    bunfig = os.path.join(os.path.dirname(host_ts), "bunfig.toml")
+    argv = [bun, "--no-install", f"--config={bunfig}", "run", host_ts]
+    return _launcher(runner, argv, cwd, env | {"BUN_RUNTIME_TRANSPILER_CACHE_PATH": "0"}, BUN_SERVER_UID, "bun")
 
 
 def python_launcher(runner: ToolRunner, python: str, host_py: str, cwd: str, env: dict[str, str]) -> Launch:
-    """Starts `python host.py` as the tool user; host.py's directory provides `opencode_tool`."""
-    return _launcher(runner, [python, host_py], cwd, env)
+    """Starts `python host.py` under the Python host's own identity; host.py's directory provides `opencode_tool`.
+
+    `-s`: no user site-packages (they would be under the tool user's HOME); `-B`: no `.pyc` written (the
+    host also reads none from a directory the tool user can write, see pyhost_harden).
+    """
+    argv = [python, "-s", "-B", host_py]
+    return _launcher(runner, argv, cwd, env, PY_SERVER_UID, "python")
 
 
-def _launcher(runner: ToolRunner, argv: list[str], cwd: str, env: dict[str, str]) -> Launch:
+def _launcher(runner: ToolRunner, argv: list[str], cwd: str, env: dict[str, str], server_uid: int,
+              name: str) -> Launch:
     async def launch() -> Execution:
-        return await runner.start(argv, cwd=cwd, env=env, timeout_s=None, merge_stderr=False, stdin=True)
+        execution = await runner.start_server(argv, cwd=cwd, env=env, server_uid=server_uid)
+        if runner.separates_servers:
+            try:
+                await verify_server(execution.pid, server_uid, f"the {name} tool host")
+            except ServerIdentityError as exc:
+                execution.stop(reason="not protected")
+                raise HostCallError(str(exc)) from None
+        return execution
 
     return launch

@@ -20,16 +20,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sandbox_agent.errors import AgentError
 from sandbox_agent.lsp.client import LspClient
 from sandbox_agent.process import Execution
+from sandbox_agent.server_identity import LSP_SERVER_UID, ServerIdentityError, verify_server
 
 if TYPE_CHECKING:
     from sandbox_agent.tools.base import SessionState
 
 
-class ProcessStarter(Protocol):
-    """What starting a server needs from the tool runner (`ToolRunner.start`)."""
+PYHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pyhost")
 
-    async def start(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_s: float | None,
-                    merge_stderr: bool, stdin: bool = False) -> Execution: ...
+
+class ProcessStarter(Protocol):
+    """What starting a server needs from the tool runner (`ToolRunner.start_server`)."""
+
+    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], server_uid: int) -> Execution: ...
+
+    @property
+    def separates_servers(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,12 @@ PYTHON = ServerSpec(
     root_markers=("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "Pipfile", "pyrightconfig.json"),
     # The agent's own interpreter is the one the image installs jedi-language-server for; the package
     # has no __main__, and its console script may not be on the tool user's PATH.
-    argv=(sys.executable, "-c", "import sys; from jedi_language_server.cli import cli; sys.exit(cli())"),
+    # pyhost_identity (first) restores the server's own saved uid, as in the Python tool host. The host's
+    # other measures (children as the plain tool user) are not taken: with them jedi's workspace search
+    # found nothing, and its children are its own environment probes, not a tool's commands.
+    argv=(sys.executable, "-s", "-B", "-c",
+          f"import sys; sys.path.insert(0, {PYHOST_DIR!r}); import pyhost_identity; pyhost_identity.protect(); "
+          "from jedi_language_server.cli import cli; sys.exit(cli())"),
     venv_names=(".venv", "venv"),
     # jedi answers from the text it was sent, and its diagnostics (syntax errors only) come after a
     # 1 s debounce: waiting for them would only add a second to every call, so they are turned off.
@@ -154,8 +165,14 @@ class SessionServers:
 
     async def _start(self, spec: ServerSpec, root: str, starter: ProcessStarter,
                      initialization: dict[str, Any]) -> LspClient:
-        execution = await starter.start(list(spec.argv), cwd=root, env={}, timeout_s=None, merge_stderr=False,
-                                        stdin=True)
+        # A server of its own identity (see server_identity): no tool process can ptrace, read or signal it.
+        execution = await starter.start_server(list(spec.argv), cwd=root, env={}, server_uid=LSP_SERVER_UID)
+        if starter.separates_servers:
+            try:
+                await verify_server(execution.pid, LSP_SERVER_UID, f"the {spec.id} language server")
+            except ServerIdentityError:
+                execution.stop(reason="not protected")
+                raise
         return await LspClient.start(execution, name=spec.id, root=root, initialization_options=initialization)
 
     async def close(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Identity
+from sandbox_agent.server_identity import server_argv
 from sandbox_agent.tools.base import ProcessResult
 
 T = TypeVar("T")
@@ -123,6 +124,24 @@ class ToolRunner:
         spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=timeout_s, stdin=stdin,
                         kill_grace_s=0.2, merge_stderr=merge_stderr)
         return await Execution.start(spec, self._identity, self._buffer_limit)
+
+    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], server_uid: int) -> Execution:
+        """A long-lived server (a tool host) with stdin, under real uid `server_uid` and the tool user's
+        effective uid (see `server_identity`); unseparated when the agent has no tool user (a test run)."""
+        if self._identity.uid is None:
+            return await self.start(argv, cwd=cwd, env=env, timeout_s=None, merge_stderr=False, stdin=True)
+        uid = self._identity.uid
+        gid = self._identity.gid if self._identity.gid is not None else uid
+        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid, uid, gid)
+        spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=None, stdin=True, kill_grace_s=0.2,
+                        merge_stderr=False)
+        # Started by the agent itself (the spawner runs as the tool user and cannot set another uid).
+        return await Execution.start(spec, Identity(uid=None, gid=None), self._buffer_limit)
+
+    @property
+    def separates_servers(self) -> bool:
+        """Whether `start_server` gives servers an identity of their own."""
+        return self._identity.uid is not None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,128 @@
+"""The identity of the long-lived processes that serve later calls (the Bun and Python tool hosts).
+
+Tool processes run as the tool user (uid 1000). A server that ran as that same uid could be ptraced,
+read through /proc/PID/mem, stopped or killed by any of them, and a `bash` call could change what later
+custom-tool calls and plugin hooks return. So each server runs with a real and saved uid of its own
+(`*_SERVER_UID`, no account and no files of its own; one per kind of server, so that what one kind
+runs cannot signal another) and the tool user's effective (and so filesystem)
+uid, so that what it creates still belongs to the tool user:
+
+- ptrace and /proc/PID/mem need the caller's uid to equal the target's real, effective AND saved uid,
+  and the target to be dumpable; an exec with real != effective uid leaves the server non-dumpable;
+- a signal needs the sender's real or effective uid to equal the target's real or saved uid.
+
+The agent (uid 0, CAP_SETUID/SETGID) starts a server through `setpriv` with these ids. execve copies
+the effective uid into the saved one, so the server restores its saved uid itself as its very first
+step (toolhost/harden.ts; pyhost/pyhost_harden.py, which the Python language server imports too);
+`verify_server` waits for that, checks every
+thread, and resumes a server that a tool process stopped in the moment before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from dataclasses import replace
+
+from sandbox_agent.errors import AgentError, SpawnError
+from sandbox_agent.process import ExecSpec, Execution, Identity
+
+BUN_SERVER_UID = 1001
+PY_SERVER_UID = 1002
+LSP_SERVER_UID = 1003
+MCP_SERVER_UID = 1004
+SETPRIV = "/usr/bin/setpriv"
+NICE = "/usr/bin/nice"
+SERVER_NICENESS = 10
+"""As the spawner's tool processes: the agent's health and abort answers stay ahead of a busy host."""
+SERVER_OOM_SCORE_ADJ = 500
+"""Between the agent and the tool processes (1000): a memory hog that is a tool process goes first."""
+VERIFY_TIMEOUT_S = 10.0
+_POLL_S = 0.002
+
+__all__ = ["BUN_SERVER_UID", "LSP_SERVER_UID", "MCP_SERVER_UID", "PY_SERVER_UID", "ServerIdentityError",
+           "is_bun_server", "server_argv", "start_bun_server", "verify_server"]
+TOOLHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolhost")
+
+
+class ServerIdentityError(AgentError):
+    """The server did not reach its protected identity (it was killed, or it is not ours)."""
+
+
+def server_argv(argv: list[str], server_uid: int, uid: int, gid: int) -> list[str]:
+    """`argv` run with real uid `server_uid`, effective uid `uid`, all gids `gid` and no other groups."""
+    return [NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}", f"--rgid={gid}",
+            f"--egid={gid}", "--clear-groups", "--", *argv]
+
+
+def _threads_protected(pid: int, server_uid: int) -> bool:
+    """True once every thread has real = saved uid = server_uid and nothing traces it."""
+    tasks = os.listdir(f"/proc/{pid}/task")
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except FileNotFoundError:
+            continue  # a thread that just ended
+        if int(fields["TracerPid"].split()[0]) != 0:
+            raise ServerIdentityError("the server is being traced")
+        ruid, _euid, suid, _fsuid = (int(x) for x in fields["Uid"].split())
+        if ruid != server_uid or suid != server_uid:
+            if fields["State"].split()[0] in ("T", "t"):
+                # A tool process may signal the server only before it restored its saved uid.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            return False
+    return bool(tasks)
+
+
+def _write_oom_score_adj(pid: int) -> None:
+    with open(f"/proc/{pid}/oom_score_adj", "w") as adj:  # procfs: never blocks
+        adj.write(str(SERVER_OOM_SCORE_ADJ))
+
+
+async def verify_server(pid: int, server_uid: int, label: str) -> None:
+    """Waits until the server `pid` (`label`: "the bun tool host") protected itself; ServerIdentityError if not."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + VERIFY_TIMEOUT_S
+    try:
+        _write_oom_score_adj(pid)
+        while not _threads_protected(pid, server_uid):
+            if loop.time() > deadline:
+                raise ServerIdentityError(f"{label} did not take its protected identity in time")
+            await asyncio.sleep(_POLL_S)
+        # A non-dumpable process's /proc entries belong to root.
+        if os.stat(f"/proc/{pid}/mem").st_uid != 0:
+            raise ServerIdentityError(f"{label} is still dumpable")
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise ServerIdentityError(f"{label} ended while starting") from exc
+
+
+def is_bun_server(argv: list[str]) -> bool:
+    """Whether a local MCP server's command runs Bun (whose hardening the image ships: toolhost/harden.ts)."""
+    return bool(argv) and os.path.basename(argv[0]) == "bun"
+
+
+async def start_bun_server(spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
+    """A Bun-run local MCP server under MCP_SERVER_UID, protected as the Bun tool host is.
+
+    harden.ts is preloaded (it restores the saved uid, turns dumping off and starts children as the tool
+    user), and the image's empty bunfig replaces the project's one, whose `preload` would run code the
+    tool user wrote in the server. Other runtimes have no such first step: they run as the tool user.
+    """
+    if identity.uid is None:
+        raise SpawnError("a protected server needs the tool user's identity")
+    gid = identity.gid if identity.gid is not None else identity.uid
+    bun, *rest = spec.argv
+    argv = [bun, f"--preload={os.path.join(TOOLHOST_DIR, 'harden.ts')}",
+            f"--config={os.path.join(TOOLHOST_DIR, 'bunfig.toml')}", *rest]
+    wrapped = replace(spec, argv=server_argv(argv, MCP_SERVER_UID, identity.uid, gid))
+    execution = await Execution.start(wrapped, Identity(uid=None, gid=None), buffer_limit)
+    try:
+        await verify_server(execution.pid, MCP_SERVER_UID, f"the local MCP server {bun!r}")
+    except ServerIdentityError:
+        await execution.stop(reason="not protected")
+        raise
+    return execution

@@ -1,0 +1,88 @@
+// Makes the host untouchable by the session's tool processes; imported first by host.ts.
+//
+// The agent starts the host with real uid = the host's own uid (say 1001) and effective uid = the tool
+// user (1000), so files the tools create still belong to the tool user. execve copied the effective uid
+// into the saved uid, and the kernel lets a process signal another whose real OR saved uid equals its own
+// real or effective uid: until the saved uid is the host uid again, any tool process could SIGKILL or
+// SIGSTOP the host. ptrace and /proc/PID/mem already fail (the exec changed identity, so the host is not
+// dumpable and its real uid is not the caller's); the prctl below keeps it so explicitly.
+//
+// Children must not inherit the host's real uid: a child with it could signal the host, and a shell
+// started with real != effective uid drops to the real uid (bash and dash do), so its files would belong
+// to the host uid and /workspace would refuse them. Every child started through Bun.spawn / spawnSync
+// (node:child_process goes through them too) is therefore started via `setpriv --ruid=<tool uid>`, which
+// needs no privilege (a process may set its real uid to its effective one).
+import { dlopen, FFIType } from "bun:ffi"
+import { track } from "./children.ts"
+
+const PR_SET_DUMPABLE = 4
+const SETPRIV = "/usr/bin/setpriv"
+
+type Ids = { ruid: number; euid: number }
+
+function harden(): Ids | undefined {
+  const libc = dlopen("libc.so.6", {
+    getuid: { args: [], returns: FFIType.u32 },
+    geteuid: { args: [], returns: FFIType.u32 },
+    setresuid: { args: [FFIType.u32, FFIType.u32, FFIType.u32], returns: FFIType.i32 },
+    prctl: { args: [FFIType.i32, FFIType.u64, FFIType.u64, FFIType.u64, FFIType.u64], returns: FFIType.i32 },
+  })
+  try {
+    const ruid = libc.symbols.getuid()
+    const euid = libc.symbols.geteuid()
+    if (ruid === euid) return undefined // an unprivileged test run: nothing to separate from
+    const keep = 0xffffffff // (uid_t)-1: leave that id as it is
+    // glibc applies setresuid to every thread of the process; the agent checks each task afterwards.
+    if (libc.symbols.setresuid(keep, keep, ruid) !== 0) throw new Error("setresuid failed")
+    if (libc.symbols.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) !== 0) throw new Error("prctl(PR_SET_DUMPABLE) failed")
+    return { ruid, euid }
+  } finally {
+    libc.close()
+  }
+}
+
+type SpawnOptions = { cmd?: string[]; env?: Record<string, string | undefined>; cwd?: string }
+
+/** argv through setpriv, when the program exists (a missing one keeps Bun's own ENOENT error). */
+function dropped(cmd: string[], options: SpawnOptions | undefined, toolUid: number): string[] {
+  const [program, ...rest] = cmd
+  if (program === undefined) return cmd
+  const path = options?.env?.PATH ?? process.env.PATH ?? ""
+  const found = Bun.which(program, { PATH: path, cwd: options?.cwd ?? process.cwd() })
+  if (found === null) return cmd
+  return [SETPRIV, `--ruid=${toolUid}`, "--", program, ...rest] // setpriv looks it up as execvp would
+}
+
+/** Bun.spawn / spawnSync: children recorded for their call (children.ts), and started as the tool user
+ * when the host runs under its own uid (`toolUid`). */
+function patchSpawn(toolUid: number | undefined): void {
+  const rewrite = (cmd: string[], options: SpawnOptions | undefined) =>
+    toolUid === undefined ? cmd : dropped(cmd, options, toolUid)
+  for (const name of ["spawn", "spawnSync"] as const) {
+    const original = Bun[name] as (...args: unknown[]) => unknown
+    const start = (first: unknown, second?: unknown) => {
+      if (Array.isArray(first)) return original(rewrite(first as string[], second as SpawnOptions | undefined), second)
+      if (typeof first === "object" && first !== null && Array.isArray((first as SpawnOptions).cmd)) {
+        const options = first as SpawnOptions
+        return original({ ...options, cmd: rewrite(options.cmd!, options) }, second)
+      }
+      return original(first, second)
+    }
+    const wrapped = name === "spawnSync" ? start : (first: unknown, second?: unknown) => {
+      const child = start(first, second) as { pid: number; exited: Promise<unknown> }
+      track(child)
+      return child
+    }
+    Object.defineProperty(Bun, name, { value: wrapped, writable: false, configurable: false })
+  }
+}
+
+const ids = harden()
+patchSpawn(ids?.euid)
+if (ids !== undefined) {
+  // Code here is the tool user for every purpose but signals and ptrace: it says so, as it did before.
+  const toolUid = ids.euid
+  process.getuid = () => toolUid
+}
+
+export const hardened = ids !== undefined
