@@ -8,7 +8,7 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -20,6 +20,25 @@ from tests.planes import Plane, running_plane
 async def docker_plane() -> AsyncIterator[Plane]:
     """One Docker-backed control plane shared by the Docker tests (pool of 2)."""
     async with running_plane("docker", pool={"size": 2, "refill_concurrency": 2}) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def lsp_flag() -> Iterator[None]:
+    """The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts."""
+    before = os.environ.get("OPENCODE_EXPERIMENTAL_LSP_TOOL")
+    os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = "1"
+    yield
+    if before is None:
+        os.environ.pop("OPENCODE_EXPERIMENTAL_LSP_TOOL", None)
+    else:
+        os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = before
+
+
+@pytest.fixture(scope="module")
+async def lsp_plane(lsp_flag: None) -> AsyncIterator[Plane]:
+    """A Docker plane of its own that offers the `lsp` tool (one per module: the flag is read at start)."""
+    async with running_plane("docker", pool={"size": 1, "refill_concurrency": 1}) as plane:
         yield plane
 
 

@@ -6,8 +6,7 @@ Needs an image built with jedi-language-server and its dependencies (sandbox-ima
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from controlplane.client import PermissionRequest
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -33,24 +32,6 @@ FILES = {
     ),
     "notes.txt": "not code\n",
 }
-
-
-@pytest.fixture(scope="module")
-def lsp_flag() -> Iterator[None]:
-    """The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts."""
-    before = os.environ.get("OPENCODE_EXPERIMENTAL_LSP_TOOL")
-    os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = "1"
-    yield
-    if before is None:
-        os.environ.pop("OPENCODE_EXPERIMENTAL_LSP_TOOL", None)
-    else:
-        os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = before
-
-
-@pytest.fixture(scope="module")
-async def lsp_plane(lsp_flag: None) -> AsyncIterator[Plane]:
-    async with running_plane("docker", pool={"size": 1, "refill_concurrency": 1}) as plane:
-        yield plane
 
 
 @pytest.fixture(scope="module")

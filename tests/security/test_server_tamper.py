@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ import pytest
 from controlplane.client import AsyncClient
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane
 from tests.security.conftest import PROBE_FILES, Vector, python_probe
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -172,21 +171,8 @@ done
 
 
 @pytest.fixture(scope="module")
-def lsp_flag() -> Iterator[None]:
-    """The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts."""
-    before = os.environ.get("OPENCODE_EXPERIMENTAL_LSP_TOOL")
-    os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = "1"
-    yield
-    if before is None:
-        os.environ.pop("OPENCODE_EXPERIMENTAL_LSP_TOOL", None)
-    else:
-        os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = before
-
-
-@pytest.fixture(scope="module")
-async def plane(lsp_flag: None) -> AsyncIterator[Plane]:
-    async with running_plane("docker", pool={"size": 1, "refill_concurrency": 1}) as started:
-        yield started
+def plane(lsp_plane: Plane) -> Plane:
+    return lsp_plane
 
 
 @pytest.fixture(scope="module")
