@@ -126,6 +126,36 @@ async def test_symlink_and_hard_link_reads_follow_the_files_rules(plane: Plane) 
         await client.delete_session(session.id)
 
 
+async def test_apply_patch_never_shows_or_moves_a_read_denied_file(plane: Plane) -> None:
+    """An update, move or delete shows the file's text (the diff in metadata, the moved file's new name):
+    the source's read rules hold by every name, so a read deny is never beaten by `apply_patch`."""
+    client = plane.client
+    session = await client.create_session(
+        config_json=json.dumps({**READ_DENY_ENV, "permission": {**READ_DENY_ENV["permission"], "bash": "deny"}}),
+        workspace_archive=_archive({".env": SECRET + "\n"}, symlinks={"notes.txt": ".env"},
+                                   hardlinks={"shipped": ".env"}),
+    )
+    try:
+        patches = {
+            "move": "*** Begin Patch\n*** Update File: .env\n*** Move to: moved.txt\n*** End Patch",
+            "update": ("*** Begin Patch\n*** Update File: .env\n@@\n-" + SECRET + "\n+x\n*** End Patch"),
+            "delete": "*** Begin Patch\n*** Delete File: .env\n*** End Patch",
+            "move through a symlink": "*** Begin Patch\n*** Update File: notes.txt\n*** Move to: m2.txt\n*** End Patch",
+            "move through a hard link": "*** Begin Patch\n*** Update File: shipped\n*** Move to: m3.txt\n*** End Patch",
+        }
+        for what, patch in patches.items():
+            outcome = await client.execute_tool(session.id, "apply_patch", {"patchText": patch})
+            _denied(outcome.error, what)
+            assert "hunter2" not in str(outcome.events), what
+        for name in ("moved.txt", "m2.txt", "m3.txt"):
+            _, error = await _tool(client, session.id, "read", {"filePath": f"/workspace/{name}"})
+            assert error is not None and "not found" in error.lower(), (name, error)
+        output, error = await _tool(client, session.id, "read", {"filePath": "/workspace/.env"})
+        _denied(error, ".env still denied")
+    finally:
+        await client.delete_session(session.id)
+
+
 async def test_operator_deny_holds_through_symlinks_for_every_writer(plane: Plane) -> None:
     client = plane.client
     session = await client.create_session(

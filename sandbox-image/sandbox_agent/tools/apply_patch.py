@@ -202,6 +202,18 @@ async def _verify(ctx: ToolContext, hunk: Hunk) -> FileChange:
                       len(before.split("\n")), None, target)
 
 
+async def _assert_readable(ctx: ToolContext, target: Target) -> None:
+    """An update, move or delete shows the file's text (its diff and metadata, and a move's new name): the file's
+    `read` rules hold for it too, by every name, as `read` would ask them. Upstream asks `edit` only, so a
+    move would hand a read-denied file's text to the model; when the rules allow the read outright nothing
+    more is asked (upstream's ask shape). The control plane sends the rules with every call (ToolStart's
+    `rules` or `path_rules`); without them (a bare agent in unit tests) nothing is asked, as for grep's filter."""
+    rules = ctx.rules
+    if rules is None or all(rules.action("read", name) == "allow" for name in target.names):
+        return
+    await ctx.ask("read", target.names, ["*"], {})
+
+
 def _relative(ctx: ToolContext, path: str) -> str:
     return relative_to_worktree(ctx, path).replace("\\", "/")
 
@@ -242,6 +254,9 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     # Every hunk is checked against the files as they are now, before anything is written.
     changes = [await _verify(ctx, hunk) for hunk in hunks]
+    for change in changes:
+        if change.type != "add":
+            await _assert_readable(ctx, change.target)
     total_diff = "".join(change.diff + "\n" for change in changes)
     files = [_file_metadata(ctx, change) for change in changes]
     # The pattern is the source path even for a move; the metadata shows the destination. Where a link leads
