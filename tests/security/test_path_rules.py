@@ -149,8 +149,9 @@ async def test_apply_patch_never_shows_or_moves_a_read_denied_file(plane: Plane)
             assert "hunter2" not in str(outcome.events), what
         for name in ("moved.txt", "m2.txt", "m3.txt"):
             _, error = await _tool(client, session.id, "read", {"filePath": f"/workspace/{name}"})
-            assert error is not None and "not found" in error.lower(), (name, error)
-        output, error = await _tool(client, session.id, "read", {"filePath": "/workspace/.env"})
+            assert error is not None, name
+            assert "not found" in error.lower(), (name, error)
+        _, error = await _tool(client, session.id, "read", {"filePath": "/workspace/.env"})
         _denied(error, ".env still denied")
     finally:
         await client.delete_session(session.id)
