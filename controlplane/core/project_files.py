@@ -116,6 +116,29 @@ def default_agent(config_text: str) -> str:
                                "disabled); name one in CreateSession's agent (an agent a plugin adds counts there)")
 
 
+def workspace_chosen_agent(agent: str, caller_config_text: str | None) -> None:
+    """Refuses a session agent the workspace chose over one the caller's own config has settings for.
+
+    With no agent named at create, the workspace's config can change which agent the session runs as
+    (its `default_agent`, or disabling `build`). The chosen agent's rules are capped by the caller's config
+    for that agent's name only, so a caller who confined `build` (`agent.build.permission`) would otherwise
+    see the session run as an agent the caller never configured: the workspace must not widen that way.
+    """
+    if caller_config_text is None:
+        return  # the workspace added nothing
+    caller = json.loads(caller_config_text) if caller_config_text else {}
+    try:
+        caller_agent = default_agent(caller_config_text)
+    except InvalidArgumentError:
+        return  # the caller's own default_agent names an agent the workspace defines: the caller chose it
+    configured = agent_configs(caller) if isinstance(caller, dict) else {}
+    if agent == caller_agent or caller_agent not in configured or agent in configured:
+        return
+    raise InvalidArgumentError(
+        f"the workspace's config makes {shown(agent)} the session's agent, while config_json's settings are for "
+        f"{shown(caller_agent)}; name the session's agent in CreateSession's agent")
+
+
 def file_references(files: Mapping[str, bytes]) -> set[str]:
     """Workspace paths the config files name in `{file:...}`, which session_config needs in `files` too."""
     found: set[str] = set()

@@ -163,6 +163,8 @@ class SessionManager:
         inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
         config_json, caller_config = read() if inline else await asyncio.to_thread(read)
         agent = spec.agent or project_files.default_agent(config_json)
+        if not spec.agent:
+            project_files.workspace_chosen_agent(agent, caller_config)
         now = self._clock()
         session = Session(
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,

@@ -167,3 +167,32 @@ async def test_workspace_narrowing_is_honoured(plane: Plane) -> None:
     [write] = wrote
     assert_denied(write)
     assert not await exists(plane, sid, "/workspace/by-careful.txt")
+
+
+async def test_the_workspace_cannot_pick_an_agent_the_callers_rules_do_not_cover(plane: Plane) -> None:
+    """The caller confined `build` (agent-level rules) and named no agent: a workspace `default_agent`, or a
+    workspace that disables `build`, would run the session as an agent those rules never reach. Refused
+    at create; naming the agent, or a caller config without agent settings, still works."""
+    caller = {"agent": {"build": {"permission": {"bash": "deny"}}}}
+    md_primary = "---\ndescription: Mine\nmode: primary\npermission:\n  bash: allow\n---\nGo.\n"
+    chosen_by_default = {"opencode.json": json.dumps({"default_agent": "md"}), ".opencode/agent/md.md": md_primary}
+    build_disabled = {"opencode.json": json.dumps({"agent": {"build": {"disable": True}}})}
+    for files in (chosen_by_default, build_disabled):
+        with pytest.raises(Exception, match="name the session's agent in CreateSession's agent") as refused:
+            await session(plane, caller, files)
+        assert "INVALID_ARGUMENT" in str(refused.value), refused.value
+    # The caller's own choice is kept, and then its rules hold for it.
+    created = await plane.client.create_session(
+        workspace_archive=tar_of(chosen_by_default), config_json=json.dumps(caller), agent="build")
+    try:
+        assert_denied(await plane.client.execute_tool(created.id, "bash", bash("touch /workspace/pwned")))
+        assert not await exists(plane, created.id, "/workspace/pwned")
+    finally:
+        await plane.client.delete_session(created.id)
+    # Without agent-level settings in config_json the project's default agent runs, as upstream's does.
+    plain = await session(plane, {"permission": {"bash": "deny"}}, chosen_by_default)
+    try:
+        assert (await plane.client.get_session(plain)).agent == "md"
+        assert_denied(await plane.client.execute_tool(plain, "bash", bash("touch /workspace/pwned")))
+    finally:
+        await plane.client.delete_session(plain)
