@@ -86,6 +86,16 @@ def instance_containers(instance: str) -> list[Any]:
     raise AssertionError("unreachable")
 
 
+def container_gone(ref: str) -> bool:
+    """Whether no container has this id or name. Asked of the one container: a listing of all of them
+    inspects each and fails when another test's container is removed meanwhile."""
+    try:
+        docker.from_env().containers.get(ref)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
 def instance_volumes(instance: str) -> list[Any]:
     """The instance's volumes: by label, and by name (the engine makes a mount's missing volume without labels)."""
     client = docker.from_env()

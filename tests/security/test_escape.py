@@ -17,7 +17,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.planes import Plane
+from tests.planes import Plane, container_gone
 from tests.security.conftest import Pair, Vector, new_session, python_probe, through_bash_tool
 
 pytestmark = pytest.mark.docker
@@ -440,7 +440,7 @@ async def test_container_is_gone_after_delete(docker_plane: Plane, vector: Vecto
     await vector.run(docker_plane.client, session.id, "sleep 600 >/dev/null 2>&1 & echo started")
     await docker_plane.client.delete_session(session.id)
     name = f"ocsb-{docker_plane.instance}-{session.sandbox_id}"
-    assert [c for c in docker.from_env().containers.list(all=True) if c.name == name] == []
+    assert container_gone(name)
     assert not (docker_plane.plane.settings.data_dir / "sandboxes" / session.sandbox_id).exists()
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from controlplane.client import AsyncClient, Session, ToolOutcome
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane
+from tests.planes import Plane, container_gone
 
 pytestmark = pytest.mark.docker
 
@@ -172,7 +172,7 @@ async def test_detached_fork_bomb_is_contained_and_removed_with_its_session(
         await client.delete_session(session.id)
         took = time.monotonic() - started
     assert took < 15
-    assert [c for c in docker.from_env().containers.list(all=True) if c.id == cid] == []
+    assert container_gone(cid)
 
 
 async def test_memory_bomb_is_oom_killed_and_the_session_keeps_working(docker_plane: Plane) -> None:
