@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,11 @@ from sandbox_agent.tools.runner import ToolRunner
 
 ABORTED = "Tool execution aborted"
 ABORT_GRACE_S = 0.5
+UNBLOCK_S = 2.0
+"""How soon a host must answer a ping after one of its calls was abandoned (see ToolHost._unblock)."""
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""The longest protocol line (a tool's result with its metadata) the agent takes from a host."""
+_LINE_ID = re.compile(rb'\{"id":"([^"]{1,64})"')
 """How long an aborted call may take to end before the host is killed (a busy loop never yields)."""
 STDERR_TAIL = 4096
 
@@ -118,8 +124,8 @@ class _HostProcess:
         await self.wait_closed()
 
     async def _read(self) -> None:
-        pending = b""
         code = -1
+        lines = _Lines(self._dispatch, self._too_large)
         try:
             async for item in self.execution.events():
                 if not isinstance(item, Chunk):
@@ -127,10 +133,7 @@ class _HostProcess:
                 elif item.stream == "stderr":
                     self._on_stderr(item.data)
                 else:
-                    pending += item.data
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        self._dispatch(line)
+                    lines.feed(item.data)
         finally:
             self.alive = False
             tail = self._stderr_tail.decode(errors="replace").strip().splitlines()
@@ -159,9 +162,54 @@ class _HostProcess:
         elif request_id in self._abandoned and message.get("type") in ("result", "error"):
             self._abandoned.discard(request_id)  # the abandoned call ended after all; its answer is dropped
 
+    def _too_large(self, request_id: str | None, size: int) -> None:
+        log.warning("%s tool host wrote a %d-byte line; dropped", self.name, size)
+        queue = self._queues.get(request_id) if request_id is not None else None
+        if queue is not None:
+            queue.put_nowait({"id": request_id, "type": "error", "message": (
+                f"The tool's result is {size} bytes, over the {MAX_LINE_BYTES // (1024 * 1024)} MiB a tool host may "
+                "send: write a large result to a file and return its path")})
+
     async def wait_closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
+
+
+class _Lines:
+    """Splits a host's stdout into protocol lines in linear time, holding at most MAX_LINE_BYTES of one line:
+    a longer line (a tool's huge result) is dropped as it arrives and reported by the id it starts with, so
+    no tool's output can take the agent's memory (the hosts write `{"id":"N",...` first)."""
+
+    def __init__(self, on_line: Callable[[bytes], None], on_too_large: Callable[[str | None, int], None]) -> None:
+        self._on_line = on_line
+        self._on_too_large = on_too_large
+        self._buffer = bytearray()
+        self._dropping: str | None = None
+        self._dropped = -1
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            piece = data[start:] if end < 0 else data[start:end]
+            if self._dropped >= 0:
+                self._dropped += len(piece)
+            else:
+                self._buffer += piece
+                if len(self._buffer) > MAX_LINE_BYTES:
+                    found = _LINE_ID.match(self._buffer)
+                    self._dropping = found.group(1).decode() if found else None
+                    self._dropped = len(self._buffer)
+                    self._buffer = bytearray()
+            if end < 0:
+                return
+            if self._dropped >= 0:
+                self._on_too_large(self._dropping, self._dropped)
+                self._dropping, self._dropped = None, -1
+            else:
+                self._on_line(bytes(self._buffer))
+            self._buffer = bytearray()
+            start = end + 1
 
 
 class ToolHost:
@@ -176,6 +224,7 @@ class ToolHost:
         self._ids = itertools.count(1)
         self._background: set[asyncio.Task[bool]] = set()
         self._stopping: set[str] = set()
+        self._watchers: set[asyncio.Task[None]] = set()
         self.restarts = 0
         """How many times a dead or killed host was started again."""
 
@@ -336,12 +385,33 @@ class ToolHost:
             if process.alive:
                 await process.send({"id": self._next_id(), "type": "abort", "call": request_id, "reason": reason})
             if process.busy_besides(request_id):
-                process.abandon(request_id)
+                self._abandon(process, request_id)
                 return False
             return await self._wait_or_kill(process, request_id, queue, reason)
         finally:
             self._stopping.discard(request_id)
             process.close(request_id)
+
+    def _abandon(self, process: _HostProcess, request_id: str) -> None:
+        process.abandon(request_id)
+        watcher = asyncio.ensure_future(self._unblock(process, request_id))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _unblock(self, process: _HostProcess, request_id: str) -> None:
+        """An abandoned call may still hold the host's event loop (a busy loop never yields): every other
+        request would then wait for it with no end. The host must answer a ping within UNBLOCK_S; if it
+        cannot, it is restarted, and the requests it was serving fail with an error naming the cause."""
+        try:
+            await asyncio.wait_for(self._exchange(process, {"type": "ping"}), UNBLOCK_S)
+        except TimeoutError:
+            if process.alive:
+                process.gone_reason = (
+                    f"the {self.name} tool host was restarted: an aborted call kept it busy for over {UNBLOCK_S:g} s "
+                    "after its abort, so its other calls could not run (its tools' module state was reset)")
+                await process.kill(f"aborted call {request_id} kept the host busy")
+        except HostCallError:
+            pass  # the host ended meanwhile: its requests already know why
 
     async def _wait_or_kill(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
                             reason: str) -> bool:
@@ -353,7 +423,7 @@ class ToolHost:
             except TimeoutError:
                 if process.busy_besides(request_id):
                     # Another request started meanwhile: it must not pay for this call.
-                    process.abandon(request_id)
+                    self._abandon(process, request_id)
                     return False
                 await process.kill(f"call {reason}, not ended within {ABORT_GRACE_S} s")
                 return True
