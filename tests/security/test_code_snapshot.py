@@ -215,7 +215,7 @@ async def test_a_rewritten_mcp_server_and_mcp_config_wait_for_reload(docker_plan
 
 
 ATTACK = r"""
-snap=$(ls -d /tmp/.opencode-code-* | head -n1)
+snap=$(ls -d /run/code/.opencode-code-* | head -n1)
 f=$snap/workspace/.opencode/lib/word.ts
 echo "owner: $(stat -c %u:%a $snap $f | tr '\n' ' ')"
 try() { if "$@" 2>/dev/null; then echo "$1: SUCCEEDED"; else echo "$1: refused"; fi; }
