@@ -106,6 +106,7 @@ EOF
       > $d/$m.py
   done
 done
+mkdir -p /tmp/home/.config && cp /tmp/home/.bunfig.toml /tmp/home/.config/.bunfig.toml  # Bun's global bunfig
 site=$(python3 -c 'import site; print(site.getusersitepackages())')
 mkdir -p "$site" && cp /workspace/sitecustomize.py "$site/" && cp /workspace/leftpad.py "$site/"
 echo 'import os; open("/tmp/owned-pth", "w").write("ran")' > "$site/evil.pth"
