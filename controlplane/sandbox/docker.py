@@ -27,6 +27,7 @@ from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfi
 from controlplane.core.models import Resources
 from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
+from controlplane.sandbox import code_mount
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import SandboxDirs
@@ -278,7 +279,8 @@ class DockerSandboxProvider(SandboxProvider):
             # session would leave the OOM killer only the agent. So each takes at most a share of the memory.
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={min(self._tmpfs_mb, resources.memory_mb // 4)}m,mode=1777",
                       "/dev/shm": f"rw,noexec,nosuid,nodev,size={min(self._shm_mb, resources.memory_mb // 8)}m,"
-                                  "mode=1777"},
+                                  "mode=1777",
+                      **code_mount.docker_tmpfs(resources.memory_mb)},
             "mounts": [
                 Mount(WORKSPACE, self._volume(sandbox_id), type="volume"),
                 Mount(AGENT_DIR, str(self._dirs.path(sandbox_id)), type="bind"),
@@ -289,7 +291,8 @@ class DockerSandboxProvider(SandboxProvider):
             "memswap_limit": resources.memory_mb * 1024 * 1024,
             "nano_cpus": int(resources.cpu * 1e9),
             "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
-                            "AGENT_OUTPUT_BUDGET_BYTES": str(self._output_budget_mb << 20)},
+                            "AGENT_OUTPUT_BUDGET_BYTES": str(self._output_budget_mb << 20),
+                            code_mount.CODE_ENV: code_mount.CODE_DIR},
             "detach": True,
         }
         if self._config.runtime:
@@ -462,6 +465,7 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
         problems.append("the Docker socket is mounted")
     if any(m.get("Destination") == GLOBAL_DIR and m.get("RW") for m in attrs.get("Mounts") or []):
         problems.append("the global tools dir is mounted writable")
+    problems += code_mount.container_problems(host)
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))
 

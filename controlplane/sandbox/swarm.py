@@ -29,7 +29,7 @@ from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import swarm_relay
+from controlplane.sandbox import code_mount, swarm_relay
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.docker import (
     AGENT_CAPS,
@@ -486,10 +486,13 @@ class SwarmSandboxProvider(SandboxProvider):
         memory = resources.memory_mb * 1024 * 1024
         spec = docker.types.ContainerSpec(
             self._config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
-            env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE},
+            env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
+                 code_mount.CODE_ENV: code_mount.CODE_DIR},
             mounts=[
                 Mount("/tmp", None, type="tmpfs", tmpfs_size=self._tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
                 Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=self._config.workspace_mb * 1024 * 1024),
+                Mount(code_mount.CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
+                      tmpfs_mode=code_mount.CODE_MODE),
                 Mount(AGENT_DIR, self._agent_dir_source(self._instance, sandbox_id), type="bind"),
             ],
             read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
@@ -703,5 +706,6 @@ def verify_service_hardening(service: dict[str, Any], resources: Resources, netw
         problems.append(f"attached to {networks}, wanted only the session's internal network")
     if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
         problems.append("the Docker socket is mounted")
+    problems += code_mount.service_problems(container.get("Mounts") or [])
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))

@@ -24,6 +24,9 @@ class AgentConfig:
     """Largest workspace upload, in extracted bytes."""
     output_budget_bytes: int = 0
     """What all saved tool outputs may take together; 0: a quarter of their filesystem (the /tmp tmpfs)."""
+    code_dir: str = ""
+    """Where the session's code snapshot goes: the providers' root-owned tmpfs (no ancestor a tool process can
+    write, which the agent checks); "" on the local plane (a host process without isolation): a tmp dir."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -38,4 +41,5 @@ class AgentConfig:
             output_buffer_bytes=int(env.get("AGENT_OUTPUT_BUFFER_BYTES", default.output_buffer_bytes)),
             max_upload_bytes=int(env.get("AGENT_MAX_UPLOAD_BYTES", default.max_upload_bytes)),
             output_budget_bytes=int(env.get("AGENT_OUTPUT_BUDGET_BYTES", default.output_budget_bytes)),
+            code_dir=env.get("AGENT_CODE_DIR", default.code_dir),
         )

@@ -41,7 +41,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._running: set[Execution] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._runner = ToolRunner(self._identity, self.base_env(), config.output_buffer_bytes)
-        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes)
+        self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes,
+                                config.code_dir)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -101,13 +101,15 @@ class _Outbox:
 class ToolCalls:
     """Runs built-in tool calls for the sessions of this sandbox (one, once claimed)."""
 
-    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, output_budget_bytes: int = 0) -> None:
+    def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, output_budget_bytes: int = 0,
+                 code_dir: str = "") -> None:
         self._runner = runner
         self._workspace = workspace
         self._tool_home = tool_home
         self.outputs = OutputDir(runner.io, os.path.join(tool_home, TOOL_OUTPUT_DIR), Budget(output_budget_bytes))
         self._sessions: dict[str, SessionState] = {}
-        self.custom = CustomTools(runner, workspace, tool_home)
+        self.custom = CustomTools(runner, workspace, tool_home, code_dir=code_dir or None,
+                                  private_code_dir=bool(code_dir))
         self.running = 0
         self._detached: set[asyncio.Task[None]] = set()
         """Calls of a RunTools stream that went away, finishing their abort."""

@@ -20,6 +20,7 @@ from controlplane.client import AsyncClient, ToolOutcome
 from controlplane.config import load_settings
 from controlplane.core.models import Resources
 from controlplane.errors import ConfigError, HardeningError
+from controlplane.sandbox import code_mount
 from controlplane.sandbox.docker import GLOBAL_DIR, verify_hardening
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
@@ -566,6 +567,7 @@ def test_a_writable_global_mount_fails_hardening() -> None:
         "HostConfig": {
             "NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": ["SETUID"], "SecurityOpt": ["no-new-privileges"],
             "ReadonlyRootfs": True, "PidsLimit": 64, "Memory": 256 * 1024 * 1024, "NanoCpus": 1_000_000_000,
+            "Tmpfs": code_mount.docker_tmpfs(256),
         },
         "Mounts": [{"Type": "bind", "Source": "/srv/tools", "Destination": GLOBAL_DIR, "RW": False}],
     }

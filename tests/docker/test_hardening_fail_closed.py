@@ -120,7 +120,7 @@ def test_verify_hardening_refuses_what_the_engine_really_reports(soft_container:
         "capabilities not all dropped (None); unexpected capabilities ['SYS_ADMIN']; "
         "no-new-privileges is not set; root filesystem is writable; pids limit is 100, wanted 512; "
         "memory limit is 0, wanted 1024 MiB; cpu limit is 0, wanted 1.0; runtime is runc, wanted runsc; "
-        "the Docker socket is mounted"
+        "the Docker socket is mounted; the code snapshot dir /run/code is not a tmpfs of its own"
     )
 
 

@@ -12,7 +12,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 
 from controlplane.v1 import session_pb2
@@ -215,7 +214,7 @@ async def test_a_rewritten_mcp_server_and_mcp_config_wait_for_reload(docker_plan
 
 
 ATTACK = r"""
-snap=$(ls -d /tmp/.opencode-code-* | head -n1)
+snap=$(ls -d /run/code/.opencode-code-* | head -n1)
 f=$snap/workspace/.opencode/lib/word.ts
 echo "owner: $(stat -c %u:%a $snap $f | tr '\n' ' ')"
 try() { if "$@" 2>/dev/null; then echo "$1: SUCCEEDED"; else echo "$1: refused"; fi; }
@@ -247,27 +246,21 @@ async def test_the_snapshot_cannot_be_changed_by_the_tool_user(docker_plane: Pla
         await client.delete_session(session.id)
 
 
-async def test_a_full_tmp_gives_reload_a_clear_error_and_keeps_the_session(
-    docker_plane: Plane, open_session: str,
-) -> None:
+async def test_a_full_tmp_does_not_stop_reload(docker_plane: Plane, open_session: str) -> None:
+    """The snapshot has its own root-owned mount (/run/code): the tool user can neither plant files above it
+    nor fill it, so a full /tmp leaves ReloadTools working (it once failed with "no space left")."""
     client = docker_plane.client
     session_id = open_session
     fill = heredoc("/workspace/.opencode/tool/late.ts", HELPER_TS)
     fill += "dd if=/dev/zero of=/tmp/fill bs=1M >/dev/null 2>&1; echo filled"
     assert (await client.execute_tool(session_id, "bash", bash(fill))).output.startswith("filled\n")
-    with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await client.reload_tools(session_id)
-    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "no space left" in (refused.value.details() or "")
-    assert "ReloadTools again" in (refused.value.details() or "")
-    # The code in force stays, and works.
-    assert (await client.get_session(session_id)).state == session_pb2.Session.READY
-    assert (await client.execute_tool(session_id, "greet", {})).output == "shipped"
     assert "late" not in await tool_ids(docker_plane, session_id)
-    await client.run(session_id, ["rm", "-f", "/tmp/fill"])
     report = await client.reload_tools(session_id)
     assert list(report.added_tools) == ["late"]
+    assert (await client.get_session(session_id)).state == session_pb2.Session.READY
+    assert (await client.execute_tool(session_id, "greet", {})).output == "shipped"
+    await client.run(session_id, ["rm", "-f", "/tmp/fill"])
     await docker_plane.plane.audit.flush()
     entries = [e for e in await docker_plane.plane.store.audit_entries("default", session_id) if e.kind == "reload"]
-    assert [e.outcome for e in entries] == ["error", "ok"]
+    assert [e.outcome for e in entries] == ["ok"]
 

@@ -484,9 +484,11 @@ def bun_launcher(runner: ToolRunner, bun: str, host_ts: str, cwd: str, env: dict
     `--config` names the image's empty bunfig: Bun would otherwise read the project's `bunfig.toml`
     (writable by every tool process) at each start, and its `preload` would run code in the host.
     The runtime transpiler cache is off: it would live in a directory the tool user can write.
+    `--no-env-file`: the cwd stays the project directory (tools see it as `process.cwd()`, as upstream), and
+    Bun would load its `.env`, `.env.local`, ... (model-writable) into the host's environment at each start.
     """
     bunfig = os.path.join(os.path.dirname(host_ts), "bunfig.toml")
-    argv = [bun, "--no-install", f"--config={bunfig}", "run", host_ts]
+    argv = [bun, "--no-install", "--no-env-file", f"--config={bunfig}", "run", host_ts]
     return _launcher(runner, argv, cwd, env | {"BUN_RUNTIME_TRANSPILER_CACHE_PATH": "0"}, BUN_SERVER_UID, "bun")
 
 

@@ -57,13 +57,16 @@ class _Scan:
 
 class CustomTools:
     def __init__(self, runner: ToolRunner, workspace: str, tool_home: str, worktree: str = "/",
-                 code_dir: str | None = None) -> None:
+                 code_dir: str | None = None, private_code_dir: bool = False) -> None:
         self._runner = runner
         self._workspace = workspace
         self._tool_home = tool_home
         self._worktree = worktree
         # Beside the tool user's HOME: the sticky /tmp tmpfs in a container, the sandbox's dir on the local plane.
         self._code_dir = code_dir or os.path.dirname(tool_home.rstrip("/")) or "/tmp"
+        # In a container: the providers' own tmpfs, refused unless no tool process can write it or an ancestor
+        # (Bun looks upward from each loaded file for node_modules, package.json, tsconfig.json).
+        self._private_code_dir = private_code_dir
         self.snapshot: snapshot.CodeSnapshot | None = None
         """The code this session runs; None until it is taken (at create, or before the first listing)."""
         self._bun: ToolHost | None = None
@@ -108,7 +111,7 @@ class CustomTools:
 
     async def _take(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> snapshot.CodeSnapshot:
         return await snapshot.take(self._runner, base=self._code_dir, workspace=self._workspace, worktree=worktree,
-                                   home=self._tool_home, config=config, env=env)
+                                   home=self._tool_home, config=config, env=env, private=self._private_code_dir)
 
     async def listing(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> CustomListing:
         async with self._lock:

@@ -10,14 +10,21 @@ HOME's `.opencode`, OPENCODE_CONFIG_DIR) with everything in it, so that relative
 dir and its own `node_modules` keep resolving, plus the plugin files the session config names outside
 those dirs. The operator's global dir is mounted read-only and is used in place.
 
+Where: in a container, under the providers' dedicated tmpfs (AGENT_CODE_DIR, /run/code, root-owned 0755,
+`private`): Bun looks upward from every loaded file for node_modules, package.json, tsconfig.json and
+jsconfig.json, so no ancestor of the copy may be writable by a tool process (under the sticky /tmp, a
+model-written /tmp/node_modules or /tmp/tsconfig.json became code in the host). The agent checks every
+ancestor before each snapshot and refuses otherwise. On the local plane (a host process, no isolation)
+`base` is the sandbox's tmp dir.
+
 How: files are opened by the tool user's io threads (what the tool user cannot read is not copied) and
-written by the agent's own identity (root in a container) into a fresh directory under `base` (the
-sticky /tmp): dirs 0755, files 0644 (0755 when executable), all owned by the agent, so the tool user can
-read but neither write, rename, chmod nor delete them. Paths mirror the originals (`root + original`),
-so a relative import resolves to the copy of its target when the target was copied, and to nothing
-when it was not: an import reaching outside the copied dirs fails to resolve instead of running a
-workspace file. A symbolic link is copied as what it points to (a link could lead back into the
-writable workspace); a loop or a special file is skipped.
+written by the agent's own identity (root in a container) into a fresh directory under `base`: dirs
+0755, files 0644 (0755 when executable), all owned by the agent, so the tool user can read but neither
+write, rename, chmod nor delete them. Paths mirror the originals (`root + original`), so a relative
+import resolves to the copy of its target when the target was copied, and to nothing when it was not: an
+import reaching outside the copied dirs fails to resolve instead of running a workspace file. A symbolic
+link is copied as what it points to (a link could lead back into the writable workspace); a loop or a
+special file is skipped.
 Skills (SKILL.md) are read at the same moment; the listing and the `skill` tool serve that scan.
 """
 
@@ -92,9 +99,14 @@ def changes(before: CodeSnapshot | None, after: CodeSnapshot) -> Changes:
 
 
 async def take(runner: ToolRunner, *, base: str, workspace: str, worktree: str, home: str,
-               config: Mapping[str, Any], env: Mapping[str, str]) -> CodeSnapshot:
-    """Copies the session's custom code now. Raises SnapshotError (nothing is left behind then)."""
+               config: Mapping[str, Any], env: Mapping[str, str], private: bool = False) -> CodeSnapshot:
+    """Copies the session's custom code now. Raises SnapshotError (nothing is left behind then).
+
+    `private`: `base` must already exist with no ancestor (itself included) that anyone but the agent and
+    root could write or replace."""
     plan = await runner.io(_plan, workspace, worktree, home, dict(config), dict(env))
+    if private:
+        await asyncio.to_thread(check_private, base)
     root = await asyncio.to_thread(_make_root, base, plan.dirs)
     try:
         digests: dict[str, str] = {}
@@ -212,6 +224,28 @@ def _open_all(paths: Sequence[str]) -> list[tuple[str, int]]:
     return opened
 
 
+def check_private(base: str) -> None:
+    """SnapshotError unless `base` and each of its ancestors is a real directory of root's or the agent's
+    that neither group nor others may write: then nothing Bun or Python finds looking upward from the copy
+    was put there by a tool process."""
+    path = posixpath.normpath(base)
+    while True:
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            raise SnapshotError(f"the code snapshot dir {base} is not usable ({path}: {exc.strerror}); the "
+                                "sandbox was not created as this agent expects: recreate the session") from None
+        if (not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid())
+                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            raise SnapshotError(
+                f"refusing to keep the session's custom code under {base}: {path} could be written by a tool "
+                f"process (owner uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}), and the tool hosts "
+                "look for modules and config in every ancestor of a tool's file")
+        if path == "/":
+            return
+        path = posixpath.dirname(path)
+
+
 # -- the agent's side: the copy --------------------------------------------------------------------
 
 
@@ -291,8 +325,8 @@ def _copy(root: str, original: str, source: int) -> str:
 
 def _storage_problem(where: str, exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left to copy the session's custom code into {where} ({exc.strerror}): free space in "
-                "/tmp (remove large files there) and call ReloadTools again")
+        return (f"no space left to copy the session's custom code into {where} ({exc.strerror}): keep large "
+                "files out of the .opencode dirs (build outputs, big dependencies) and call ReloadTools again")
     return f"could not copy the session's custom code into {where}: {exc.strerror or exc}"
 
 

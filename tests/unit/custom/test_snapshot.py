@@ -143,6 +143,22 @@ async def test_a_base_that_cannot_hold_the_copy_is_a_clear_error(runner: ToolRun
                             home=str(project.parent / "home"), config={}, env={})
 
 
+async def test_a_private_base_with_a_tool_writable_ancestor_is_refused(runner: ToolRunner, project: Path) -> None:
+    """In a container the snapshot goes to the providers' root-owned tmpfs; anywhere a tool process could plant
+    a node_modules or tsconfig.json above the copy (here the sticky /tmp above pytest's dir) is refused."""
+    base = project.parent / "code"
+    base.mkdir(exist_ok=True)
+    base.chmod(0o777)
+    with pytest.raises(snapshot.SnapshotError, match="refusing to keep the session's custom code under") as info:
+        await snapshot.take(runner, base=str(base), workspace=str(project), worktree=str(project),
+                            home=str(project.parent / "home"), config={}, env={}, private=True)
+    assert "could be written by a tool process" in str(info.value)
+    assert list(base.iterdir()) == []  # nothing was copied
+    with pytest.raises(snapshot.SnapshotError, match="/tmp could be written"):
+        snapshot.check_private("/tmp")  # sticky and world-writable
+    snapshot.check_private("/usr")  # root's, 0755 up to the root: accepted
+
+
 @pytest.fixture
 async def custom(runner: ToolRunner, project: Path) -> AsyncIterator[CustomTools]:
     tools = CustomTools(runner, str(project), str(project.parent / "home"), code_dir=str(project.parent / "code"))
