@@ -167,7 +167,8 @@ RED_TEAM_RESPELLINGS = [
         "printf -v 'a[$(rm f)]' x", "printf -v'a[`rm f`]' x", "declare 'a[$(rm f)]=1'", "typeset 'a[$(rm f)]=1'",
         "local 'a[$(rm f)]=1'", "export 'a[$(rm f)]=1'", "readonly 'a[$(rm f)]=1'", "let 'a[$(rm f)]=1'",
         "read 'a[$(rm f)]' <<< 1", "unset 'a[$(rm f)]'", "mapfile 'a[$(rm f)]' < x", "wait -p 'a[$(rm f)]'",
-        "x='a[$(rm f)]'; echo $((x))", "declare -a 'x=([$(rm f)]=1)'",
+        "x='a[$(rm f)]'; echo $((x))", "echo $(( 'a[$(rm f)]' ))", "a=(); echo ${a['$(rm f)']}",
+        "x='a[$(rm f)]'; [[ $x -eq 1 ]]", "declare -a 'x=([$(rm f)]=1)'",
         "hash -p /bin/rm ls; ls f", "hash -p /bin/rm ls", "enable -f ./x.so rm2",
         "shopt -s expand_aliases; BASH_ALIASES[x]=rm; x f", "BASH_CMDS[ls]=/bin/rm; ls f",
         "declare BASH_ALIASES[x]=rm", "printf -v 'BASH_ALIASES[x]' rm", "read 'BASH_CMDS[ls]' <<< /bin/rm",
@@ -181,6 +182,9 @@ RED_TEAM_RESPELLINGS = [
         "tar -F 'rm f' -cf x.tar .", "tar --info-script='rm f' -cf x.tar .", "tar --new-volume-script='rm f' -cf x .",
         "strace -f -o /dev/null rm f", "ltrace rm f", "valgrind --quiet rm f", "fakeroot rm f", "fakeroot -- rm f",
         "unbuffer rm f", "tini -- rm f", "dumb-init rm f", "pkexec rm f", "sg tool 'rm f'", "sg tool -c 'rm f'",
+        "sort --compress-program='rm' -S 1 big", "sort --compress-p=rm big", "split --filter='rm f' notes.txt",
+        "split --fil 'rm f' notes.txt", "sdiff --diff-program='rm' a b", "export GIT_EDITOR='rm f'; git commit",
+        "BASH_ENV=./x.sh; export BASH_ENV; bash -c ls", "declare -x LD_PRELOAD=./x.so; ls",
         "entr -s 'rm f' < list", "catchsegv rm f", "numactl --physcpubind 0 rm f", "systemd-run --user rm f",
     ),
     *_many(
@@ -220,7 +224,9 @@ RED_TEAM_RESPELLINGS = [
            "export FOO=bar", "test -v HOME", "[[ -v x ]]", "let 'x=1+2'", "read -r line < notes.txt",
            "unset x", "x='$(not run)'; echo \"$x\"", "echo 'a[$(rm f)]'", "hash -r", "hash ls",
            "mapfile -t lines < notes.txt", "strace -c ls", "env -v ls", "env -iv ls",
-           "ld.so --list /bin/ls", "shopt -s nullglob"),
+           "ld.so --list /bin/ls", "shopt -s nullglob",
+           "sort -u notes.txt", "echo $(( 1 + 2 ))", "echo ${a[1]}", "{ echo '$(x)'; }",
+           "split -l 10 notes.txt part", "export PATH=$PATH:/x; ls", "export FOO=1; ls"),
 ]
 
 CORPUS: list[Case] = [

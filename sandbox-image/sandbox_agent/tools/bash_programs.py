@@ -17,7 +17,16 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from sandbox_agent.tools.bash_normalise import Context, Handler, Normaliser, follow, skip_options, wrapper
+from sandbox_agent.tools.bash_normalise import (
+    FILE_VARIABLES,
+    PROGRAM_VARIABLES,
+    Context,
+    Handler,
+    Normaliser,
+    follow,
+    skip_options,
+    wrapper,
+)
 from sandbox_agent.tools.bash_words import Word, literal, word
 
 Next = tuple[list[Word], Context] | None
@@ -313,6 +322,28 @@ def _tar(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return None
 
 
+def _program_option(options: tuple[str, ...]) -> Handler:
+    """A program with long options whose value is a command it runs (`sort --compress-program=P`,
+    `split --filter=CMD`, `sdiff --diff-program=P`); abbreviations count."""
+
+    def handle(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+        for j, w in enumerate(args):
+            value = w.value or ""
+            if value == "--":
+                break
+            option = long_option(value, options)
+            if option is None:
+                continue
+            text = value.split("=", 1)[1] if "=" in value else (args[j + 1].value if j + 1 < len(args) else "")
+            if text is None:
+                n.opaque(f"{name} {option} with a command known only when it runs")
+            elif text:
+                n.script(text, ctx)
+        return None
+
+    return handle
+
+
 # -- builtins that take names or arithmetic, and name tables ----------------------------------------------
 
 def _names(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
@@ -356,14 +387,25 @@ def _check_name(n: Normaliser, name: str, value: str | None) -> None:
 def statement(n: Normaliser, node: Node) -> None:
     """Checks of syntax that is not a simple command (`Normaliser.statement`)."""
     kind = node.type
-    if kind in ("declaration_command", "unset_command", "test_command"):
+    if kind in ("declaration_command", "unset_command", "test_command", "arithmetic_expansion", "subscript",
+                "compound_statement", "c_style_for_statement"):
+        # Also `$(( 'a[$(cmd)]' ))` and `${a['$(cmd)']}`: bash evaluates the quoted text as arithmetic.
         for child in _literals(node):
+            if kind in ("compound_statement", "subscript") and child.parent is not None \
+                    and child.parent.type not in ("subscript", "compound_statement"):
+                continue  # a `{ ...; }` group's commands are checked as commands
             _check_name(n, kind.split("_")[0], word(child).value)
     elif kind == "variable_assignment":
         target = node.child_by_field_name("name")
         value = node.child_by_field_name("value")
-        if target is not None and (target.text or b"").decode("utf-8", "replace").startswith(NAME_TABLES):
+        variable = (target.text or b"").decode("utf-8", "replace") if target is not None else ""
+        parent = node.parent
+        if variable.startswith(NAME_TABLES):
             n.opaque("an assignment changes what later command names run")
+        elif value is not None and (parent is None or parent.type != "command") and variable != "PATH" and (
+                variable in PROGRAM_VARIABLES or variable in FILE_VARIABLES or variable.startswith("GIT_CONFIG")):
+            # `export GIT_EDITOR='rm f'; git commit`: the later commands of the script inherit it.
+            n.variable(variable, word(value), Context())
         elif value is not None and value.type != "array":
             text = word(value).value
             if text is not None and "[" in text and _evaluated(text):
@@ -388,6 +430,8 @@ PROGRAMS: dict[str, Handler] = {
     "entr": _entr, "sed": _sed, "gsed": _sed, "tar": _tar, "gtar": _tar,
     **dict.fromkeys(("test", "[", "let", "read", "unset", "mapfile", "readarray", "wait", "declare", "typeset",
                      "local", "export", "readonly"), _names),
+    "sort": _program_option(("--compress-program",)), "split": _program_option(("--filter",)),
+    "sdiff": _program_option(("--diff-program",)), "diff3": _program_option(("--diff-program",)),
     "printf": _printf, "hash": _hash, "enable": _enable,
     "strace": wrapper("-o -e -p -s -u -E -a -b -I -O -P -S -X -U"),
     "ltrace": wrapper("-o -e -p -s -u -a -n -l -L -x -E -F"),
