@@ -49,6 +49,10 @@ def _evaluated(value: str | None) -> bool:
     return value is not None and any(s in value for s in EVALUATED)
 
 
+_LOADER_WITH_ARG = ("--library-path", "--inhibit-rpath", "--audit", "--preload", "--argv0",
+                    "--glibc-hwcaps-prefix", "--glibc-hwcaps-mask")
+
+
 def _loader(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     """`ld.so [OPTIONS] PROGRAM ARGS`: runs PROGRAM; libraries it is told to load are not known."""
     i = 0
@@ -59,13 +63,19 @@ def _loader(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             return None
         if value in ("--list", "--verify", "--help", "--version", "--list-tunables", "--list-diagnostics"):
             return None
-        if value.split("=")[0] in ("--preload", "--audit", "--library-path"):
+        option = long_option(value, (*_LOADER_WITH_ARG, "--inhibit-cache"))
+        if option in ("--preload", "--audit", "--library-path"):
             n.opaque(f"{name} loads libraries that permission rules cannot read")
             return None
-        if value.startswith("--"):
-            i += 1 if "=" in value or value == "--inhibit-cache" else 2
-            continue
-        break
+        if value == "--":
+            i += 1
+            break
+        if option is None and value.startswith("-"):
+            n.opaque(f"{name} with an option it may read in a way not followed here")
+            return None
+        if option is None:
+            break
+        i += 1 if "=" in value or option == "--inhibit-cache" else 2
     return follow(n, name, args[i:], ctx)
 
 
@@ -85,6 +95,9 @@ def _start_stop_daemon(n: Normaliser, name: str, args: list[Word], ctx: Context)
         opt = value.split("=", 1)[0]
         if value in ("-S", "--start"):
             starts = True
+        elif opt.startswith("--"):
+            # getopt: an abbreviation is the option (`--ex`, `--starta`); `--start` itself is exact.
+            opt = long_option(value, ("--exec", "--startas"), frozenset({"--start"})) or opt
         if opt in ("-x", "--exec", "-a", "--startas"):
             given = literal(value.split("=", 1)[1]) if "=" in value else (args[i + 1] if i + 1 < len(args) else None)
             if program is None or opt in ("-a", "--startas"):
