@@ -151,6 +151,17 @@ def _entr(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return follow(n, name, args[start:], ctx)
 
 
+def _multicall(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`toybox rm f`, `coreutils --coreutils-prog=rm f`: one binary that runs the tool it is told to."""
+    first = args[0].value if args else None
+    if first is not None and first.startswith("--coreutils-prog"):
+        if "=" not in first:
+            n.opaque(f"{name} runs a tool known only when it runs")
+            return None
+        return [literal(first.split("=", 1)[1]), *args[1:]], ctx
+    return follow(n, name, args, ctx)
+
+
 # -- sed -------------------------------------------------------------------------------------------------
 
 _SED_SINGLE = frozenset("=dDgGhHnNpPxzFl{}")
@@ -457,5 +468,10 @@ PROGRAMS: dict[str, Handler] = {
                            "--working-directory"),
     "chpst": wrapper("-u -U -b -e -n -l -L -m -d -o -p -f -c -r -t"),
     "newgrp": wrapper(empty_runs_shell=True, positional=1),
+    "toybox": _multicall, "coreutils": _multicall, "proxychains": wrapper("-f"), "proxychains4": wrapper("-f"),
+    "dbus-run-session": wrapper("--config-file --dbus-daemon"), "ssh-agent": wrapper("-a -E -P -t"),
+    "setuidgid": wrapper(positional=1), "envdir": wrapper(positional=1), "eatmydata": wrapper(),
+    "nocache": wrapper(), "chronic": wrapper(), "ifne": wrapper(), "lckdo": wrapper("-w", positional=1),
+    "daemonize": wrapper("-a -c -e -o -p -l -u -E"), "trickle": wrapper("-u -d -w -t -l -s -n"),
 }
 """By the name a command is run as (merged into bash_runners.RUNNERS)."""
