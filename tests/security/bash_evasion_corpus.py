@@ -192,7 +192,7 @@ RED_TEAM_RESPELLINGS = [
         "BASH_ENV=./x.sh; export BASH_ENV; bash -c ls", "declare -x LD_PRELOAD=./x.so; ls",
         "entr -s 'rm f' < list", "toybox rm f", "coreutils --coreutils-prog=rm f", "proxychains -q rm f",
         "ssh-agent rm f", "setuidgid tool rm f", "envdir ./e rm f", "eatmydata rm f", "chronic rm f",
-        "lckdo lock rm f", "daemonize /bin/rm f", "dbus-run-session -- rm f",
+        "git submodule foreach -q 'rm f'", "lckdo lock rm f", "daemonize /bin/rm f", "dbus-run-session -- rm f",
         "catchsegv rm f", "numactl --physcpubind 0 rm f", "systemd-run --user rm f",
     ),
     *_many(
@@ -220,6 +220,9 @@ RED_TEAM_RESPELLINGS = [
         "git -c filter.x.clean='touch pwned' add .", "git -c uploadpack.packObjectsHook='touch pwned' fetch",
         "git -c credential.helper='!touch pwned' fetch", "git --config-env=core.editor=E commit",
         "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.pager GIT_CONFIG_VALUE_0=id git log",
+        "git submodule foreach -q 'touch pwned'", "git submodule foreach --recursive 'touch pwned'",
+        "git daemon --access-hook='touch pwned' .", "git config core.pager 'touch pwned'",
+        "git config set core.sshCommand 'touch pwned'", "git -c Diff.X.Textconv=id diff",
     ),
     *_many("git-only", "allow", "git grep -e keep", "git grep -O -e keep", "git rebase --root",
            "git rebase --empty=drop HEAD~1", "git ls-remote .", "git -c protocol.version=2 fetch",

@@ -44,7 +44,7 @@ _EXEC: dict[str, tuple[tuple[str, ...], str, str]] = {
     "send-email": (("--sendmail-cmd", "--to-cmd", "--cc-cmd", "--smtp-server"), "", ""),
     "filter-branch": (("--env-filter", "--tree-filter", "--index-filter", "--parent-filter", "--msg-filter",
                        "--commit-filter", "--tag-name-filter"), "", ""),
-    "instaweb": (("--httpd", "--browser"), "db", ""), "mergetool": ((), "", ""),
+    "instaweb": (("--httpd", "--browser"), "db", ""), "daemon": (("--access-hook",), "", ""), "mergetool": ((), "", ""),
     "submodule": ((), "", ""), "bisect": ((), "", ""), "config": ((), "", ""), "init": ((), "", ""),
     "remote": ((), "", ""),
 }
@@ -136,7 +136,9 @@ def _subcommand(n: Normaliser, sub: str, args: list[Word], ctx: Context) -> None
     if sub == "bisect" and values[:1] == ["run"]:
         n.run(args[1:], ctx)
     if sub == "submodule" and "foreach" in values:
-        after = [w for w in args[values.index("foreach") + 1:] if not (w.value or "").startswith("--")]
+        after = args[values.index("foreach") + 1:]
+        while after and (after[0].value or "").startswith("-"):
+            after = after[1:]  # `--recursive`, `-q`: foreach's own options, before the command
         if any(w.value is None for w in after):
             n.opaque("git submodule foreach with a command known only when it runs")
         elif after:
