@@ -192,7 +192,8 @@ RED_TEAM_RESPELLINGS = [
         "BASH_ENV=./x.sh; export BASH_ENV; bash -c ls", "declare -x LD_PRELOAD=./x.so; ls",
         "entr -s 'rm f' < list", "toybox rm f", "coreutils --coreutils-prog=rm f", "proxychains -q rm f",
         "ssh-agent rm f", "setuidgid tool rm f", "envdir ./e rm f", "eatmydata rm f", "chronic rm f",
-        "git submodule foreach -q 'rm f'", "lckdo lock rm f", "daemonize /bin/rm f", "dbus-run-session -- rm f",
+        "git submodule foreach -q 'rm f'", "lckdo lock rm f", "exec -a rm busybox f", "exec -ca rm toybox f",
+        "/lib64/ld-linux-x86-64.so.2 --argv0 rm /bin/busybox f", "daemonize /bin/rm f", "dbus-run-session -- rm f",
         "catchsegv rm f", "numactl --physcpubind 0 rm f", "systemd-run --user rm f",
     ),
     *_many(

@@ -75,8 +75,26 @@ def _loader(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             return None
         if option is None:
             break
+        if option == "--argv0":
+            argv0 = value.split("=", 1)[1] if "=" in value else (args[i + 1].value if i + 1 < len(args) else "")
+            if argv0:
+                n.run([literal(argv0), *args[i + (1 if "=" in value else 2) + 1:]], ctx)
         i += 1 if "=" in value or option == "--inhibit-cache" else 2
     return follow(n, name, args[i:], ctx)
+
+
+def _exec(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`exec [-cl] [-a NAME] CMD`: runs CMD with NAME as its argv[0], which a multicall binary (`busybox`,
+    `toybox`) acts on: the command is followed both as CMD and as NAME."""
+    start = skip_options(args, frozenset({"-a"}))
+    if start is None:
+        n.opaque("exec with an option known only when it runs")
+        return None
+    argv0 = next((args[j + 1] for j in range(start - 1)
+                  if (args[j].value or "")[:1] == "-" and (args[j].value or "").endswith("a")), None)
+    if argv0 is not None and start < len(args):
+        n.run([argv0, *args[start + 1:]], ctx)
+    return follow(n, name, args[start:], ctx)
 
 
 def _start_stop_daemon(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
@@ -450,7 +468,7 @@ def _literals(node: Node) -> list[Node]:
 
 
 PROGRAMS: dict[str, Handler] = {
-    "ld.so": _loader, "start-stop-daemon": _start_stop_daemon, "run-parts": _run_parts, "sg": _sg,
+    "ld.so": _loader, "exec": _exec, "start-stop-daemon": _start_stop_daemon, "run-parts": _run_parts, "sg": _sg,
     "entr": _entr, "sed": _sed, "gsed": _sed, "tar": _tar, "gtar": _tar,
     **dict.fromkeys(("test", "[", "let", "read", "unset", "mapfile", "readarray", "wait", "declare", "typeset",
                      "local", "export", "readonly"), _names),

@@ -318,7 +318,6 @@ RUNNERS: dict[str, Handler] = {
     "setarch": wrapper(positional=1),
     "linux32": wrapper(), "linux64": wrapper(),
     "builtin": wrapper(),
-    "exec": wrapper("-a"),
     "nohup": wrapper(),
     "nice": wrapper("-n --adjustment"),
     "timeout": wrapper("-s --signal -k --kill-after", positional=1),
