@@ -193,7 +193,8 @@ RED_TEAM_RESPELLINGS = [
         "entr -s 'rm f' < list", "toybox rm f", "coreutils --coreutils-prog=rm f", "proxychains -q rm f",
         "ssh-agent rm f", "setuidgid tool rm f", "envdir ./e rm f", "eatmydata rm f", "chronic rm f",
         "git submodule foreach -q 'rm f'", "lckdo lock rm f", "exec -a rm busybox f", "exec -ca rm toybox f",
-        "/lib64/ld-linux-x86-64.so.2 --argv0 rm /bin/busybox f", "daemonize /bin/rm f", "dbus-run-session -- rm f",
+        "/lib64/ld-linux-x86-64.so.2 --argv0 rm /bin/busybox f", "at now <<< 'rm f'", "echo 'rm f' | batch",
+        "tmux new -d 'rm f'", "screen -dm rm f", "daemonize /bin/rm f", "dbus-run-session -- rm f",
         "catchsegv rm f", "numactl --physcpubind 0 rm f", "systemd-run --user rm f",
     ),
     *_many(

@@ -169,6 +169,19 @@ def _entr(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return follow(n, name, args[start:], ctx)
 
 
+def _not_known(why: str, harmless: str = "") -> Handler:
+    """A program that runs shell text it reads or schedules (`at`, `tmux new 'cmd'`): not known, unless
+    every word is one of its `harmless` listing options."""
+    quiet = frozenset(harmless.split())
+
+    def handle(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+        if not args or any(w.value not in quiet for w in args):
+            n.opaque(f"{name} {why}")
+        return None
+
+    return handle
+
+
 def _multicall(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     """`toybox rm f`, `coreutils --coreutils-prog=rm f`: one binary that runs the tool it is told to."""
     first = args[0].value if args else None
@@ -486,6 +499,9 @@ PROGRAMS: dict[str, Handler] = {
                            "--working-directory"),
     "chpst": wrapper("-u -U -b -e -n -l -L -m -d -o -p -f -c -r -t"),
     "newgrp": wrapper(empty_runs_shell=True, positional=1),
+    "at": _not_known("runs commands it reads", "-l -V --help"), "batch": _not_known("runs commands it reads"),
+    "tmux": _not_known("runs shell commands it is given", "ls list-sessions -V"),
+    "screen": _not_known("runs commands it is given", "-ls -list -v --version"),
     "toybox": _multicall, "coreutils": _multicall, "proxychains": wrapper("-f"), "proxychains4": wrapper("-f"),
     "dbus-run-session": wrapper("--config-file --dbus-daemon"), "ssh-agent": wrapper("-a -E -P -t"),
     "setuidgid": wrapper(positional=1), "envdir": wrapper(positional=1), "eatmydata": wrapper(),
