@@ -35,6 +35,7 @@ from sandbox_agent import event_loop
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools import bash_scan
 from sandbox_agent.tools.bash_normalise import Normaliser
+from sandbox_agent.tools.bash_programs import statement
 from sandbox_agent.tools.bash_runners import RUNNERS
 
 TARGET_P99_MS = 1.0
@@ -79,11 +80,10 @@ async def section(quick: bool) -> list[str]:
     project = tempfile.mkdtemp(prefix="ocsb-bench-")
     parser = Parser(bash_scan._language())
     tree = parser.parse(TYPICAL.encode())
-    nodes = list(bash_scan._commands(tree.root_node))
 
     async def normalise() -> None:
-        n = Normaliser(lambda text: parser.parse(text.encode()).root_node, RUNNERS)
-        for node in nodes:
+        n = Normaliser(lambda text: parser.parse(text.encode()).root_node, RUNNERS, statement)
+        for node in bash_scan._commands(tree.root_node, lambda found: statement(n, found)):
             n.command(node)
 
     found = bash_scan.scan(TYPICAL, project, project, "/")

@@ -23,6 +23,14 @@ RM_DENIED = {"bash": {"*": "allow", "rm *": "deny"}}
 GIT_ONLY = {"bash": {"*": "deny", "git *": "allow"}}
 FILES = {"victim": "keep me\n", "notes.txt": "rm is mentioned here\n"}
 
+LATER_RM = [
+    "/lib64/ld-linux-x86-64.so.2 /bin/rm victim", "$'rm\\0' victim", "$'rm\\x00zz' victim", "env -vS'rm victim'",
+    "start-stop-daemon --start --exec /bin/rm -- /workspace/victim",
+    "run-parts --regex='^rm$' --arg=/workspace/victim /usr/bin", "test -v 'a[$(rm victim)]'",
+    "[[ -v 'a[$(rm victim)]' ]]", "printf -v 'a[$(rm victim)]' x", "declare 'a[$(rm victim)]=1'",
+    "let 'a[$(rm victim)]=1'", "hash -p /bin/rm ls; ls victim", "sed -n '1e rm victim' notes.txt",
+    "tar --checkpoint=1 --checkpoint-action=exec='rm victim' -cf /tmp/x.tar notes.txt",
+]
 RESPELLED_RM = [
     "/bin/rm victim", "\\rm victim", "env rm victim", "X=1 rm victim", "command rm victim", "r''m victim",
     "eval 'rm victim'", "sh -c 'rm victim'", 'bash -c "rm victim"', "$(echo rm) victim", "echo victim | xargs rm",
@@ -30,6 +38,8 @@ RESPELLED_RM = [
     "find . -name victim -exec rm {} +", "git -c alias.x='!rm victim' x", "trap 'rm victim' EXIT", "{rm,victim}",
     "f() { rm victim; }; f", "echo cm0gdmljdGlt | base64 -d | sh", "env -S 'rm victim'", "busybox rm victim",
     "watch -x rm victim", "su -c 'rm victim'", "dash -c 'echo ok; rm victim'", "echo rm victim | xargs eval",
+    # Found by the red team after the first round (docs/security.md, "Bash permission rules").
+    *LATER_RM,
 ]
 BENIGN = ["ls", 'echo "rm"', "grep rm notes.txt", "cat notes.txt", "echo rm -rf /", "find . -name '*.txt' -print"]
 
@@ -77,7 +87,7 @@ async def test_commands_that_only_mention_rm_still_run(docker_plane: Plane, rm_d
     assert "victim" in await workspace(docker_plane, rm_denied)
 
 
-@pytest.mark.parametrize("command", ["env rm victim", "echo victim | xargs rm", "sh -c 'rm victim'"])
+@pytest.mark.parametrize("command", ["env rm victim", "echo victim | xargs rm", "sh -c 'rm victim'", *LATER_RM])
 async def test_the_same_respelling_removes_the_file_where_rm_is_allowed(docker_plane: Plane, command: str) -> None:
     """The control: what the denied session refuses really would remove the file."""
     session = await docker_plane.client.create_session(
@@ -95,6 +105,10 @@ async def test_the_same_respelling_removes_the_file_where_rm_is_allowed(docker_p
     "git -c alias.x='!touch pwned' x", "git -c alias.x=!touch\\ pwned x", "git -c core.pager='touch pwned' log",
     "git -c core.fsmonitor='touch pwned' status", "git status; touch pwned", "git $(touch pwned)",
     "GIT_EDITOR='touch pwned' git commit --allow-empty", "env GIT_EXTERNAL_DIFF='touch pwned' git diff",
+    "git -c protocol.ext.allow=always ls-remote 'ext::sh -c touch% pwned'",
+    "git -c core.gitProxy=touch ls-remote git://pwned/y", "git grep -O'touch pwned;:' -e keep",
+    "git rebase -x'touch pwned' --root", "git rebase --exe='touch pwned' --root",
+    "git ls-remote --upload='touch pwned;:' .",
 ])
 async def test_only_git_allowed_runs_no_other_program_through_git(docker_plane: Plane, command: str) -> None:
     session = await docker_plane.client.create_session(
@@ -117,7 +131,7 @@ async def test_the_operators_deny_sees_the_respelling_too() -> None:
         session = await plane.client.create_session(
             workspace_archive=tar_of(FILES), config_json=json.dumps({"permission": {"bash": "allow"}}),
         )
-        for command in ("/bin/rm victim", "sh -c 'rm victim'", "$(echo rm) victim"):
+        for command in ("/bin/rm victim", "sh -c 'rm victim'", "$(echo rm) victim", *LATER_RM):
             out = await bash(plane, session.id, command)
             assert_denied(out)
         assert "victim" in await workspace(plane, session.id)

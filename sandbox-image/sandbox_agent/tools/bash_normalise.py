@@ -18,6 +18,7 @@ configuration the model wrote into the workspace) is the sandbox's to contain: d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -36,8 +37,12 @@ PROGRAM_VARIABLES = frozenset({
 })
 """Environment variables whose value is a command another program runs (`GIT_EDITOR='x' git commit`)."""
 FILE_VARIABLES = frozenset({"BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP",
-                            "NODE_OPTIONS", "PERL5OPT", "GIT_EXEC_PATH", "GIT_DIR", "GIT_TEMPLATE_DIR", "PATH"})
+                            "NODE_OPTIONS", "PERL5OPT", "GIT_EXEC_PATH", "GIT_DIR", "GIT_TEMPLATE_DIR", "PATH",
+                            "GIT_ALLOW_PROTOCOL", "BASH_ALIASES", "BASH_CMDS"})
 """Environment variables that make a program load or run a file, or look programs up elsewhere."""
+LOADER = re.compile(r"ld[-\w.]*\.so[\w.]*")
+"""The dynamic loader's names (`ld-linux-x86-64.so.2`, `ld.so`, `ld-musl-x86_64.so.1`): it runs the program
+named by its first argument, so it is one more wrapper (its handler is the one `RUNNERS` has for `ld.so`)."""
 MAX_FORMS = 2_000
 """Forms collected per command; a command that yields more is treated as not known."""
 
@@ -80,6 +85,9 @@ class Normaliser:
     """Parses a script's text into a tree-sitter-bash tree (its root node)."""
     handlers: Mapping[str, Handler]
     """By program name: how to find the command a program runs (bash_runners.RUNNERS)."""
+    statement: Callable[[Normaliser, Node], None] | None = None
+    """Called with every node of the script and of nested scripts: checks of shell syntax that is not a
+    simple command (`declare`, `[[ ]]`, assignments; bash_programs.statement)."""
     forms: dict[str, Form] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
     """Why a command's name cannot be known before it runs, one reason per case."""
@@ -111,7 +119,7 @@ class Normaliser:
                 self.opaque(f"the command name {head.raw!r} is known only when it runs")
                 return
             self.add(name, args, respelled=respelled or head.value != head.raw or name != head.value)
-            handler = self.handlers.get(name)
+            handler = self.handlers.get(name) or (self.handlers.get("ld.so") if LOADER.fullmatch(name) else None)
             if handler is None:
                 return
             following = handler(self, name, args, ctx)
@@ -134,6 +142,8 @@ class Normaliser:
         stack = [root]
         while stack:
             node = stack.pop()
+            if self.statement is not None:
+                self.statement(self, node)
             if node.type == "command":
                 parent = node.parent
                 shown = parent if parent is not None and parent.type == "redirected_statement" else node

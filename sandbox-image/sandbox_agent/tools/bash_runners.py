@@ -11,7 +11,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
+from sandbox_agent.tools.bash_git import git
 from sandbox_agent.tools.bash_normalise import Context, Handler, Normaliser, follow, skip_options, wrapper
+from sandbox_agent.tools.bash_programs import PROGRAMS
 from sandbox_agent.tools.bash_words import Word, literal
 
 Next = tuple[list[Word], Context] | None
@@ -100,8 +102,9 @@ def _env(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
         if value is None:
             n.opaque("env with an option or assignment known only when it runs")
             return None
-        if (options and value in ("-S", "--split-string")) or (value.startswith(("--split-string=", "-S")) and options):
-            text = value.split("=", 1)[1] if value.startswith("--split-string=") else value[2:]
+        split_at = _env_split(value) if options else None
+        if split_at is not None:
+            text = value[split_at:]
             if not text and i + 1 < len(args):
                 i += 1
                 text = args[i].value or ""
@@ -119,7 +122,8 @@ def _env(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             return _env(n, name, split + args[i + 1:], ctx)
         if options and value == "--":
             options = False
-        elif options and value in ("-u", "--unset", "-C", "--chdir"):
+        elif options and (value in ("-u", "-C") or (
+                "=" not in value and len(value) > 2 and ("--unset".startswith(value) or "--chdir".startswith(value)))):
             i += 1
         elif options and value.startswith("-") and value != "-":
             pass  # a flag, or an option with its value attached (`-uNAME`, `--chdir=DIR`)
@@ -131,6 +135,24 @@ def _env(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             break
         i += 1
     return follow(n, name, args[i:], ctx)
+
+
+def _env_split(value: str) -> int | None:
+    """Where `-S`'s text starts in an option word (`-S`, `-vS'..'`, `-iS..`, `--split-string=`, or any
+    abbreviation of it), or None; a cluster stops at `-u`/`-C`, whose value is the rest of the word."""
+    if value.startswith("--"):
+        name = value.split("=", 1)[0]
+        if len(name) < 3 or not "--split-string".startswith(name):
+            return None
+        return len(name) + 1 if "=" in value else len(value)
+    if not value.startswith("-"):
+        return None
+    for k, c in enumerate(value[1:], 1):
+        if c == "S":
+            return k + 1
+        if c in "uC":
+            return None
+    return None
 
 
 def _xargs(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
@@ -174,117 +196,6 @@ def _find(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             n.add("rm", [], respelled=True)  # find deletes the files itself: what `rm` rules are about
         i += 1
     return None
-
-
-_GIT_PROGRAM_KEYS = frozenset({
-    "core.pager", "core.editor", "core.sshcommand", "core.fsmonitor", "core.askpass", "sequence.editor",
-    "diff.external", "gpg.program", "credential.helper", "interactive.difffilter", "uploadpack.packobjectshook",
-    "sendemail.sendmailcmd", "sendemail.tocmd", "sendemail.cccmd", "ssh.variant", "web.browser",
-    "instaweb.httpd", "mergetool.path", "difftool.path", "core.hookspath", "sendemail.smtpserver",
-    "remote.origin.uploadpack", "remote.origin.receivepack",
-})
-"""Git configuration whose value is a command or program that git runs."""
-_GIT_PROGRAM_SUFFIXES = (".textconv", ".command", ".driver", ".clean", ".smudge", ".process", ".program", ".cmd",
-                         ".helper", ".path", ".uploadpack", ".receivepack", ".proxy", "pager")
-_GIT_GLOBAL_WITH_ARG = frozenset("-C --git-dir --work-tree --namespace --super-prefix --exec-path --list-cmds "
-                                 "--attr-source".split())
-_GIT_EXEC_OPTIONS = {
-    "rebase": ("--exec", "-x"), "difftool": ("--extcmd", "-x"), "clone": ("--upload-pack", "-u"),
-    "fetch": ("--upload-pack",), "pull": ("--upload-pack",), "ls-remote": ("--upload-pack",),
-    "push": ("--receive-pack", "--exec"), "archive": ("--exec",), "send-email": ("--sendmail-cmd", "--to-cmd",
-                                                                                   "--cc-cmd"),
-    "filter-branch": ("--env-filter", "--tree-filter", "--index-filter", "--parent-filter", "--msg-filter",
-                      "--commit-filter", "--tag-name-filter"),
-    "submodule": (), "bisect": (), "mergetool": ("--tool",), "config": (),
-}
-"""Git subcommands' options whose value is a command git runs."""
-
-
-def _git_program_key(key: str) -> bool:
-    key = key.lower()
-    return key in _GIT_PROGRAM_KEYS or key.endswith(_GIT_PROGRAM_SUFFIXES) or key.startswith(("pager.", "alias."))
-
-
-def _git(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
-    aliases: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        value = args[i].value
-        if value is None:
-            n.opaque("git with an option known only when it runs")
-            return None
-        if value in ("-c", "--config-env") or value.startswith("--config-env="):
-            setting = value.split("=", 1)[1] if "=" in value else (args[i + 1].value if i + 1 < len(args) else "")
-            key, _, text = (setting or "").partition("=")
-            if setting is None or (value.startswith("--config-env") and _git_program_key(key)) \
-                    or key.lower().startswith(("include.", "includeif.")):
-                n.opaque("git runs a program from configuration known only when it runs")
-            elif key.lower().startswith("alias.") and not value.startswith("--config-env"):
-                aliases[key[len("alias."):].lower()] = text
-                if text.startswith("!"):
-                    n.script(text[1:], ctx)
-            elif _git_program_key(key) and text and text.lower() not in ("true", "false", "0", "1"):
-                n.script(text, ctx)
-            i += 1 if "=" in value and value.startswith("--config-env") else 2
-            continue
-        if value in _GIT_GLOBAL_WITH_ARG:
-            i += 2
-            continue
-        if value.startswith("-"):
-            i += 1
-            continue
-        break
-    rest = args[i:]
-    if not rest:
-        return None
-    sub = (rest[0].value or "").lower()
-    if sub in aliases and not aliases[sub].startswith("!"):
-        try:
-            expansion = [literal(part) for part in shlex.split(aliases[sub])]
-        except ValueError:
-            n.opaque("a git alias that does not split")
-            return None
-        n.add("git", [*expansion, *rest[1:]], respelled=True)
-        sub = expansion[0].value or "" if expansion else ""
-        rest = [rest[0], *expansion[1:], *rest[1:]]
-    _git_subcommand(n, sub, rest[1:], ctx)
-    return None
-
-
-def _git_subcommand(n: Normaliser, sub: str, args: list[Word], ctx: Context) -> None:
-    options = _GIT_EXEC_OPTIONS.get(sub)
-    if options is None:
-        return
-    values = [w.value for w in args]
-    if sub == "bisect" and values[:1] == ["run"]:
-        n.run(args[1:], ctx)
-    if sub == "submodule" and "foreach" in values:
-        after = [w for w in args[values.index("foreach") + 1:] if not (w.value or "").startswith("--")]
-        joined = _values(after)
-        if joined is None:
-            n.opaque("git submodule foreach with a command known only when it runs")
-        elif joined:
-            n.script(" ".join(joined), ctx)
-    if sub == "config":
-        # `git config alias.x '!cmd'` stores a command for later calls: follow it as if it ran now.
-        for j, w in enumerate(args[:-1]):
-            if (w.value or "").lower().startswith("alias.") and (args[j + 1].value or "").startswith("!"):
-                n.script((args[j + 1].value or "")[1:], ctx)
-            elif w.value is not None and _git_program_key(w.value) and args[j + 1].value:
-                n.script(args[j + 1].value or "", ctx)
-    for j, w in enumerate(args):
-        value = w.value or ""
-        for option in options:
-            if value == option and j + 1 < len(args):
-                text = args[j + 1].value
-            elif value.startswith(option + "=") and option.startswith("--"):
-                text = value[len(option) + 1:]
-            else:
-                continue
-            if text is None:
-                n.opaque(f"git {sub} {option} with a command known only when it runs")
-            else:
-                n.script(text, ctx)
 
 
 def _values(words: list[Word]) -> list[str] | None:
@@ -397,16 +308,16 @@ def _busybox(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
 
 
 RUNNERS: dict[str, Handler] = {
+    **PROGRAMS,
     **dict.fromkeys(SHELLS, _shell),
     "eval": _eval, "source": _source, ".": _source, "trap": _trap, "alias": _alias,
-    "env": _env, "xargs": _xargs, "find": _find, "git": _git, "watch": _watch, "flock": _flock,
+    "env": _env, "xargs": _xargs, "find": _find, "git": git, "watch": _watch, "flock": _flock,
     "sudo": _sudo, "doas": wrapper("-u -C", no_command="-s"), "parallel": _parallel, "busybox": _busybox,
     "command": wrapper(no_command="-v -V"),
     "coproc": wrapper(),
     "setarch": wrapper(positional=1),
     "linux32": wrapper(), "linux64": wrapper(),
     "builtin": wrapper(),
-    "exec": wrapper("-a"),
     "nohup": wrapper(),
     "nice": wrapper("-n --adjustment"),
     "timeout": wrapper("-s --signal -k --kill-after", positional=1),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import tree_sitter_bash
@@ -16,6 +16,7 @@ from tree_sitter import Language, Node, Parser
 from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.bash_arity import prefix
 from sandbox_agent.tools.bash_normalise import Normaliser
+from sandbox_agent.tools.bash_programs import statement
 from sandbox_agent.tools.bash_runners import RUNNERS
 
 TOKEN_TYPES = frozenset({"command_name", "word", "string", "raw_string", "concatenation"})
@@ -51,7 +52,8 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
         tree = parser.parse(command.encode("utf-8", "surrogatepass"))
     except Exception as exc:
         raise ToolError("Failed to parse command") from exc
-    normaliser = Normaliser(lambda text: parser.parse(text.encode("utf-8", "surrogatepass")).root_node, RUNNERS)
+    normaliser = Normaliser(lambda text: parser.parse(text.encode("utf-8", "surrogatepass")).root_node, RUNNERS,
+                            statement)
     patterns: dict[str, None] = {}
     always: dict[str, None] = {}
     dirs: dict[str, None] = {}
@@ -60,7 +62,7 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
     if tree.root_node.has_error:
         # Text the grammar could not read may still run (`{rm,f}` is `rm f`): what it runs is not known.
         normaliser.opaque("part of the command does not parse, so what it runs is not known")
-    for node in _commands(tree.root_node):
+    for node in _commands(tree.root_node, lambda found: statement(normaliser, found)):
         parent = node.parent
         text_node = parent if parent is not None and parent.type == "redirected_statement" else node
         tokens = [_text(child) for child in node.children if child.type in TOKEN_TYPES]
@@ -100,11 +102,14 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
     return Scan(list(patterns), list(always), list(dirs), list(checks), normaliser.unknown)
 
 
-def _commands(root: Node) -> Iterator[Node]:
-    """Every `command` node in document order, however deeply nested (pipelines, loops, substitutions...)."""
+def _commands(root: Node, visit: Callable[[Node], None] | None = None) -> Iterator[Node]:
+    """Every `command` node in document order, however deeply nested (pipelines, loops, substitutions...);
+    `visit` sees every node on the way."""
     stack = [root]
     while stack:
         node = stack.pop()
+        if visit is not None:
+            visit(node)
         if node.type == "command":
             yield node
         stack.extend(reversed(node.children))

@@ -146,7 +146,8 @@ def _ansi_c(body: str) -> str:
         except (ValueError, OverflowError):
             return "\ufffd"
 
-    return _ANSI.sub(one, body)
+    # bash passes C strings: a NUL (`\\0`, `\\x00`, `\\c@`) ends the word there, so `$'rm\\0x'` runs `rm`.
+    return _ANSI.sub(one, body).split("\0", 1)[0]
 
 
 def _text(node: Node) -> str:
