@@ -446,8 +446,9 @@ class GrpcSandboxAgent(SandboxAgent):
         )
         if rules is not None and (rules.ceiling is None or "rule_ceiling" in self._features):
             start.rules.CopyFrom(self._encoded(rules))
-        elif path_rules is not None:
-            start.path_rules.CopyFrom(self._encoded(path_rules))
+        elif (filtering := path_rules or rules) is not None:
+            # An agent without rule_ceiling still leaves out what the rules deny (it never allows with them).
+            start.path_rules.CopyFrom(self._encoded(filtering))
         if "run_tools" in self._features:
             # One long-lived stream for every call: a new RPC per call costs more than the call's messages.
             if self._tool_stream is None or not self._tool_stream.open:

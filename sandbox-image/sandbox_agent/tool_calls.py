@@ -108,8 +108,11 @@ class ToolCalls:
         self._tool_home = tool_home
         self.outputs = OutputDir(runner.io, os.path.join(tool_home, TOOL_OUTPUT_DIR), Budget(output_budget_bytes))
         self._sessions: dict[str, SessionState] = {}
+        # Where tool processes run under another identity (a container), the code dir must be private even
+        # when the control plane named none: the fallback beside HOME is the sticky /tmp, which the check
+        # refuses (a clear SnapshotError rather than code a tool process could shadow).
         self.custom = CustomTools(runner, workspace, tool_home, code_dir=code_dir or None,
-                                  private_code_dir=bool(code_dir))
+                                  private_code_dir=bool(code_dir) or runner.separates_servers)
         self.running = 0
         self._detached: set[asyncio.Task[None]] = set()
         """Calls of a RunTools stream that went away, finishing their abort."""

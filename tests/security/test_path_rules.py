@@ -140,6 +140,8 @@ async def test_apply_patch_never_shows_or_moves_a_read_denied_file(plane: Plane)
             "move": "*** Begin Patch\n*** Update File: .env\n*** Move to: moved.txt\n*** End Patch",
             "update": ("*** Begin Patch\n*** Update File: .env\n@@\n-" + SECRET + "\n+x\n*** End Patch"),
             "delete": "*** Begin Patch\n*** Delete File: .env\n*** End Patch",
+            # A wrong guess must fail as a right one does: a verification error would confirm the line.
+            "wrong guess": "*** Begin Patch\n*** Update File: .env\n@@\n-API_KEY=guess\n+x\n*** End Patch",
             "move through a symlink": "*** Begin Patch\n*** Update File: notes.txt\n*** Move to: m2.txt\n*** End Patch",
             "move through a hard link": "*** Begin Patch\n*** Update File: shipped\n*** Move to: m3.txt\n*** End Patch",
         }

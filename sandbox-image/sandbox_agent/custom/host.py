@@ -24,8 +24,6 @@ from sandbox_agent.tools.runner import ToolRunner
 
 ABORTED = "Tool execution aborted"
 ABORT_GRACE_S = 0.5
-UNBLOCK_S = 2.0
-"""How soon a host must answer a ping after one of its calls was abandoned (see ToolHost._unblock)."""
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """The longest protocol line (a tool's result with its metadata) the agent takes from a host."""
 _LINE_ID = re.compile(rb'\{"id":"([^"]{1,64})"')
@@ -224,7 +222,6 @@ class ToolHost:
         self._ids = itertools.count(1)
         self._background: set[asyncio.Task[bool]] = set()
         self._stopping: set[str] = set()
-        self._watchers: set[asyncio.Task[None]] = set()
         self.restarts = 0
         """How many times a dead or killed host was started again."""
 
@@ -385,33 +382,12 @@ class ToolHost:
             if process.alive:
                 await process.send({"id": self._next_id(), "type": "abort", "call": request_id, "reason": reason})
             if process.busy_besides(request_id):
-                self._abandon(process, request_id)
+                process.abandon(request_id)
                 return False
             return await self._wait_or_kill(process, request_id, queue, reason)
         finally:
             self._stopping.discard(request_id)
             process.close(request_id)
-
-    def _abandon(self, process: _HostProcess, request_id: str) -> None:
-        process.abandon(request_id)
-        watcher = asyncio.ensure_future(self._unblock(process, request_id))
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
-
-    async def _unblock(self, process: _HostProcess, request_id: str) -> None:
-        """An abandoned call may still hold the host's event loop (a busy loop never yields): every other
-        request would then wait for it with no end. The host must answer a ping within UNBLOCK_S; if it
-        cannot, it is restarted, and the requests it was serving fail with an error naming the cause."""
-        try:
-            await asyncio.wait_for(self._exchange(process, {"type": "ping"}), UNBLOCK_S)
-        except TimeoutError:
-            if process.alive:
-                process.gone_reason = (
-                    f"the {self.name} tool host was restarted: an aborted call kept it busy for over {UNBLOCK_S:g} s "
-                    "after its abort, so its other calls could not run (its tools' module state was reset)")
-                await process.kill(f"aborted call {request_id} kept the host busy")
-        except HostCallError:
-            pass  # the host ended meanwhile: its requests already know why
 
     async def _wait_or_kill(self, process: _HostProcess, request_id: str, queue: asyncio.Queue[Message | _Gone],
                             reason: str) -> bool:
@@ -423,7 +399,7 @@ class ToolHost:
             except TimeoutError:
                 if process.busy_besides(request_id):
                     # Another request started meanwhile: it must not pay for this call.
-                    self._abandon(process, request_id)
+                    process.abandon(request_id)
                     return False
                 await process.kill(f"call {reason}, not ended within {ABORT_GRACE_S} s")
                 return True

@@ -173,6 +173,9 @@ async def _verify(ctx: ToolContext, hunk: Hunk) -> FileChange:
     file_path = resolve(ctx, hunk.path)
     target = await checked_target(ctx, file_path)
     await assert_external_directory(ctx, file_path, real=target.real)
+    if not isinstance(hunk, AddFile):
+        # Before the file is read: a verification error would otherwise tell whether a guessed line is there.
+        await _assert_readable(ctx, target)
     if isinstance(hunk, AddFile):
         contents = hunk.contents
         after = contents if not contents or contents.endswith("\n") else contents + "\n"
@@ -254,9 +257,6 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 
     # Every hunk is checked against the files as they are now, before anything is written.
     changes = [await _verify(ctx, hunk) for hunk in hunks]
-    for change in changes:
-        if change.type != "add":
-            await _assert_readable(ctx, change.target)
     total_diff = "".join(change.diff + "\n" for change in changes)
     files = [_file_metadata(ctx, change) for change in changes]
     # The pattern is the source path even for a move; the metadata shows the destination. Where a link leads

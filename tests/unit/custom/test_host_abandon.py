@@ -1,7 +1,6 @@
 """What a host's other calls see when an aborted call will not let go, and how much of a host's output the
-agent holds: a busy loop in an abandoned call gets the host restarted within UNBLOCK_S with an error that
-says why (instead of the other calls waiting forever), and a result line over MAX_LINE_BYTES fails its
-own call without being held whole."""
+agent holds: an abandoned call that ignores its abort leaves the host and the other calls alone, and a
+result line over MAX_LINE_BYTES fails its own call without being held whole."""
 
 from __future__ import annotations
 
@@ -11,43 +10,12 @@ import time
 import pytest
 
 from sandbox_agent.custom import host as host_module
-from sandbox_agent.custom.host import UNBLOCK_S, HostCallError, HostFile, ToolHost, _Lines
+from sandbox_agent.custom.host import HostCallError, HostFile, ToolHost, _Lines
 from tests.unit.custom.conftest import Sandbox, eventually
 
 
 async def load(host: ToolHost, sandbox: Sandbox, path: str) -> None:
     await host.load([HostFile(path, "tool")], str(sandbox.project), str(sandbox.project))
-
-
-async def test_a_busy_loop_left_by_an_abort_gets_the_host_restarted(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    path = sandbox.tool("busy.ts", """
-        let counter = 0
-        export const count = { description: "counts", args: {}, async execute() { return String(++counter) } }
-        export const spin = {
-          description: "never yields", args: {},
-          async execute(_args, ctx) { ctx.metadata({ title: "spin" }); await Bun.sleep(50); while (true) {} },
-        }
-        export const patient = {
-          description: "waits", args: {},
-          async execute() { await Bun.sleep(300); return `patient ${counter}` },
-        }
-    """)
-    await load(bun_host, sandbox, path)
-    assert (await sandbox.call(bun_host, "busy_count", {})).output == "1"
-    abort = asyncio.Event()
-    spin = asyncio.ensure_future(sandbox.call(bun_host, "busy_spin", {}, abort=abort))
-    await eventually(lambda: bool(sandbox.recorder.updates))
-    patient = asyncio.ensure_future(sandbox.call(bun_host, "busy_patient", {}))
-    await asyncio.sleep(0.1)  # the spin has the host's event loop by now
-    started = time.monotonic()
-    abort.set()
-    with pytest.raises(HostCallError, match=r"^Tool execution aborted$"):
-        await asyncio.wait_for(spin, 0.4)
-    with pytest.raises(HostCallError, match="an aborted call kept it busy"):
-        await asyncio.wait_for(patient, UNBLOCK_S + 5)
-    assert time.monotonic() - started < UNBLOCK_S + 3
-    assert (await sandbox.call(bun_host, "busy_count", {})).output == "1"  # a new host: module state reset
-    assert bun_host.restarts == 1
 
 
 async def test_an_abandoned_call_that_yields_leaves_the_host_alone(sandbox: Sandbox, py_host: ToolHost) -> None:
@@ -79,7 +47,7 @@ async def stubborn(args: NoArgs, ctx) -> str:
 async def patient(args: NoArgs, ctx) -> str:
     await asyncio.sleep(UNBLOCK)
     return "patient " + str(state["counter"])
-""".replace("UNBLOCK", str(UNBLOCK_S + 1)))
+""".replace("UNBLOCK", "2.5"))
     await load(py_host, sandbox, path)
     assert (await sandbox.call(py_host, "calm_count", {})).output == "1"
     abort = asyncio.Event()
