@@ -83,14 +83,28 @@ class AgentSetting:
 
 def agents_of(config: Mapping[str, Any], setting: AgentSetting, bare: Iterable[str] = ()) -> dict[str, Agent]:
     """The agents a config defines; each name of `bare` it does not configure is added as a custom agent
-    with no settings of its own (for the ceiling of an agent the caller's config lacks)."""
+    (for the ceiling of an agent the caller's config lacks) with the permission the config gives its
+    default agent: an agent only the workspace defines, reached through `task`, can never do more than
+    the caller let the session's own agent do (a caller that confined `build` confined the session)."""
     user = permission.from_config(project_config.user_permission(config, setting.env_permission), home=setting.home)
     sections = project_config.agent_configs(config)
-    sections |= {name: {} for name in bare if name not in sections}
+    confined = sections.get(_default_name(config), {}).get("permission")
+    inherited = {} if confined is None else {"permission": confined}
+    sections |= {name: dict(inherited) for name in bare if name not in sections}
     return permission.builtin_agents(
         setting.tool_output_dir, list(setting.skill_dirs), setting.plans_dir, user, agent_config=sections,
         home=setting.home,
     )
+
+
+def _default_name(config: Mapping[str, Any]) -> str:
+    """The agent a session of this config runs as when none is named (upstream's choice; build when the
+    config's own choice cannot be made out here)."""
+    chosen = config.get("default_agent")
+    if isinstance(chosen, str) and chosen:
+        return chosen
+    sections = project_config.agent_configs(config)
+    return "plan" if sections.get("build", {}).get("disable") is True else "build"
 
 
 def session_agents(
