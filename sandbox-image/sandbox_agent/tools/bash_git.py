@@ -55,9 +55,14 @@ _OPTIONAL_VALUE = frozenset({"--open-files-in-pager", "-O"})
 _TEMPLATE = ("--template",)
 
 
+_PROGRAM_ENDINGS = ("command", "cmd", "program", "helper", "hook", "editor", "pager", "proxy", "path")
+"""A key whose last part ends so (`gpg.ssh.defaultKeyCommand`) names a program git may run."""
+
+
 def program_key(key: str) -> bool:
     key = key.lower()
-    return key in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("pager.", "alias."))
+    return key.rsplit(".", 1)[-1].endswith(_PROGRAM_ENDINGS) or key in _PROGRAM_KEYS \
+        or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("pager.", "alias."))
 
 
 def _setting(n: Normaliser, setting: str, ctx: Context, *, from_env: bool) -> str | None:
