@@ -278,6 +278,7 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
         "coproc X if rm f; then :; fi", "coproc X for i in 1; do rm f; done",
         "compgen -C 'rm f' x", "complete -C 'rm f' x", "mapfile -C 'rm f;:' -c 1 a < l",
         "readarray -C 'rm f;:' -c 1 a < l", "mapfile -c 1 -C'rm f' a < l", "compgen -C \"$c\" x",
+        "history -s 'rm f'; fc -e - ", "fc -s rm", "bind -x '\"x\":rm f'",
     ),
     *_many(
         "operator-rm-deny", "deny",
@@ -294,6 +295,7 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
         "git -c gpg.ssh.program='touch pwned' commit -S -m y", "git -c core.fsmonitorHook='touch pwned' status",
         "git -c x.y.someProxy='touch pwned' fetch", "git -c diff.x.command='touch pwned' diff",
         "git -c sequence.Editor='touch pwned' rebase -i HEAD~1",
+        "git -c alias.x='-c core.pager=touch\\ pwned log' x", "git -c alias.x=\"-c alias.y='!touch pwned' y\" x",
     ),
     *_many(
         "git-only", "allow",
@@ -308,7 +310,7 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
         "strace -c -o x ls", "sudo -u root ls", "ionice -c 3 ls", "unshare -r ls", "setpriv --nnp ls",
         "time -p ls", "eval -- ls", "PS1='$ '", "PS4='+ ' bash -xc ls", "echo ${x:-$(pwd)}", "echo ${x:-a}",
         "x=1; echo ${x@Q}", "coproc X cat", "coproc cat", "compgen -c ls", "mapfile -t a < l",
-        "complete -F _f x", "nice --help", "timeout --version",
+        "complete -F _f x", "nice --help", "timeout --version", "fc -l", "bind -l",
     ),
 ]
 

@@ -531,6 +531,7 @@ PROGRAMS: dict[str, Handler] = {
     "at": _not_known("runs commands it reads", "-l -V --help"), "batch": _not_known("runs commands it reads"),
     "tmux": _not_known("runs shell commands it is given", "ls list-sessions -V"),
     "screen": _not_known("runs commands it is given", "-ls -list -v --version"),
+    "fc": _not_known("runs commands from the shell's history", "-l -ln -lr -lnr -nl -rl"),
     "toybox": _multicall, "coreutils": _multicall, "proxychains": wrapper("-f"), "proxychains4": wrapper("-f"),
     "dbus-run-session": wrapper("--config-file --dbus-daemon"), "ssh-agent": wrapper("-a -E -P -t"),
     "setuidgid": wrapper(positional=1), "envdir": wrapper(positional=1), "eatmydata": wrapper(),

@@ -384,6 +384,13 @@ def _callback(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return None
 
 
+def _bind(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`bind -x 'KEYSEQ:CMD'` runs CMD when the key is read; not followed here."""
+    if any(w.value is None or ((w.value or "").startswith("-") and "x" in (w.value or "")) for w in args):
+        n.opaque("bind -x runs a command when a key is read")
+    return None
+
+
 def _busybox(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return follow(n, name, args, ctx)
 
@@ -395,7 +402,7 @@ RUNNERS: dict[str, Handler] = {
     "env": _env, "xargs": _xargs, "find": _find, "git": git, "watch": _watch, "flock": _flock,
     "sudo": _sudo, "doas": wrapper("-u -C", "-n -s -L", no_command="-s -L"), "parallel": _parallel, "busybox": _busybox,
     "command": wrapper(flags="-p -v -V", no_command="-v -V"),
-    "coproc": _coproc,
+    "coproc": _coproc, "bind": _bind,
     **dict.fromkeys(("compgen", "complete", "mapfile", "readarray"), _callback),
     "setarch": wrapper(positional=1),
     "linux32": wrapper(), "linux64": wrapper(),
