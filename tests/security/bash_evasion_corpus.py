@@ -278,7 +278,9 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
         "coproc X if rm f; then :; fi", "coproc X for i in 1; do rm f; done",
         "compgen -C 'rm f' x", "complete -C 'rm f' x", "mapfile -C 'rm f;:' -c 1 a < l",
         "readarray -C 'rm f;:' -c 1 a < l", "mapfile -c 1 -C'rm f' a < l", "compgen -C \"$c\" x",
-        "history -s 'rm f'; fc -e - ", "fc -s rm", "bind -x '\"x\":rm f'",
+        "history -s 'rm f'; fc -e - ", "fc -s rm", "bind -x '\"x\":rm f'", "setarch x86_64 -R rm f",
+        "setarch -R rm f", "linux64 -R rm f", "setarch x86_64 --addr-no rm f", "valgrind --tool=none rm f",
+        "valgrind -q --trace-children=yes /bin/rm f",
     ),
     *_many(
         "operator-rm-deny", "deny",
@@ -310,7 +312,8 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
         "strace -c -o x ls", "sudo -u root ls", "ionice -c 3 ls", "unshare -r ls", "setpriv --nnp ls",
         "time -p ls", "eval -- ls", "PS1='$ '", "PS4='+ ' bash -xc ls", "echo ${x:-$(pwd)}", "echo ${x:-a}",
         "x=1; echo ${x@Q}", "coproc X cat", "coproc cat", "compgen -c ls", "mapfile -t a < l",
-        "complete -F _f x", "nice --help", "timeout --version", "fc -l", "bind -l",
+        "complete -F _f x", "nice --help", "timeout --version", "fc -l", "bind -l", "setarch x86_64 -R ls",
+        "valgrind --leak-check=full ls", "setarch --list",
     ),
 ]
 

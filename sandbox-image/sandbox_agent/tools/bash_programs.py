@@ -519,7 +519,7 @@ PROGRAMS: dict[str, Handler] = {
     "ltrace": wrapper("-o --output -e -p -s -u -a --align -n --indent -l --library -x -E -F --config -A -D -w --where",
                       "-b --no-signals -c -C --demangle -f -h --help -i -L -r -S -t -T -V --version",
                       no_command="-h -V --help --version"),
-    "valgrind": wrapper(), "catchsegv": wrapper(), "unbuffer": wrapper(), "dumb-init": wrapper("-r --rewrite"),
+    "catchsegv": wrapper(), "unbuffer": wrapper(), "dumb-init": wrapper("-r --rewrite"),
     "fakeroot": wrapper("-l --lib --faked -s -i -b"), "faketime": wrapper(positional=1),
     "tini": wrapper("-p -e -l"), "pkexec": wrapper("--user"), "torsocks": wrapper("-u -p -a -P"),
     "numactl": wrapper("-C --physcpubind -N --cpunodebind -m --membind -p --preferred -i --interleave"),

@@ -391,6 +391,32 @@ def _bind(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return None
 
 
+_SETARCH_FLAGS = ("-B --32bit -F --fdpic-funcptrs -I --short-inode -L --addr-compat-layout -R --addr-no-randomize "
+                  "-S --whole-seconds -T --sticky-timeouts -X --read-implies-exec -Z --mmap-page-zero -3 --3gb "
+                  "--4gb --uname-2.6 -v --verbose --list -h -V " + _HV)
+_setarch_options = wrapper(flags=_SETARCH_FLAGS, no_command="--list -h -V --help --version")
+
+
+def _setarch(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`setarch ARCH [OPTIONS] CMD`: the architecture comes first, its options after it."""
+    if name == "setarch" and args and not (args[0].value or "").startswith("-"):
+        args = args[1:]  # the architecture (optional in newer versions: then an option comes first)
+    return _setarch_options(n, name, args, ctx)
+
+
+def _dash_words(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`valgrind --opt=value PROG`: every option is one word (values attached), the first other word runs."""
+    for j, w in enumerate(args):
+        if w.value is None:
+            n.opaque(f"{name} with an option known only when it runs")
+            return None
+        if w.value in ("-h", "--help", "--help-debug", "--version"):
+            return None
+        if w.value == "--" or not w.value.startswith("-"):
+            return follow(n, name, args[j + (w.value == "--"):], ctx)
+    return None
+
+
 def _busybox(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return follow(n, name, args, ctx)
 
@@ -404,8 +430,7 @@ RUNNERS: dict[str, Handler] = {
     "command": wrapper(flags="-p -v -V", no_command="-v -V"),
     "coproc": _coproc, "bind": _bind,
     **dict.fromkeys(("compgen", "complete", "mapfile", "readarray"), _callback),
-    "setarch": wrapper(positional=1),
-    "linux32": wrapper(), "linux64": wrapper(),
+    **dict.fromkeys(("setarch", "linux32", "linux64", "i386", "x86_64"), _setarch), "valgrind": _dash_words,
     "builtin": wrapper(),
     "nohup": wrapper(flags=_HV),
     "nice": wrapper("-n --adjustment", "-NUM " + _HV),
