@@ -280,7 +280,8 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
         "readarray -C 'rm f;:' -c 1 a < l", "mapfile -c 1 -C'rm f' a < l", "compgen -C \"$c\" x",
         "history -s 'rm f'; fc -e - ", "fc -s rm", "bind -x '\"x\":rm f'", "setarch x86_64 -R rm f",
         "setarch -R rm f", "linux64 -R rm f", "setarch x86_64 --addr-no rm f", "valgrind --tool=none rm f",
-        "valgrind -q --trace-children=yes /bin/rm f",
+        "valgrind -q --trace-children=yes /bin/rm f", "tini -s -- rm f", "dumb-init --single rm f",
+        "fakeroot -u rm f", "tini -x 1 rm f",
     ),
     *_many(
         "operator-rm-deny", "deny",

@@ -506,22 +506,11 @@ PROGRAMS: dict[str, Handler] = {
     "sort": _program_option(("--compress-program",)), "split": _program_option(("--filter",)),
     "sdiff": _program_option(("--diff-program",)), "diff3": _program_option(("--diff-program",)),
     "printf": _printf, "hash": _hash, "enable": _enable,
-    "strace": wrapper("-e -E -p -u -b -I -P -a -o -s -X -O -S -U --env --attach --user --detach-on --interruptible "
-                      "--trace --signal --status --trace-path --columns --abbrev --verbose --raw --read --write --kvm "
-                      "--output --string-limit --const-print-style --summary-syscall-overhead --summary-sort-by "
-                      "--summary-columns --inject --fault",
-                      "-D -f -z -Z -i -k -n -A -q -r -t -T -v -x -y -Y -c -C -w -d -h -V --follow-forks "
-                      "--output-separately --successful-only --failed-only --instruction-pointer --stack-traces "
-                      "--syscall-number --output-append-mode --no-abbrev --summary-only --summary "
-                      "--summary-wall-clock --debug --seccomp-bpf --help --version",
-                      optional="--daemonize --relative-timestamps --absolute-timestamps --syscall-times "
-                               "--decode-fds --tips", no_command="-h -V --help --version"),
-    "ltrace": wrapper("-o --output -e -p -s -u -a --align -n --indent -l --library -x -E -F --config -A -D -w --where",
-                      "-b --no-signals -c -C --demangle -f -h --help -i -L -r -S -t -T -V --version",
-                      no_command="-h -V --help --version"),
-    "catchsegv": wrapper(), "unbuffer": wrapper(), "dumb-init": wrapper("-r --rewrite"),
-    "fakeroot": wrapper("-l --lib --faked -s -i -b"), "faketime": wrapper(positional=1),
-    "tini": wrapper("-p -e -l"), "pkexec": wrapper("--user"), "torsocks": wrapper("-u -p -a -P"),
+    "catchsegv": wrapper(), "unbuffer": wrapper(),
+    "dumb-init": wrapper("-r --rewrite", "-c --single-child -v --verbose -V --version -h --help"),
+    "fakeroot": wrapper("-l --lib --faked -s -i -b", "-u --unknown-is-real -h --help -v --version"),
+    "faketime": wrapper(positional=1), "tini": wrapper("-p -e", "-h -s -v -w -g -l -V", no_command="-h -l -V"),
+    "pkexec": wrapper("--user"), "torsocks": wrapper("-u -p -a -P"),
     "numactl": wrapper("-C --physcpubind -N --cpunodebind -m --membind -p --preferred -i --interleave"),
     "cgexec": wrapper("-g"), "firejail": wrapper(), "proot": wrapper("-r -b -w -q -k"),
     "systemd-run": wrapper("-p --property -u --unit --uid --gid -E --setenv --description --slice -M --machine "

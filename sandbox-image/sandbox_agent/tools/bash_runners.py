@@ -429,6 +429,19 @@ RUNNERS: dict[str, Handler] = {
     "sudo": _sudo, "doas": wrapper("-u -C", "-n -s -L", no_command="-s -L"), "parallel": _parallel, "busybox": _busybox,
     "command": wrapper(flags="-p -v -V", no_command="-v -V"),
     "coproc": _coproc, "bind": _bind,
+    "strace": wrapper("-e -E -p -u -b -I -P -a -o -s -X -O -S -U --env --attach --user --detach-on --interruptible "
+                      "--trace --signal --status --trace-path --columns --abbrev --verbose --raw --read --write --kvm "
+                      "--output --string-limit --const-print-style --summary-syscall-overhead --summary-sort-by "
+                      "--summary-columns --inject --fault",
+                      "-D -f -z -Z -i -k -n -A -q -r -t -T -v -x -y -Y -c -C -w -d -h -V --follow-forks "
+                      "--output-separately --successful-only --failed-only --instruction-pointer --stack-traces "
+                      "--syscall-number --output-append-mode --no-abbrev --summary-only --summary "
+                      "--summary-wall-clock --debug --seccomp-bpf --help --version",
+                      optional="--daemonize --relative-timestamps --absolute-timestamps --syscall-times "
+                               "--decode-fds --tips", no_command="-h -V --help --version"),
+    "ltrace": wrapper("-o --output -e -p -s -u -a --align -n --indent -l --library -x -E -F --config -A -D -w --where",
+                      "-b --no-signals -c -C --demangle -f -h --help -i -L -r -S -t -T -V --version",
+                      no_command="-h -V --help --version"),
     **dict.fromkeys(("compgen", "complete", "mapfile", "readarray"), _callback),
     **dict.fromkeys(("setarch", "linux32", "linux64", "i386", "x86_64"), _setarch), "valgrind": _dash_words,
     "builtin": wrapper(),
