@@ -242,8 +242,85 @@ RED_TEAM_RESPELLINGS = [
            "split -l 10 notes.txt part", "export PATH=$PATH:/x; ls", "export FOO=1; ls"),
 ]
 
+WRAPPER_OPTIONS_AND_CALLBACKS = [
+    # Static review after the red team fixes: a wrapper's long option spelled as a prefix (getopt accepts any
+    # unique one) or one its table lacked was skipped as a flag, so its value was read as the command;
+    # `eval --`; prompts and `${x@P}`; backquotes inside `${...}`; coproc with a compound command; builtins
+    # that run a `-C` callback; git configuration that names a program by its key's ending.
+    *_many(
+        "rm-deny", "deny",
+        "nice --adj 5 rm f", "nice --adjust 5 rm f", "nice --adjustment 5 rm f", "nice -n5 rm f", "nice -19 rm f",
+        "timeout --k 1 5 rm f", "timeout --sig KILL 5 rm f", "timeout --kill=1 5 rm f", "timeout --pre 5 rm f",
+        "timeout --foreground 5 rm f", "stdbuf --out L rm f", "stdbuf --e 0 rm f", "stdbuf --in=0 rm f",
+        "flock --tim 1 /tmp/l rm f", "flock --conf 3 /tmp/l rm f", "flock /tmp/l --comm 'rm f'",
+        "flock -n /tmp/l -c 'rm f'", "watch --int 1 rm f", "watch -d rm f", "watch --differences rm f",
+        "watch -n1 -x rm f", "watch --ex rm f", "xargs --arg-f l rm", "xargs --max-a 1 rm < l",
+        "xargs --max-l 1 rm < l", "xargs --delim , rm < l", "xargs -0 rm < l", "xargs --nu rm < l",
+        "xargs -i{} rm {} < l", "strace --output /dev/null rm f", "strace --out /dev/null rm f",
+        "strace -o /dev/null -f rm f", "strace --trace file rm f", "strace -s 99 rm f", "ionice --cl 3 rm f",
+        "ionice --classd 7 rm f", "unshare --setu 0 rm f", "unshare --wd /tmp rm f", "unshare --mount rm f",
+        "unshare -r rm f", "setpriv --reu 1000 rm f", "setpriv --nnp rm f", "nsenter --targ 1 rm f",
+        "nsenter -t1 -m rm f", "chroot --user 1000 / rm f", "chroot --skip / rm f", "time --out /dev/null rm f",
+        "time --f x rm f", "sudo --us root rm f", "sudo --gr x rm f", "sudo -E rm f", "ltrace --output x rm f",
+        "ltrace -L rm f", "prlimit --nofile=10 rm f", "prlimit -n10 rm f", "chrt --sched-r 1 -f 1 rm f",
+        "setsid --fork rm f", "nohup -- rm f", "doas -u root rm f",
+        # An option outside the wrapper's table, or ambiguous: what runs is not known.
+        "timeout --bogus 5 rm f", "nice --zzz 5 rm f", "stdbuf -Z rm f", "xargs --max rm < l", "flock --zz l ls",
+        "sudo --bogus x ls", "setpriv --re 1 ls", "strace --quiet x ls", "timeout --signal=KILL --x 5 ls",
+        "eval -- 'rm f'", "eval -- rm f", "builtin eval -- 'rm f'",
+        "PS4='$(rm f)'; set -x; :", "PS4='$(rm f)' bash -xc :", "x='$(rm f)'; echo ${x@P}",
+        'x="`rm f`"; echo "${x@P}"', "export PS4='$(rm f)'; set -x; :", "declare PS4='`rm f`'; set -x; :",
+        "env PS4='$(rm f)' bash -xc :", "PS1='$(rm f)' bash -i", "local PS4='$(rm f)'",
+        "readonly PS0='$(rm f)'", "PS4=\"$y\" bash -xc :", "x=1; echo ${x@P}",
+        "echo ${x:-`rm f`}", 'echo "${x:=`rm f`}"', "echo ${x:+`rm f`}", "echo ${x/a/`rm f`}",
+        "echo \"${x:-a`rm f`b}\"",
+        "coproc X { rm f; }", "coproc X while rm f; do break; done", "coproc X ( rm f )",
+        "coproc X if rm f; then :; fi", "coproc X for i in 1; do rm f; done",
+        "compgen -C 'rm f' x", "complete -C 'rm f' x", "mapfile -C 'rm f;:' -c 1 a < l",
+        "readarray -C 'rm f;:' -c 1 a < l", "mapfile -c 1 -C'rm f' a < l", "compgen -C \"$c\" x",
+        "history -s 'rm f'; fc -e - ", "fc -s rm", "bind -x '\"x\":rm f'", "setarch x86_64 -R rm f",
+        "setarch -R rm f", "linux64 -R rm f", "setarch x86_64 --addr-no rm f", "valgrind --tool=none rm f",
+        "valgrind -q --trace-children=yes /bin/rm f", "tini -s -- rm f", "dumb-init --single rm f",
+        "fakeroot -u rm f", "tini -x 1 rm f",
+    ),
+    *_many(
+        "operator-rm-deny", "deny",
+        "nice --adj 5 rm f", "timeout --sig KILL 5 rm f", "xargs --arg-f l rm", "eval -- 'rm f'",
+        "PS4='$(rm f)'; set -x; :", "echo ${x:-`rm f`}", "coproc X { rm f; }", "compgen -C 'rm f' x",
+    ),
+    *_many(
+        "rm-ask", "ask",
+        "nice --adj 5 rm f", "stdbuf --out L rm f", "eval -- 'rm f'", "mapfile -C 'rm f;:' -c 1 a < l",
+    ),
+    *_many(
+        "git-only", "deny",
+        "git -c gpg.format=ssh -c gpg.ssh.defaultKeyCommand='touch pwned' commit -S -m y",
+        "git -c gpg.ssh.program='touch pwned' commit -S -m y", "git -c core.fsmonitorHook='touch pwned' status",
+        "git -c x.y.someProxy='touch pwned' fetch", "git -c diff.x.command='touch pwned' diff",
+        "git -c sequence.Editor='touch pwned' rebase -i HEAD~1",
+        "git -c alias.x='-c core.pager=touch\\ pwned log' x", "git -c alias.x=\"-c alias.y='!touch pwned' y\" x",
+    ),
+    *_many(
+        "git-only", "allow",
+        "git -c user.name=x -c user.email=x@y commit -m y", "git -c core.autocrlf=true status",
+        "git -c color.ui=always diff", "git -c init.defaultBranch=main init", "git -c safe.directory=* status",
+        "git -c gpg.format=ssh log", "git -c commit.gpgSign=false commit -m y",
+    ),
+    *_many(
+        "rm-deny", "allow",
+        "nice -n 5 ls", "nice --adj 5 ls", "timeout --pre 5 ls", "timeout -k 1 5 ls", "stdbuf --out L ls",
+        "xargs --null ls < l", "xargs -I{} echo {} < l", "watch -n 1 ls", "flock -w 1 l ls", "strace -f ls",
+        "strace -c -o x ls", "sudo -u root ls", "ionice -c 3 ls", "unshare -r ls", "setpriv --nnp ls",
+        "time -p ls", "eval -- ls", "PS1='$ '", "PS4='+ ' bash -xc ls", "echo ${x:-$(pwd)}", "echo ${x:-a}",
+        "x=1; echo ${x@Q}", "coproc X cat", "coproc cat", "compgen -c ls", "mapfile -t a < l",
+        "complete -F _f x", "nice --help", "timeout --version", "fc -l", "bind -l", "setarch x86_64 -R ls",
+        "valgrind --leak-check=full ls", "setarch --list",
+    ),
+]
+
 CORPUS: list[Case] = [
     *PATH_AND_QUOTES, *ASSIGNMENTS_AND_WRAPPERS, *NESTED_SCRIPTS, *RUNNERS, *SHELL_SYNTAX,
     *NOT_KNOWN_BEFORE_IT_RUNS, *ASK_RULES, *GIT_ONLY, *OTHER_PROGRAMS, *OPERATOR_POLICY, *BENIGN, *RED_TEAM_RESPELLINGS,
+    *WRAPPER_OPTIONS_AND_CALLBACKS,
 ]
 EVASIONS = [case for case in CORPUS if case.expected != "allow"]

@@ -11,8 +11,9 @@ runs, the command is one not known (the strictest bash rule decides).
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
-from sandbox_agent.tools.bash_normalise import Context, Normaliser
+from sandbox_agent.tools.bash_normalise import MAX_DEPTH, Context, Normaliser
 from sandbox_agent.tools.bash_programs import long_option
 from sandbox_agent.tools.bash_words import Word, literal
 
@@ -55,9 +56,14 @@ _OPTIONAL_VALUE = frozenset({"--open-files-in-pager", "-O"})
 _TEMPLATE = ("--template",)
 
 
+_PROGRAM_ENDINGS = ("command", "cmd", "program", "helper", "hook", "editor", "pager", "proxy", "path")
+"""A key whose last part ends so (`gpg.ssh.defaultKeyCommand`) names a program git may run."""
+
+
 def program_key(key: str) -> bool:
     key = key.lower()
-    return key in _PROGRAM_KEYS or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("pager.", "alias."))
+    return key.rsplit(".", 1)[-1].endswith(_PROGRAM_ENDINGS) or key in _PROGRAM_KEYS \
+        or key.endswith(_PROGRAM_SUFFIXES) or key.startswith(("pager.", "alias."))
 
 
 def _setting(n: Normaliser, setting: str, ctx: Context, *, from_env: bool) -> str | None:
@@ -121,6 +127,12 @@ def git(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
             n.opaque("a git alias that does not split")
             return None
         n.add("git", [*expansion, *rest[1:]], respelled=True)
+        if expansion and (expansion[0].value or "").startswith("-"):
+            # git reads global options at the start of an alias too (`alias.x='-c core.pager=CMD log'`).
+            if ctx.depth >= MAX_DEPTH:
+                n.opaque("git aliases nested too deep to follow")
+                return None
+            return git(n, name, [*expansion, *rest[1:]], replace(ctx, depth=ctx.depth + 1))
         sub = expansion[0].value or "" if expansion else ""
         rest = [rest[0], *expansion[1:], *rest[1:]]
     _subcommand(n, sub, rest[1:], ctx)

@@ -36,6 +36,8 @@ PROGRAM_VARIABLES = frozenset({
     "PROMPT_COMMAND", "GIT_PROXY_COMMAND",
 })
 """Environment variables whose value is a command another program runs (`GIT_EDITOR='x' git commit`)."""
+PROMPT_VARIABLES = frozenset({"PS0", "PS1", "PS2", "PS3", "PS4"})
+"""Prompts: bash expands them (PS4 for each `set -x` line), running the substitutions they hold."""
 FILE_VARIABLES = frozenset({"BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP",
                             "NODE_OPTIONS", "PERL5OPT", "GIT_EXEC_PATH", "GIT_DIR", "GIT_TEMPLATE_DIR", "PATH",
                             "GIT_ALLOW_PROTOCOL", "BASH_ALIASES", "BASH_CMDS"})
@@ -101,7 +103,13 @@ class Normaliser:
 
     def variable(self, name: str, value: Word, ctx: Context) -> None:
         """An assignment in a command's environment: a command it names is followed, a file it names is not known."""
-        if name in PROGRAM_VARIABLES or name.startswith("GIT_CONFIG"):
+        if name in PROMPT_VARIABLES:
+            # bash expands a prompt (`set -x` prints PS4), running any substitution it holds.
+            if value.value is None:
+                self.opaque(f"{name} holds a prompt known only when it runs")
+            elif any(s in value.value for s in ("$(", "`", "<(", ">(")):
+                self.script(value.value, ctx)
+        elif name in PROGRAM_VARIABLES or name.startswith("GIT_CONFIG"):
             if value.value is None or name.startswith("GIT_CONFIG"):
                 self.opaque(f"{name} names a program known only when it runs")
             elif value.value:
@@ -182,29 +190,82 @@ def program_name(word: Word, ctx: Context) -> str | None:
 # -- option parsing -------------------------------------------------------------------------------------
 
 
-def skip_options(args: list[Word], with_arg: frozenset[str]) -> int | None:
-    """Index of the first word after a program's options (`--` ends them); None if an option is not known.
+def long_name(value: str, table: frozenset[str]) -> str | None:
+    """The option of `table` that `--name` or `--name=v` spells: itself, or the one option it is a prefix of
+    (getopt_long accepts any unambiguous abbreviation); None when it is none of them or ambiguous."""
+    name = value.split("=", 1)[0]
+    if name in table:
+        return name
+    matches = [o for o in table if o.startswith("--") and o.startswith(name)]
+    return matches[0] if len(matches) == 1 else None
 
-    `with_arg`: options that take the next word as their value (`-n 5`); `-n5` and `--long=v` are one word.
+
+def parse_options(args: list[Word], with_arg: frozenset[str], flags: frozenset[str] | None = None,
+                  optional: frozenset[str] = frozenset()) -> tuple[int, list[tuple[str, str | None]]] | None:
+    """Reads a program's options as getopt_long does: the index of the first word after them (`--` ends them)
+    and each option by its full name with its value; None if an option is not known.
+
+    `with_arg`: options whose value is the next word unless attached (`-n 5`, `-n5`, `--adjust=5`, `--adj 5`);
+    `optional`: options whose value is only ever attached (`-i{}`, `--replace=X`); `flags`: the other options,
+    `-NUM` meaning a number is one (`nice -5`). A long option is matched by unique prefix against the whole
+    table; one that is unknown or ambiguous, or a short option not in the table, makes the result None (the
+    caller reports the command not known), since skipping it would read its value as the command. Without
+    `flags` a short option not in `with_arg` counts as a flag, long options must still be in the table.
     """
+    table = with_arg | optional | (flags or frozenset())
+    found: list[tuple[str, str | None]] = []
     i = 0
     while i < len(args):
         value = args[i].value
         if value is None:
             return None
         if value == "--":
-            return i + 1
+            return i + 1, found
         if not value.startswith("-") or value == "-":
-            return i
-        if value in with_arg:
-            i += 2
+            return i, found
+        if value.startswith("--"):
+            option = long_name(value, table)
+            if option is None:
+                return None
+            if "=" in value:
+                if option not in with_arg and option not in optional:
+                    return None  # getopt refuses a value for a flag: do not guess what runs
+                found.append((option, value.split("=", 1)[1]))
+                i += 1
+            elif option in with_arg:
+                found.append((option, args[i + 1].value if i + 1 < len(args) else None))
+                i += 2
+            else:
+                found.append((option, None))
+                i += 1
             continue
-        if not value.startswith("--") and len(value) > 2 and f"-{value[-1]}" in with_arg \
-                and all(f"-{c}" not in with_arg for c in value[1:-1]):
-            i += 2  # a cluster of flags ending in an option whose value is the next word: `-xn 5`
+        if flags is not None and "-NUM" in flags and value[1:].isdigit():
+            found.append(("-NUM", value[1:]))
+            i += 1
             continue
-        i += 1
-    return min(i, len(args))  # an option missing its value at the end
+        step = 1
+        for k, c in enumerate(value[1:], 2):
+            option = f"-{c}"
+            if option in with_arg:
+                attached = value[k:]
+                found.append((option, attached or (args[i + 1].value if i + 1 < len(args) else None)))
+                step = 1 if attached else 2
+                break
+            if option in optional:
+                found.append((option, value[k:]))
+                break
+            if flags is not None and option not in flags:
+                return None
+            found.append((option, None))
+        i += step
+    return min(i, len(args)), found
+
+
+def skip_options(args: list[Word], with_arg: frozenset[str], flags: frozenset[str] | None = None,
+                 optional: frozenset[str] = frozenset()) -> int | None:
+    """Index of the first word after a program's options; None if an option is not known (parse_options)."""
+    parsed = parse_options(args, with_arg, flags, optional)
+    return None if parsed is None else parsed[0]
 
 
 def follow(n: Normaliser, name: str, rest: list[Word], ctx: Context, *, empty_runs_shell: bool = False,
@@ -219,20 +280,23 @@ def follow(n: Normaliser, name: str, rest: list[Word], ctx: Context, *, empty_ru
     return None
 
 
-def wrapper(with_arg: str = "", *, positional: int = 0, no_command: str = "",
-            empty_runs_shell: bool = False) -> Handler:
-    """A program that runs the command after its options (and `positional` words of its own)."""
+def wrapper(with_arg: str = "", flags: str = "", *, positional: int = 0, no_command: str = "",
+            optional: str = "", empty_runs_shell: bool = False) -> Handler:
+    """A program that runs the command after its options (and `positional` words of its own). `with_arg`,
+    `optional` and `flags` are its whole option table (parse_options): any other option is not known."""
     takes = frozenset(with_arg.split())
+    others = frozenset(flags.split())
+    attached = frozenset(optional.split())
     stops = frozenset(no_command.split())
 
     def handle(n: Normaliser, name: str, args: list[Word], ctx: Context) -> tuple[list[Word], Context] | None:
-        start = skip_options(args, takes)
-        if start is None:
-            n.opaque(f"{name} with an option known only when it runs")
+        parsed = parse_options(args, takes, others, attached)
+        if parsed is None:
+            n.opaque(f"{name} with an option not known here, or known only when it runs")
             return None
-        if any(w.value in stops or (w.value or "").split("=")[0] in stops for w in args[:start]):
+        start, found = parsed
+        if any(option in stops for option, _ in found):
             return None  # an option that makes it run nothing (`command -v`, `taskset -p`)
         return follow(n, name, args[start + positional:], ctx, empty_runs_shell=empty_runs_shell)
 
     return handle
-

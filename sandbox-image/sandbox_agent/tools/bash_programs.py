@@ -20,6 +20,7 @@ from tree_sitter import Node
 from sandbox_agent.tools.bash_normalise import (
     FILE_VARIABLES,
     PROGRAM_VARIABLES,
+    PROMPT_VARIABLES,
     Context,
     Handler,
     Normaliser,
@@ -86,7 +87,7 @@ def _loader(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
 def _exec(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     """`exec [-cl] [-a NAME] CMD`: runs CMD with NAME as its argv[0], which a multicall binary (`busybox`,
     `toybox`) acts on: the command is followed both as CMD and as NAME."""
-    start = skip_options(args, frozenset({"-a"}))
+    start = skip_options(args, frozenset({"-a"}), frozenset({"-c", "-l"}))
     if start is None:
         n.opaque("exec with an option known only when it runs")
         return None
@@ -155,7 +156,7 @@ def _sg(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
 
 
 def _entr(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
-    start = skip_options(args, frozenset())
+    start = skip_options(args, frozenset(), frozenset("-a -c -d -n -p -r -s -z".split()))
     if start is None:
         n.opaque("entr with an option known only when it runs")
         return None
@@ -450,6 +451,13 @@ def statement(n: Normaliser, node: Node) -> None:
                     and child.parent.type not in ("subscript", "compound_statement"):
                 continue  # a `{ ...; }` group's commands are checked as commands
             _check_name(n, kind.split("_")[0], word(child).value)
+    elif kind == "expansion":
+        raw = (node.text or b"").decode("utf-8", "replace")
+        if "@P" in raw:
+            n.opaque("a prompt expansion (`${x@P}`) runs the substitutions its value holds")
+        elif _evaluated(raw) and not _has_substitution(node):
+            # tree-sitter reads ``${x:-`cmd`}`` as a plain word: bash runs the backquoted command.
+            n.opaque("an expansion holds a command substitution not followed here")
     elif kind == "variable_assignment":
         target = node.child_by_field_name("name")
         value = node.child_by_field_name("value")
@@ -458,13 +466,23 @@ def statement(n: Normaliser, node: Node) -> None:
         if variable.startswith(NAME_TABLES):
             n.opaque("an assignment changes what later command names run")
         elif value is not None and (parent is None or parent.type != "command") and variable != "PATH" and (
-                variable in PROGRAM_VARIABLES or variable in FILE_VARIABLES or variable.startswith("GIT_CONFIG")):
+                variable in PROGRAM_VARIABLES | FILE_VARIABLES | PROMPT_VARIABLES or variable.startswith("GIT_CONFIG")):
             # `export GIT_EDITOR='rm f'; git commit`: the later commands of the script inherit it.
             n.variable(variable, word(value), Context())
         elif value is not None and value.type != "array":
             text = word(value).value
             if text is not None and "[" in text and _evaluated(text):
                 n.opaque("a variable holds a subscript that runs a command when arithmetic reads it")
+
+
+def _has_substitution(node: Node) -> bool:
+    stack = list(node.children)
+    while stack:
+        child = stack.pop()
+        if child.type in ("command_substitution", "process_substitution"):
+            return True
+        stack.extend(child.children)
+    return False
 
 
 def _literals(node: Node) -> list[Node]:
@@ -488,11 +506,11 @@ PROGRAMS: dict[str, Handler] = {
     "sort": _program_option(("--compress-program",)), "split": _program_option(("--filter",)),
     "sdiff": _program_option(("--diff-program",)), "diff3": _program_option(("--diff-program",)),
     "printf": _printf, "hash": _hash, "enable": _enable,
-    "strace": wrapper("-o -e -p -s -u -E -a -b -I -O -P -S -X -U"),
-    "ltrace": wrapper("-o -e -p -s -u -a -n -l -L -x -E -F"),
-    "valgrind": wrapper(), "catchsegv": wrapper(), "unbuffer": wrapper(), "dumb-init": wrapper("-r --rewrite"),
-    "fakeroot": wrapper("-l --lib --faked -s -i -b"), "faketime": wrapper(positional=1),
-    "tini": wrapper("-p -e -l"), "pkexec": wrapper("--user"), "torsocks": wrapper("-u -p -a -P"),
+    "catchsegv": wrapper(), "unbuffer": wrapper(),
+    "dumb-init": wrapper("-r --rewrite", "-c --single-child -v --verbose -V --version -h --help"),
+    "fakeroot": wrapper("-l --lib --faked -s -i -b", "-u --unknown-is-real -h --help -v --version"),
+    "faketime": wrapper(positional=1), "tini": wrapper("-p -e", "-h -s -v -w -g -l -V", no_command="-h -l -V"),
+    "pkexec": wrapper("--user"), "torsocks": wrapper("-u -p -a -P"),
     "numactl": wrapper("-C --physcpubind -N --cpunodebind -m --membind -p --preferred -i --interleave"),
     "cgexec": wrapper("-g"), "firejail": wrapper(), "proot": wrapper("-r -b -w -q -k"),
     "systemd-run": wrapper("-p --property -u --unit --uid --gid -E --setenv --description --slice -M --machine "
@@ -502,6 +520,7 @@ PROGRAMS: dict[str, Handler] = {
     "at": _not_known("runs commands it reads", "-l -V --help"), "batch": _not_known("runs commands it reads"),
     "tmux": _not_known("runs shell commands it is given", "ls list-sessions -V"),
     "screen": _not_known("runs commands it is given", "-ls -list -v --version"),
+    "fc": _not_known("runs commands from the shell's history", "-l -ln -lr -lnr -nl -rl"),
     "toybox": _multicall, "coreutils": _multicall, "proxychains": wrapper("-f"), "proxychains4": wrapper("-f"),
     "dbus-run-session": wrapper("--config-file --dbus-daemon"), "ssh-agent": wrapper("-a -E -P -t"),
     "setuidgid": wrapper(positional=1), "envdir": wrapper(positional=1), "eatmydata": wrapper(),

@@ -12,11 +12,21 @@ import shlex
 from dataclasses import replace
 
 from sandbox_agent.tools.bash_git import git
-from sandbox_agent.tools.bash_normalise import Context, Handler, Normaliser, follow, skip_options, wrapper
+from sandbox_agent.tools.bash_normalise import (
+    Context,
+    Handler,
+    Normaliser,
+    follow,
+    parse_options,
+    skip_options,
+    wrapper,
+)
 from sandbox_agent.tools.bash_programs import PROGRAMS
 from sandbox_agent.tools.bash_words import Word, literal
 
 Next = tuple[list[Word], Context] | None
+
+_HV = "--help --version"
 
 SHELLS = frozenset("sh bash dash zsh ksh mksh ash rbash yash posh fish".split())
 
@@ -57,6 +67,8 @@ def _shell(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
 
 
 def _eval(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    if args and args[0].value == "--":
+        args = args[1:]  # bash's eval takes `--` as the end of its (no) options: `eval -- 'rm f'`
     values = [w.value for w in args]
     if ctx.appended or any(v is None for v in values):
         n.opaque(f"{name} of text known only when it runs")
@@ -155,22 +167,27 @@ def _env_split(value: str) -> int | None:
     return None
 
 
+_XARGS_WITH_ARG = frozenset("-a --arg-file -d --delimiter -E -I -L --max-lines -n --max-args -P --max-procs -s "
+                            "--max-chars --process-slot-var".split())
+_XARGS_OPTIONAL = frozenset("-e --eof -i --replace -l".split())
+_XARGS_FLAGS = frozenset("-0 --null -o --open-tty -p --interactive -r --no-run-if-empty -t --verbose -x --exit "
+                         "--show-limits --help --version".split())
+
+
 def _xargs(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
-    takes = frozenset("-a --arg-file -d --delimiter -E -I -L -n --max-args -P --max-procs -s --max-chars "
-                      "--process-slot-var".split())
-    placeholders = list(ctx.placeholders)
-    start = skip_options(args, takes)
-    if start is None:
-        n.opaque("xargs with an option known only when it runs")
+    parsed = parse_options(args, _XARGS_WITH_ARG, _XARGS_FLAGS, _XARGS_OPTIONAL)
+    if parsed is None:
+        n.opaque("xargs with an option not known here, or known only when it runs")
         return None
-    for j, w in enumerate(args[:start]):
-        value = w.value or ""
-        if value == "-I" and j + 1 < start:
-            placeholders.append(args[j + 1].value or "{}")
-        elif value.startswith("--replace") or value.startswith("-i"):
-            placeholders.append(value.split("=", 1)[1] if "=" in value else value[2:] or "{}")
-        elif value.startswith("-I") and len(value) > 2:
-            placeholders.append(value[2:])
+    start, found = parsed
+    if any(option in ("--help", "--version", "--show-limits") for option, _ in found):
+        return None
+    placeholders = list(ctx.placeholders)
+    for option, value in found:
+        if option == "-I":
+            placeholders.append(value or "{}")
+        elif option in ("-i", "--replace"):
+            placeholders.append(value or "{}")
     rest = args[start:]
     if not rest:
         return None  # runs echo
@@ -243,12 +260,19 @@ def _script_option(options: tuple[str, ...], with_arg: str, *, otherwise_shell: 
 
 
 def _watch(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
-    start = skip_options(args, frozenset("-n --interval -d --differences -q --equexit".split()))
-    if start is None:
-        n.opaque("watch with an option known only when it runs")
+    parsed = parse_options(args, frozenset("-n --interval -q --equexit".split()),
+                           frozenset(f"-b --beep -c --color -C --no-color -e --errexit -g --chgexit -p --precise -t "
+                                     f"--no-title -w --no-wrap -x --exec -r --no-rerun -h -v {_HV}".split()),
+                           frozenset("-d --differences".split()))
+    if parsed is None:
+        n.opaque("watch with an option not known here, or known only when it runs")
+        return None
+    start, found = parsed
+    options = {option for option, _ in found}
+    if options & {"-h", "-v", "--help", "--version"}:
         return None
     rest = args[start:]
-    if any(w.value in ("-x", "--exec") for w in args[:start]):
+    if options & {"-x", "--exec"}:
         return follow(n, name, rest, ctx)
     values = _values(rest)
     if values is None:
@@ -258,25 +282,48 @@ def _watch(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return None
 
 
+_FLOCK_WITH_ARG = frozenset("-w --timeout -E --conflict-exit-code -c --command".split())
+_FLOCK_FLAGS = frozenset(f"-s --shared -x -e --exclusive -u --unlock -n --nb --nonblock -o --close -F --no-fork "
+                         f"--verbose -h -V {_HV}".split())
+
+
 def _flock(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
-    handled = _script_option(("-c", "--command"), "-w --timeout -E --conflict-exit-code", otherwise_shell=False)
-    if any(w.value in ("-c", "--command") or (w.value or "").startswith("--command=") for w in args):
-        return handled(n, name, args, ctx)
-    start = skip_options(args, frozenset("-w --timeout -E --conflict-exit-code".split()))
-    if start is None:
-        n.opaque("flock with an option known only when it runs")
+    parsed = parse_options(args, _FLOCK_WITH_ARG, _FLOCK_FLAGS)
+    if parsed is None:
+        n.opaque("flock with an option not known here, or known only when it runs")
         return None
+    start, found = parsed
+    if any(option in ("-h", "-V", "--help", "--version") for option, _ in found):
+        return None
+    # `flock FILE -c CMD`: getopt also reads options after the file (it permutes), so look past it.
+    later = parse_options(args[start + 1:], _FLOCK_WITH_ARG, _FLOCK_FLAGS) if start < len(args) else (0, [])
+    if later is None:
+        n.opaque("flock with an option not known here, or known only when it runs")
+        return None
+    for option, value in [*found, *later[1]]:
+        if option in ("-c", "--command"):
+            if value is None:
+                n.opaque("flock runs a script known only when it runs")
+            else:
+                n.script(value, ctx)
+            return None
     return follow(n, name, args[start + 1:], ctx) if start + 1 < len(args) else None
 
 
+_SUDO_WITH_ARG = frozenset("-u --user -g --group -C --close-from -D --chdir --host -p --prompt -r --role -t --type "
+                           "-T --command-timeout -U --other-user -R --chroot".split())
+_SUDO_FLAGS = frozenset(f"-A --askpass -b --background -E -e --edit -H --set-home -i --login -K --remove-timestamp "
+                        f"-k --reset-timestamp -l --list -n --non-interactive -P --preserve-groups -S --stdin -s "
+                        f"--shell -V -v --validate -N --no-update -B --bell {_HV}".split())
+
+
 def _sudo(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
-    start = skip_options(args, frozenset(
-        "-u --user -g --group -C --close-from -D --chdir -h --host -p --prompt -r --role -t --type -T "
-        "--command-timeout -U --other-user".split()))
-    if start is None:
-        n.opaque(f"{name} with an option known only when it runs")
+    parsed = parse_options(args, _SUDO_WITH_ARG, _SUDO_FLAGS, frozenset({"-h", "--preserve-env"}))
+    if parsed is None:
+        n.opaque(f"{name} with an option not known here, or known only when it runs")
         return None
-    flags = {w.value for w in args[:start]}
+    start, found = parsed
+    flags = {option for option, _ in found}
     rest = args[start:]
     if flags & {"-s", "--shell", "-i", "--login"}:
         values = _values(rest)
@@ -285,7 +332,7 @@ def _sudo(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
         else:
             n.opaque(f"{name} runs a shell on a command known only when it runs")
         return None
-    if flags & {"-l", "--list", "-v", "--validate", "-K", "-V", "--version", "-e", "--edit"}:
+    if flags & {"-l", "--list", "-v", "--validate", "-K", "-V", "--version", "-e", "--edit", "-h", "--help"}:
         return None
     return follow(n, name, rest, ctx)
 
@@ -303,6 +350,73 @@ def _parallel(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return None
 
 
+_COMPOUND = frozenset("{ ( (( while until if for case select [[ function".split())
+
+
+def _coproc(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`coproc [NAME] COMMAND`: a compound command after NAME (`coproc X { rm f; }`) is not followed here."""
+    if any(w.value is None or w.value in _COMPOUND for w in args[:2]):
+        n.opaque("coproc runs a compound command not followed here")
+        return None
+    return follow(n, name, args, ctx)
+
+
+def _callback(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`compgen -C CMD`, `complete -C CMD`, `mapfile -C CMD`: CMD is shell text the builtin runs."""
+    for j, w in enumerate(args):
+        value = w.value
+        if value is None:
+            n.opaque(f"{name} with an option known only when it runs")
+            return None
+        if value == "--" or not value.startswith("-"):
+            if name not in ("compgen", "complete"):
+                continue
+            break
+        cut = value.find("C")
+        if cut > 0:
+            text = value[cut + 1:] or (args[j + 1].value if j + 1 < len(args) else "")
+            if text is None:
+                n.opaque(f"{name} -C runs a command known only when it runs")
+            elif text:
+                n.script(text, ctx)
+    if name in ("mapfile", "readarray"):
+        return PROGRAMS["mapfile"](n, name, args, ctx)
+    return None
+
+
+def _bind(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`bind -x 'KEYSEQ:CMD'` runs CMD when the key is read; not followed here."""
+    if any(w.value is None or ((w.value or "").startswith("-") and "x" in (w.value or "")) for w in args):
+        n.opaque("bind -x runs a command when a key is read")
+    return None
+
+
+_SETARCH_FLAGS = ("-B --32bit -F --fdpic-funcptrs -I --short-inode -L --addr-compat-layout -R --addr-no-randomize "
+                  "-S --whole-seconds -T --sticky-timeouts -X --read-implies-exec -Z --mmap-page-zero -3 --3gb "
+                  "--4gb --uname-2.6 -v --verbose --list -h -V " + _HV)
+_setarch_options = wrapper(flags=_SETARCH_FLAGS, no_command="--list -h -V --help --version")
+
+
+def _setarch(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`setarch ARCH [OPTIONS] CMD`: the architecture comes first, its options after it."""
+    if name == "setarch" and args and not (args[0].value or "").startswith("-"):
+        args = args[1:]  # the architecture (optional in newer versions: then an option comes first)
+    return _setarch_options(n, name, args, ctx)
+
+
+def _dash_words(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
+    """`valgrind --opt=value PROG`: every option is one word (values attached), the first other word runs."""
+    for j, w in enumerate(args):
+        if w.value is None:
+            n.opaque(f"{name} with an option known only when it runs")
+            return None
+        if w.value in ("-h", "--help", "--help-debug", "--version"):
+            return None
+        if w.value == "--" or not w.value.startswith("-"):
+            return follow(n, name, args[j + (w.value == "--"):], ctx)
+    return None
+
+
 def _busybox(n: Normaliser, name: str, args: list[Word], ctx: Context) -> Next:
     return follow(n, name, args, ctx)
 
@@ -312,31 +426,59 @@ RUNNERS: dict[str, Handler] = {
     **dict.fromkeys(SHELLS, _shell),
     "eval": _eval, "source": _source, ".": _source, "trap": _trap, "alias": _alias,
     "env": _env, "xargs": _xargs, "find": _find, "git": git, "watch": _watch, "flock": _flock,
-    "sudo": _sudo, "doas": wrapper("-u -C", no_command="-s"), "parallel": _parallel, "busybox": _busybox,
-    "command": wrapper(no_command="-v -V"),
-    "coproc": wrapper(),
-    "setarch": wrapper(positional=1),
-    "linux32": wrapper(), "linux64": wrapper(),
+    "sudo": _sudo, "doas": wrapper("-u -C", "-n -s -L", no_command="-s -L"), "parallel": _parallel, "busybox": _busybox,
+    "command": wrapper(flags="-p -v -V", no_command="-v -V"),
+    "coproc": _coproc, "bind": _bind,
+    "strace": wrapper("-e -E -p -u -b -I -P -a -o -s -X -O -S -U --env --attach --user --detach-on --interruptible "
+                      "--trace --signal --status --trace-path --columns --abbrev --verbose --raw --read --write --kvm "
+                      "--output --string-limit --const-print-style --summary-syscall-overhead --summary-sort-by "
+                      "--summary-columns --inject --fault",
+                      "-D -f -z -Z -i -k -n -A -q -r -t -T -v -x -y -Y -c -C -w -d -h -V --follow-forks "
+                      "--output-separately --successful-only --failed-only --instruction-pointer --stack-traces "
+                      "--syscall-number --output-append-mode --no-abbrev --summary-only --summary "
+                      "--summary-wall-clock --debug --seccomp-bpf --help --version",
+                      optional="--daemonize --relative-timestamps --absolute-timestamps --syscall-times "
+                               "--decode-fds --tips", no_command="-h -V --help --version"),
+    "ltrace": wrapper("-o --output -e -p -s -u -a --align -n --indent -l --library -x -E -F --config -A -D -w --where",
+                      "-b --no-signals -c -C --demangle -f -h --help -i -L -r -S -t -T -V --version",
+                      no_command="-h -V --help --version"),
+    **dict.fromkeys(("compgen", "complete", "mapfile", "readarray"), _callback),
+    **dict.fromkeys(("setarch", "linux32", "linux64", "i386", "x86_64"), _setarch), "valgrind": _dash_words,
     "builtin": wrapper(),
-    "nohup": wrapper(),
-    "nice": wrapper("-n --adjustment"),
-    "timeout": wrapper("-s --signal -k --kill-after", positional=1),
-    "stdbuf": wrapper("-i -o -e --input --output --error"),
-    "time": wrapper("-f --format -o --output"),
-    "ionice": wrapper("-c --class -n --classdata -p --pid -P --pgid -u --uid",
-                      no_command="-p --pid -P --pgid -u --uid"),
-    "setsid": wrapper(),
-    "chrt": wrapper("-T --sched-runtime -P --sched-period -D --sched-deadline", positional=1,
-                    no_command="-p --pid -m --max"),
-    "taskset": wrapper(positional=1, no_command="-p --pid"),
+    "nohup": wrapper(flags=_HV),
+    "nice": wrapper("-n --adjustment", "-NUM " + _HV),
+    "timeout": wrapper("-s --signal -k --kill-after", "-v --verbose -f --foreground -p --preserve-status " + _HV,
+                       positional=1),
+    "stdbuf": wrapper("-i -o -e --input --output --error", _HV),
+    "time": wrapper("-f --format -o --output", "-p --portability -a --append -v --verbose -q --quiet -V " + _HV),
+    "ionice": wrapper("-c --class -n --classdata -p --pid -P --pgid -u --uid", "-t --ignore -h -V " + _HV,
+                      no_command="-p --pid -P --pgid -u --uid -h -V --help --version"),
+    "setsid": wrapper(flags="-c --ctty -f --fork -w --wait -h -V " + _HV),
+    "chrt": wrapper("-T --sched-runtime -P --sched-period -D --sched-deadline",
+                    "-a --all-tasks -b --batch -d --deadline -e --ext -f --fifo -i --idle -o --other -r --rr "
+                    "-R --reset-on-fork -m --max -p --pid -v --verbose -h -V " + _HV, positional=1,
+                    no_command="-p --pid -m --max -h -V --help --version"),
+    "taskset": wrapper(flags="-a --all-tasks -p --pid -c --cpu-list -h -V " + _HV, positional=1,
+                       no_command="-p --pid -h -V --help --version"),
     "setpriv": wrapper("--reuid --regid --ruid --rgid --euid --egid --groups --inh-caps --ambient-caps "
                        "--bounding-set --securebits --pdeathsig --selinux-label --apparmor-profile "
-                       "--landlock-access --landlock-rule", no_command="-d --dump"),
+                       "--landlock-access --landlock-rule --seccomp-filter",
+                       "-d --dump --nnp --no-new-privs --clear-groups --keep-groups --init-groups --reset-env -h -V "
+                       + _HV, no_command="-d --dump -h -V --help --version"),
     "unshare": wrapper("-S --setuid -G --setgid -R --root -w --wd --map-user --map-group --map-users --map-groups "
-                       "--propagation", empty_runs_shell=True),
-    "nsenter": wrapper("-t --target -S --setuid -G --setgid", empty_runs_shell=True),
-    "chroot": wrapper("--userspec --groups", positional=1, empty_runs_shell=True),
-    "prlimit": wrapper(no_command="-p --pid"),
+                       "--propagation --setgroups --monotonic --boottime",
+                       "-f --fork -r --map-root-user -c --map-current-user --map-auto --keep-caps -h -V " + _HV,
+                       optional="-m --mount -u --uts -i --ipc -n --net -p --pid -U --user -C --cgroup -T --time "
+                                "--kill-child --mount-proc", empty_runs_shell=True),
+    "nsenter": wrapper("-t --target -S --setuid -G --setgid -W --wdns",
+                       "-a --all -F --no-fork -Z --follow-context --preserve-credentials -h -V " + _HV,
+                       optional="-m --mount -u --uts -i --ipc -n --net -p --pid -C --cgroup -U --user -T --time "
+                                "-r --root -w --wd", empty_runs_shell=True),
+    "chroot": wrapper("--userspec --groups", "--skip-chdir " + _HV, positional=1, empty_runs_shell=True),
+    "prlimit": wrapper("-p --pid -o --output", "--noheadings --raw --verbose -h -V " + _HV,
+                       optional="-c --core -d --data -e --nice -f --fsize -i --sigpending -l --memlock -m --rss "
+                                "-n --nofile -q --msgqueue -r --rtprio -s --stack -t --cpu -u --nproc -v --as "
+                                "-x --locks -y --rttime", no_command="-p --pid -h -V --help --version"),
     "su": _script_option(("-c", "--command", "--session-command"), "-s --shell -g --group -G --supp-group -w "
                          "--whitelist-environment", otherwise_shell=True),
     "runuser": _script_option(("-c", "--command", "--session-command"), "-s --shell -g --group -G --supp-group "
