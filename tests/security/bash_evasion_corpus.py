@@ -201,7 +201,7 @@ RED_TEAM_RESPELLINGS = [
         "git-only", "deny",
         "git -c protocol.ext.allow=always ls-remote 'ext::sh -c touch% pwned'",
         "git -c protocol.ext.allow=always clone 'ext::sh -c touch% pwned' d",
-        "git -c 'url.ext::sh -c touch% pwned.insteadOf=https://x/' ls-remote https://x/y",
+        "git -c 'url.ext::sh -c touch% pwned.insteadOf=https://git.test/' ls-remote https://git.test/y",
         "git remote add o 'ext::sh -c touch% pwned'", "GIT_ALLOW_PROTOCOL=ext git fetch o",
         "git -c core.gitProxy=touch ls-remote git://pwned/y", "git -c core.gitproxy=touch fetch",
         "git -c CORE.PAGER='touch pwned' log", "git -c core.alternateRefsCommand='touch pwned' fetch",

@@ -1,7 +1,8 @@
-"""Review W3 (reference §7 hooks, §8 config, §9 MCP): behaviours checked against upstream v1.2.27.
+"""Plugin hooks around calls and MCP tool calls (reference §7 hooks, §8 config, §9 MCP), checked against
+upstream v1.2.27.
 
-Tests marked xfail(strict) prove differences whose fix belongs to files this review may not edit
-(core/executor.py, core/tool_runtime.py); they start passing, and then fail as XPASS, once fixed.
+A test marked xfail(strict) records a known difference from upstream (named in its reason); it starts
+passing, and then fails as XPASS, once the difference is fixed.
 """
 
 from __future__ import annotations

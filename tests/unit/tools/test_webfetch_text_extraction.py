@@ -1,4 +1,4 @@
-"""Review of webfetch's `text` format against upstream's extraction, run for real in Bun's HTMLRewriter."""
+"""webfetch's `text` format checked against upstream's extraction, run for real in Bun's HTMLRewriter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review cases for `edit`, `write` and `multiedit`: the diff of a file made from an empty oldString, and absolute
+"""`edit`, `write` and `multiedit`: the diff of a file made from an empty oldString, and absolute
 paths kept as the model wrote them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review of bash against the reference: the path check resolves arguments as GNU `realpath` does."""
+"""bash's outside-the-project check: path arguments resolve as GNU `realpath` does (reference §6 bash)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""V2 review cases that need the real sandbox: bash resolves path arguments as GNU `realpath` does there."""
+"""bash's outside-the-project check in the real sandbox: path arguments resolve as GNU `realpath` does there."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review cases for `read`: attachment mime types as v1.2.27 names them, and absolute paths kept as written."""
+"""`read`: attachment mime types as v1.2.27 names them, and absolute paths kept as written."""
 
 from __future__ import annotations
 
