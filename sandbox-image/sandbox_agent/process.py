@@ -19,10 +19,11 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
 from sandbox_agent import spawner
 from sandbox_agent.errors import SpawnError
+from sandbox_agent.process_tree import Member, ProcessTree, forks_refused, outside, signal_pid
 
 DRAIN_GRACE_S = 0.02
 """How long output pipes may stay open after the command exited (someone else holds them)."""
@@ -38,11 +39,6 @@ KILL_BOUND_S = 2.0
 """How long a stop keeps killing a group that still has members (a fork bomb) before giving up."""
 FREEZE_ROUNDS = 20
 """Stop-and-scan rounds before the kill; each catches the escaped children forked since the previous one."""
-_SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
-PIDS_EVENTS = ("/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events")
-"""The container's pids cgroup (v1, v2): its `max` line counts the forks refused at the pids limit."""
-SigtermReaction = Literal["dies", "handles", "deaf"]
-"""What a process does with a SIGTERM: die of it, run a handler, or nothing for now (blocked or ignored)."""
 READ_SIZE = 64 * 1024
 UMASK = 0o022
 
@@ -135,8 +131,8 @@ class Execution:
         self._timer = (
             self._loop.call_later(spec.timeout_s, self._on_timeout) if spec.timeout_s else None
         )
-        self._tree = _ProcessTree(launched.pid)
-        self._refused_at_start = _forks_refused()
+        self._tree = ProcessTree(launched.pid)
+        self._refused_at_start = forks_refused()
 
     @classmethod
     async def start(cls, spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
@@ -361,14 +357,14 @@ class Execution:
             await self._freeze_and_kill()
             return
         members = self._tree.members()
-        for pid in _outside(members, self.pid):  # children that left the group with setsid or setpgid
-            _signal(pid, signal.SIGTERM)
+        for pid in outside(members, self.pid):  # children that left the group with setsid or setpgid
+            signal_pid(pid, signal.SIGTERM)
         if not in_group and not members:
             return
         if not await self._outlive_grace(members, deadline):
             await self._freeze_and_kill()
 
-    async def _outlive_grace(self, members: dict[int, _Member], deadline: float) -> bool:
+    async def _outlive_grace(self, members: dict[int, Member], deadline: float) -> bool:
         """Waits while the grace can still be used; True once nothing of the call is alive (zombies are gone:
         they run nothing and hold no pipe), False when the rest must be killed."""
         next_scan = self._loop.time() + RESCAN_S
@@ -396,10 +392,10 @@ class Execution:
     def _out_of_pids(self) -> bool:
         """Whether the session hit its pids limit during the call (a fork bomb): then there is no grace. Cleanup
         that needs a process could not start anyway, and the session needs its pids back."""
-        refused = _forks_refused()
+        refused = forks_refused()
         return refused is not None and self._refused_at_start is not None and refused > self._refused_at_start
 
-    def _grace_in_use(self, members: dict[int, _Member]) -> bool:
+    def _grace_in_use(self, members: dict[int, Member]) -> bool:
         return self.pid in members or any(member.sigterm == "handles" for member in members.values())
 
     async def _freeze_and_kill(self) -> None:
@@ -415,16 +411,16 @@ class Execution:
         self._signal_group(signal.SIGSTOP)
         stopped: set[int] = set()
         for _ in range(FREEZE_ROUNDS):
-            escaped = _outside(self._tree.members(), self.pid) - stopped
+            escaped = outside(self._tree.members(), self.pid) - stopped
             if not escaped:
                 break
             for pid in escaped:
-                _signal(pid, signal.SIGSTOP)
+                signal_pid(pid, signal.SIGSTOP)
             stopped |= escaped
         # The escaped ones are killed by pid first: once their parent is dead they are re-parented to init
         # and a scan would no longer find them.
         for pid in stopped:
-            _signal(pid, signal.SIGKILL)
+            signal_pid(pid, signal.SIGKILL)
         self._signal_group(signal.SIGKILL)
         # Until the killed processes have exited the group still has members, and a scan of hundreds of them
         # costs a starved agent dearly: the cheap group probe says when to scan again.
@@ -436,8 +432,8 @@ class Execution:
                 if not members or self._loop.time() >= deadline:
                     return
                 next_scan = self._loop.time() + RESCAN_S
-                for pid in _outside(members, self.pid):
-                    _signal(pid, signal.SIGKILL)
+                for pid in outside(members, self.pid):
+                    signal_pid(pid, signal.SIGKILL)
                 self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, sig: int) -> bool:
@@ -446,140 +442,6 @@ class Execution:
         except ProcessLookupError:
             return False
         return True
-
-
-@dataclass(frozen=True)
-class _Member:
-    group: int
-    sigterm: SigtermReaction
-
-
-def _outside(members: dict[int, _Member], group: int) -> set[int]:
-    return {pid for pid, member in members.items() if member.group != group}
-
-
-class _ProcessTree:
-    """The processes a command left: its group and session, and whatever descends from them by parent pid.
-
-    Found by scanning /proc (the agent has no cgroup of its own per command). A process whose parent
-    died before the scan (a double fork, `setsid -f`) is re-parented to init and cannot be found.
-    """
-
-    def __init__(self, leader: int) -> None:
-        self._leader = leader
-        self._leader_start = _start_time(leader)
-        """Tells the leader from a later process that reused its pid (and so its group and session ids)."""
-
-    def members(self) -> dict[int, _Member]:
-        """The live (non-zombie) processes of the command, by pid."""
-        table = _process_table()
-        leader = table.get(self._leader)
-        if leader is not None and self._leader_start is not None and leader.start != self._leader_start:
-            return {}
-        found = {pid for pid, stat in table.items() if self._leader in (stat.group, stat.session)}
-        children: dict[int, list[int]] = {}
-        for pid, stat in table.items():
-            children.setdefault(stat.parent, []).append(pid)
-        todo = list(found)
-        while todo:
-            for child in children.get(todo.pop(), []):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
-        found.discard(os.getpid())
-        found.discard(1)
-        return {pid: _Member(table[pid].group, table[pid].sigterm) for pid in found}
-
-
-class _Stat(NamedTuple):
-    parent: int
-    group: int
-    session: int
-    start: int
-    sigterm: SigtermReaction
-
-
-def _process_table() -> dict[int, _Stat]:
-    """Every live process visible in /proc, by pid."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _read_stat(int(entry))) is not None:
-            table[int(entry)] = stat
-    return table
-
-
-def _read_stat(pid: int) -> _Stat | None:
-    """None for a process that is gone or a zombie."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # os.open: a buffered open() costs far more in /proc
-        try:
-            text = os.read(fd, 1024)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    # The command name is in parentheses and may itself contain spaces and parentheses. After it, from the
-    # state on, fields 3 to 52 of proc(5): the signal masks (blocked, ignored, caught) are fields 32 to 34.
-    rest = text[text.rfind(b")") + 2:].split()
-    try:
-        if rest[0] == b"Z":
-            return None
-        blocked, ignored, caught = int(rest[29]), int(rest[30]), int(rest[31])
-        reaction: SigtermReaction = (
-            "deaf" if (blocked | ignored) & _SIGTERM_BIT else "handles" if caught & _SIGTERM_BIT else "dies"
-        )
-        return _Stat(int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), reaction)
-    except (IndexError, ValueError):
-        return None
-
-
-def _forks_refused() -> int | None:
-    """Forks the container's pids limit refused so far; None where no pids cgroup is visible (tests on a host)."""
-    return cgroup_counter(PIDS_EVENTS, b"max")
-
-
-_answering: dict[tuple[str, ...], str] = {}
-"""For each list of candidate files, the one that answered last (the others do not exist on this host)."""
-
-
-def cgroup_counter(paths: tuple[str, ...], name: bytes) -> int | None:
-    """The `name VALUE` line of the first of `paths` that has one (cgroup v1 and v2 name their files apart).
-
-    Read with os.open: this runs on the loop's thread for every command, and a buffered open costs
-    several times more in /sys.
-    """
-    known = _answering.get(paths)
-    for path in (known, *paths) if known else paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            text = os.read(fd, 4096)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        for line in text.splitlines():
-            key, _, value = line.partition(b" ")
-            if key == name:
-                try:
-                    count = int(value)
-                except ValueError:
-                    return None
-                _answering[paths] = path
-                return count
-    return None
-
-
-def _start_time(pid: int) -> int | None:
-    stat = _read_stat(pid)
-    return None if stat is None else stat.start
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
 
 
 def _popen(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_agent.errors import SpawnError
-from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity, cgroup_counter
+from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+from sandbox_agent.process_tree import cgroup_counter
 
 ME = Identity(None, None)
 
