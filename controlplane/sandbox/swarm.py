@@ -6,13 +6,14 @@ dropped but the agent's three, read-only root, tmpfs /tmp and /workspace) attach
 Services have no no-new-privileges option: the agent is started under PR_SET_NO_NEW_PRIVS instead,
 which every tool process inherits. The agent's channel: swarm_channel (control plane) -> mutual
 TLS -> swarm_relay (a global service, one per node) -> the agent's Unix socket on that node.
+The task template and its fail-closed check are in swarm_service, the relay service and its per-node
+clients in swarm_relay_fleet; this module places, watches, adopts and removes sandboxes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import secrets
 import time
@@ -23,23 +24,19 @@ from typing import Any, Protocol, runtime_checkable
 
 import docker
 import docker.errors
-from docker.types import ConfigReference, Mount, SecretReference
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.models import Resources, Session, SessionState
 from controlplane.core.tracked_tasks import TrackedTasks
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import code_mount, swarm_relay
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.docker import (
-    AGENT_CAPS,
     AGENT_DIR,
     LABEL_IMAGE,
     LABEL_INSTANCE,
     LABEL_MANAGED,
     LABEL_SANDBOX,
     LABEL_SESSION,
-    WORKSPACE,
 )
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.pool import WarmPool
@@ -52,28 +49,12 @@ from controlplane.sandbox.provider import (
     SandboxRecord,
     SandboxState,
 )
-from controlplane.sandbox.swarm_channel import LocalForward, RelayClient, RelayPki
+from controlplane.sandbox.swarm_channel import LocalForward
+from controlplane.sandbox.swarm_relay_fleet import RelayFleet
+from controlplane.sandbox.swarm_service import LABEL_ROLE, LABEL_TENANT, sandbox_template, verify_service_hardening
 
 log = logging.getLogger(__name__)
 
-LABEL_ROLE = "ocsb.role"
-LABEL_TENANT = "ocsb.tenant"
-LABEL_RELAY_HASH = "ocsb.relay-hash"
-NO_NEW_PRIVS = (
-    "import ctypes, os, sys\n"
-    "if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:\n"  # PR_SET_NO_NEW_PRIVS
-    "    sys.exit('cannot set no_new_privs: errno %d' % ctypes.get_errno())\n"
-    "os.chmod(os.environ['AGENT_WORKSPACE'], 0o777)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])\n"
-)
-"""Run before the agent: sets no_new_privs (inherited across fork and exec), then execs it. Swarm's
-tmpfs cannot be owned by the tool user (runc gives it the image dir's mode, owner root), and the
-agent has no CAP_CHOWN; as the owner it may still open the workspace to the tool user. A volume
-would not do: Swarm leaves a task's volumes behind on its node."""
-AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"]
-RELAY_DIR = "/run/ocsb"
-RELAY_SPEC = 2
-"""Part of the relay service's hash: bump it when the service spec changes, so running relays are replaced."""
 _FAILED_TASK_STATES = {"failed", "rejected", "shutdown", "complete", "orphaned", "remove"}
 _NETWORK_REMOVE_S = 30.0
 
@@ -97,13 +78,6 @@ class _SessionRows(Protocol):
     async def get_session(self, session_id: str) -> Session | None: ...
 
     async def put_session(self, s: Session) -> None: ...
-
-
-@dataclass
-class _NodeRelay:
-    client: RelayClient
-    failures: int = 0
-    ready: bool = False
 
 
 @dataclass
@@ -133,8 +107,7 @@ class SwarmSandboxProvider(SandboxProvider):
             else docker.from_env(version="auto")
         )
         self._api: Any = self._client.api  # docker-py's low-level client is untyped
-        self._pki: RelayPki | None = None
-        self._relays: dict[str, _NodeRelay] = {}
+        self._fleet = RelayFleet(self._api, config, instance)
         self._live: dict[str, _Remote] = {}
         self._cleanups = TrackedTasks()
         """Removals whose callers went away: awaited before the engine client closes."""
@@ -182,9 +155,7 @@ class SwarmSandboxProvider(SandboxProvider):
             await asyncio.to_thread(self._client.images.get, self._config.image)
         except docker.errors.ImageNotFound as exc:
             raise SandboxStartError(f"sandbox image {self._config.image} is not on the manager; `make image`") from exc
-        self._pki = await asyncio.to_thread(RelayPki.ensure, self._state_dir / "pki")
-        await asyncio.to_thread(self._ensure_relay_service)
-        await self._wait_for_relays()
+        await self._fleet.start(self._state_dir)
         report = await self._reconcile(live)
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
         self._pool.start()
@@ -209,7 +180,7 @@ class SwarmSandboxProvider(SandboxProvider):
             docker.from_env(version="auto").api
         )
         try:
-            await asyncio.to_thread(self._remove_relay_objects, api)
+            await asyncio.to_thread(self._fleet.remove_objects, api)
         finally:
             api.close()
 
@@ -285,7 +256,8 @@ class SwarmSandboxProvider(SandboxProvider):
         if remote is not None:
             await remote.close()
         await asyncio.to_thread(self._remove_service_and_network, sandbox_id)
-        relays = [self._relays[remote.node]] if remote and remote.node in self._relays else list(self._relays.values())
+        known = self._fleet.relays
+        relays = [known[remote.node]] if remote and remote.node in known else list(known.values())
         await asyncio.gather(
             *(r.client.request({"op": "remove", "instance": self._instance, "sandbox": sandbox_id}) for r in relays),
             return_exceptions=True,
@@ -308,131 +280,6 @@ class SwarmSandboxProvider(SandboxProvider):
                     log.warning("network %s not removed: %s", name, exc)
                     return
                 time.sleep(0.2)
-
-    # -- the relay service ----------------------------------------------------------------------
-
-    def _relay_inputs(self) -> tuple[bytes, dict[str, bytes], str]:
-        assert self._pki is not None
-        script = Path(swarm_relay.__file__).read_bytes()
-        secret_files = {
-            "cert": self._pki.server_cert.read_bytes(),
-            "key": self._pki.server_key.read_bytes(),
-            "ca": self._pki.ca.read_bytes(),
-        }
-        digest = hashlib.sha256(script)
-        for name, data in sorted(secret_files.items()):
-            digest.update(name.encode() + data)
-        digest.update(f"{RELAY_SPEC}|{self._config.relay_port}|{self._config.image}|{self._config.node_root}".encode())
-        return script, secret_files, digest.hexdigest()[:12]
-
-    def _ensure_relay_service(self) -> None:
-        script, secret_files, relay_hash = self._relay_inputs()
-        name = f"ocsb-{self._instance}-relay"
-        labels = {LABEL_MANAGED: "true", LABEL_INSTANCE: self._instance, LABEL_ROLE: "relay",
-                  LABEL_RELAY_HASH: relay_hash}
-        existing = self._api.services(filters={"name": name})
-        if any(s["Spec"]["Labels"].get(LABEL_RELAY_HASH) == relay_hash for s in existing if s["Spec"]["Name"] == name):
-            return
-        self._remove_relay_objects(self._api)
-        config = self._api.create_config(f"{name}-{relay_hash}", script, labels=labels)
-        secrets_refs = []
-        for key, data in secret_files.items():
-            created = self._api.create_secret(f"{name}-{relay_hash}-{key}", data, labels=labels)
-            secrets_refs.append(SecretReference(created["ID"], f"{name}-{relay_hash}-{key}", filename=f"relay-{key}",
-                                                uid="0", gid="0", mode=0o400))
-        spec = docker.types.ContainerSpec(
-            self._config.image, command=["python3", "/ocsb/relay.py"], user="0:0", labels=labels,
-            env={
-                "OCSB_NODE": "{{.Node.ID}}", "OCSB_PORT": str(self._config.relay_port), "OCSB_ROOT": RELAY_DIR,
-                "OCSB_CERT": "/run/secrets/relay-cert", "OCSB_KEY": "/run/secrets/relay-key",
-                "OCSB_CA": "/run/secrets/relay-ca",
-            },
-            mounts=[Mount(RELAY_DIR, self._config.node_root, type="bind")],
-            configs=[ConfigReference(config["ID"], f"{name}-{relay_hash}", filename="/ocsb/relay.py",
-                                     uid="0", gid="0", mode=0o444)],
-            secrets=secrets_refs, read_only=True, cap_drop=["ALL"],
-            # Not PID 1, so SIGTERM ends it at once: a node's daemon shutting down loses its relay (and
-            # its sessions are reported lost) in a second or two instead of at the 10 s kill.
-            init=True,
-        )
-        template = docker.types.TaskTemplate(
-            spec, resources=docker.types.Resources(mem_limit=128 * 1024 * 1024),
-            restart_policy=docker.types.RestartPolicy(condition="any", delay=1_000_000_000),
-            networks=["host"],
-        )
-        self._api.create_service(template, name=name, labels=labels, mode=docker.types.ServiceMode("global"))
-
-    def _remove_relay_objects(self, api: Any) -> None:
-        filters = {"label": [f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}=relay"]}
-        for service in api.services(filters=filters):
-            with contextlib.suppress(docker.errors.NotFound):
-                api.remove_service(service["ID"])
-        deadline = time.monotonic() + 20.0
-        for kind in ("config", "secret"):
-            listing = getattr(api, f"{kind}s")(filters=filters)
-            for item in listing:
-                while True:  # still referenced until the relay's tasks are gone
-                    try:
-                        getattr(api, f"remove_{kind}")(item["ID"])
-                        break
-                    except docker.errors.NotFound:
-                        break
-                    except docker.errors.APIError:
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.2)
-
-    async def _refresh_nodes(self) -> None:
-        assert self._pki is not None
-        nodes = await asyncio.to_thread(self._api.nodes)
-        context = None
-        seen = set()
-        for node in nodes:
-            node_id = node["ID"]
-            status, spec = node.get("Status") or {}, node.get("Spec") or {}
-            if status.get("State") != "ready" or spec.get("Availability") != "active":
-                continue
-            seen.add(node_id)
-            address = status.get("Addr", "")
-            if address in ("", "0.0.0.0"):
-                address = ((node.get("ManagerStatus") or {}).get("Addr") or "").rsplit(":", 1)[0]
-            relay = self._relays.get(node_id)
-            if relay is None or relay.client.host != address:
-                context = context or self._pki.client_context()
-                self._relays[node_id] = _NodeRelay(RelayClient(address, self._config.relay_port, context))
-        for node_id, relay in self._relays.items():
-            if node_id not in seen:
-                relay.ready = False
-                relay.failures = max(relay.failures, self._config.relay_failures)
-
-    async def _ping(self, node_id: str, relay: _NodeRelay) -> None:
-        try:
-            reply = await relay.client.request({"op": "ping"}, timeout_s=2.0)
-            if reply.get("node") != node_id:
-                raise SandboxError(f"relay at {relay.client.host} is node {reply.get('node')}, not {node_id}")
-        except SandboxError as exc:
-            relay.failures += 1
-            relay.ready = False
-            log.debug("relay of node %s: %s", node_id, exc)
-        else:
-            relay.failures = 0
-            relay.ready = True
-
-    async def _wait_for_relays(self) -> None:
-        deadline = time.monotonic() + self._config.start_timeout_s
-        while True:
-            await self._refresh_nodes()
-            await asyncio.gather(*(self._ping(n, r) for n, r in self._relays.items()))
-            if self._relays and all(r.ready for r in self._relays.values()):
-                return
-            if time.monotonic() > deadline:
-                if any(r.ready for r in self._relays.values()):
-                    return  # some nodes serve; the others are excluded from placement until they do
-                raise SandboxStartError(
-                    f"no relay answered on port {self._config.relay_port} within {self._config.start_timeout_s} s "
-                    f"(is {self._config.node_root} present on every node?)"
-                )
-            await asyncio.sleep(0.3)
 
     # -- creation -------------------------------------------------------------------------------
 
@@ -461,9 +308,9 @@ class SwarmSandboxProvider(SandboxProvider):
     async def _prepare_dirs(self, sandbox_id: str) -> list[str]:
         """Makes the socket dir on every node whose relay answers; the others are excluded from placement."""
         request = {"op": "prepare", "instance": self._instance, "sandbox": sandbox_id}
-        nodes = list(self._relays)
+        nodes = list(self._fleet.relays)
         results = await asyncio.gather(
-            *(self._relays[n].client.request(request) for n in nodes), return_exceptions=True
+            *(self._fleet.relays[n].client.request(request) for n in nodes), return_exceptions=True
         )
         excluded = [n for n, r in zip(nodes, results, strict=True) if isinstance(r, BaseException)]
         if len(excluded) == len(nodes):
@@ -472,7 +319,7 @@ class SwarmSandboxProvider(SandboxProvider):
 
     async def _release_other_dirs(self, sandbox_id: str, node: str) -> None:
         request = {"op": "remove", "instance": self._instance, "sandbox": sandbox_id}
-        others = [r.client for n, r in self._relays.items() if n != node]
+        others = [r.client for n, r in self._fleet.relays.items() if n != node]
         await asyncio.gather(*(c.request(request) for c in others), return_exceptions=True)
 
     def _create_service(
@@ -483,33 +330,11 @@ class SwarmSandboxProvider(SandboxProvider):
         network = self._api.create_network(
             name, driver="overlay", internal=True, attachable=False, labels=labels, check_duplicate=True,
         )
-        memory = resources.memory_mb * 1024 * 1024
-        spec = docker.types.ContainerSpec(
-            self._config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
-            env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
-                 code_mount.CODE_ENV: code_mount.CODE_DIR},
-            mounts=[
-                Mount("/tmp", None, type="tmpfs", tmpfs_size=self._tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
-                Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=self._config.workspace_mb * 1024 * 1024),
-                Mount(code_mount.CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
-                      tmpfs_mode=code_mount.CODE_MODE),
-                Mount(AGENT_DIR, self._agent_dir_source(self._instance, sandbox_id), type="bind"),
-            ],
-            read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
-        )
-        task_resources = docker.types.Resources(
-            cpu_limit=int(resources.cpu * 1e9), mem_limit=memory,
-            cpu_reservation=int(resources.cpu * 1e9 * self._config.reserve_fraction),
-            mem_reservation=int(memory * self._config.reserve_fraction),
-        )
-        task_resources["Limits"]["Pids"] = resources.pids
-        constraints = [*self._config.constraints, *self._config.tenant_constraints.get(tenant, [])]
-        constraints += [f"node.id!={node}" for node in excluded]
-        preferences = [("spread", self._config.spread)] if self._config.spread else None
-        template = docker.types.TaskTemplate(
-            spec, resources=task_resources, restart_policy=docker.types.RestartPolicy(condition="none"),
-            placement=docker.types.Placement(constraints=constraints, preferences=preferences),
-            networks=[network["Id"]],
+        template = sandbox_template(
+            self._config, labels, self._agent_dir_source(self._instance, sandbox_id), self._tmpfs_mb, resources,
+            [*self._config.constraints, *self._config.tenant_constraints.get(tenant, []),
+             *(f"node.id!={node}" for node in excluded)],
+            network["Id"],
         )
         try:
             created = self._api.create_service(
@@ -542,10 +367,10 @@ class SwarmSandboxProvider(SandboxProvider):
 
     async def _connect(self, sandbox_id: str, node: str, service_id: str, owner: str = "") -> _Remote:
         """A forwarder to the sandbox's agent; `owner` names another instance whose sandbox this attaches to."""
-        relay = self._relays.get(node)
+        relay = self._fleet.relays.get(node)
         if relay is None:
-            await self._refresh_nodes()
-            relay = self._relays.get(node)
+            await self._fleet.refresh_nodes()
+            relay = self._fleet.relays.get(node)
             if relay is None:
                 raise SandboxStartError(f"sandbox {sandbox_id} runs on node {node}, which has no relay")
         forward = LocalForward(
@@ -578,8 +403,8 @@ class SwarmSandboxProvider(SandboxProvider):
                 log.exception("swarm watch round failed")
 
     async def _check_once(self) -> None:
-        await self._refresh_nodes()
-        await asyncio.gather(*(self._ping(n, r) for n, r in self._relays.items()))
+        await self._fleet.refresh_nodes()
+        await asyncio.gather(*(self._fleet.ping(n, r) for n, r in self._fleet.relays.items()))
         if not self._live and not self._attached:
             return
         # Taken before the engine is asked: a sandbox that joins meanwhile is not in the answer, and is not lost.
@@ -590,7 +415,7 @@ class SwarmSandboxProvider(SandboxProvider):
             for sandbox_id, remote in entries:
                 if registry.get(sandbox_id) is not remote:
                     continue  # ended or replaced while the engine answered
-                relay = self._relays.get(remote.node)
+                relay = self._fleet.relays.get(remote.node)
                 reason = ""
                 if relay is None or relay.failures >= self._config.relay_failures:
                     reason = f"its node {remote.node} stopped answering"
@@ -648,7 +473,7 @@ class SwarmSandboxProvider(SandboxProvider):
                 await asyncio.to_thread(self._remove_service_and_network, network["Labels"].get(LABEL_SANDBOX, ""))
                 report.removed.append(network.get("Name", ""))
         retain = {"op": "retain", "instance": self._instance, "keep": sorted(kept)}
-        await asyncio.gather(*(r.client.request(retain) for r in self._relays.values()), return_exceptions=True)
+        await asyncio.gather(*(r.client.request(retain) for r in self._fleet.relays.values()), return_exceptions=True)
         return report
 
     async def _adopt(
@@ -675,37 +500,3 @@ class SwarmSandboxProvider(SandboxProvider):
         else:
             report.adopted.append(record.id)
         return True
-
-
-def verify_service_hardening(service: dict[str, Any], resources: Resources, network_id: str) -> None:
-    """Fails closed when the engine stored a weaker service than asked (old engines drop fields)."""
-    template = service["Spec"]["TaskTemplate"]
-    container = template["ContainerSpec"]
-    limits = (template.get("Resources") or {}).get("Limits") or {}
-    problems = []
-    if container.get("CapabilityDrop") != ["ALL"]:
-        problems.append(f"capabilities not all dropped ({container.get('CapabilityDrop')})")
-    if not set(container.get("CapabilityAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
-        problems.append(f"unexpected capabilities {container.get('CapabilityAdd')}")
-    if container.get("ReadOnly") is not True:
-        problems.append("root filesystem is writable")
-    if container.get("Command") != AGENT_COMMAND:
-        problems.append("the agent would start without no_new_privs")
-    if container.get("Privileges"):
-        problems.append(f"privileges set: {container.get('Privileges')}")
-    if limits.get("Pids") != resources.pids:
-        problems.append(f"pids limit is {limits.get('Pids')}, wanted {resources.pids}")
-    if limits.get("MemoryBytes") != resources.memory_mb * 1024 * 1024:
-        problems.append(f"memory limit is {limits.get('MemoryBytes')}, wanted {resources.memory_mb} MiB")
-    if limits.get("NanoCPUs") != int(resources.cpu * 1e9):
-        problems.append(f"cpu limit is {limits.get('NanoCPUs')}, wanted {resources.cpu}")
-    if (template.get("RestartPolicy") or {}).get("Condition") != "none":
-        problems.append("restart policy is not none")
-    networks = [n.get("Target") for n in template.get("Networks") or []]
-    if networks != [network_id]:
-        problems.append(f"attached to {networks}, wanted only the session's internal network")
-    if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
-        problems.append("the Docker socket is mounted")
-    problems += code_mount.service_problems(container.get("Mounts") or [])
-    if problems:
-        raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))

@@ -1,0 +1,98 @@
+"""A sandbox as a Swarm service: its task template (hardened as far as services allow) and the check that
+the engine stored what was asked (fail closed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import docker
+from docker.types import Mount
+
+from controlplane.config import SwarmProviderConfig
+from controlplane.core.models import Resources
+from controlplane.errors import HardeningError
+from controlplane.sandbox import code_mount
+from controlplane.sandbox.docker import AGENT_CAPS, AGENT_DIR, WORKSPACE
+
+LABEL_ROLE = "ocsb.role"
+LABEL_TENANT = "ocsb.tenant"
+NO_NEW_PRIVS = (
+    "import ctypes, os, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:\n"  # PR_SET_NO_NEW_PRIVS
+    "    sys.exit('cannot set no_new_privs: errno %d' % ctypes.get_errno())\n"
+    "os.chmod(os.environ['AGENT_WORKSPACE'], 0o777)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+"""Run before the agent: sets no_new_privs (inherited across fork and exec), then execs it. Swarm's
+tmpfs cannot be owned by the tool user (runc gives it the image dir's mode, owner root), and the
+agent has no CAP_CHOWN; as the owner it may still open the workspace to the tool user. A volume
+would not do: Swarm leaves a task's volumes behind on its node."""
+AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"]
+
+
+def sandbox_template(
+    config: SwarmProviderConfig, labels: dict[str, str], agent_dir: str, tmpfs_mb: int, resources: Resources,
+    constraints: list[str], network_id: str,
+) -> Any:
+    """The one-replica task of a sandbox: the agent under no_new_privs, tmpfs /tmp, /workspace and code dir,
+    its socket dir bound from the node, limits and reservations, only its own internal network."""
+    memory = resources.memory_mb * 1024 * 1024
+    spec = docker.types.ContainerSpec(
+        config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
+        env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
+             code_mount.CODE_ENV: code_mount.CODE_DIR},
+        mounts=[
+            Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
+            Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
+            Mount(code_mount.CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
+                  tmpfs_mode=code_mount.CODE_MODE),
+            Mount(AGENT_DIR, agent_dir, type="bind"),
+        ],
+        read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
+    )
+    task_resources = docker.types.Resources(
+        cpu_limit=int(resources.cpu * 1e9), mem_limit=memory,
+        cpu_reservation=int(resources.cpu * 1e9 * config.reserve_fraction),
+        mem_reservation=int(memory * config.reserve_fraction),
+    )
+    task_resources["Limits"]["Pids"] = resources.pids
+    preferences = [("spread", config.spread)] if config.spread else None
+    return docker.types.TaskTemplate(
+        spec, resources=task_resources, restart_policy=docker.types.RestartPolicy(condition="none"),
+        placement=docker.types.Placement(constraints=constraints, preferences=preferences),
+        networks=[network_id],
+    )
+
+
+def verify_service_hardening(service: dict[str, Any], resources: Resources, network_id: str) -> None:
+    """Fails closed when the engine stored a weaker service than asked (old engines drop fields)."""
+    template = service["Spec"]["TaskTemplate"]
+    container = template["ContainerSpec"]
+    limits = (template.get("Resources") or {}).get("Limits") or {}
+    problems = []
+    if container.get("CapabilityDrop") != ["ALL"]:
+        problems.append(f"capabilities not all dropped ({container.get('CapabilityDrop')})")
+    if not set(container.get("CapabilityAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
+        problems.append(f"unexpected capabilities {container.get('CapabilityAdd')}")
+    if container.get("ReadOnly") is not True:
+        problems.append("root filesystem is writable")
+    if container.get("Command") != AGENT_COMMAND:
+        problems.append("the agent would start without no_new_privs")
+    if container.get("Privileges"):
+        problems.append(f"privileges set: {container.get('Privileges')}")
+    if limits.get("Pids") != resources.pids:
+        problems.append(f"pids limit is {limits.get('Pids')}, wanted {resources.pids}")
+    if limits.get("MemoryBytes") != resources.memory_mb * 1024 * 1024:
+        problems.append(f"memory limit is {limits.get('MemoryBytes')}, wanted {resources.memory_mb} MiB")
+    if limits.get("NanoCPUs") != int(resources.cpu * 1e9):
+        problems.append(f"cpu limit is {limits.get('NanoCPUs')}, wanted {resources.cpu}")
+    if (template.get("RestartPolicy") or {}).get("Condition") != "none":
+        problems.append("restart policy is not none")
+    networks = [n.get("Target") for n in template.get("Networks") or []]
+    if networks != [network_id]:
+        problems.append(f"attached to {networks}, wanted only the session's internal network")
+    if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
+        problems.append("the Docker socket is mounted")
+    problems += code_mount.service_problems(container.get("Mounts") or [])
+    if problems:
+        raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))
