@@ -16,13 +16,15 @@ the operator's rules come after both (asks.py), so they still have the last word
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.core import permission, project_config
+from controlplane.core import permission, project_config, project_files
 from controlplane.core.permission import STRICTNESS, Agent, Rule, Ruleset, disabled_layered, evaluate
 from controlplane.core.subtasks import child_session_rules, hidden_in_child, primary_tools
+from controlplane.errors import InvalidArgumentError
 
 CEILING_SOURCE = "caller"
 """How the audit names a rule that decided from the ceiling (the caller's own rules)."""
@@ -98,13 +100,12 @@ def agents_of(config: Mapping[str, Any], setting: AgentSetting, bare: Iterable[s
 
 
 def _default_name(config: Mapping[str, Any]) -> str:
-    """The agent a session of this config runs as when none is named (upstream's choice; build when the
-    config's own choice cannot be made out here)."""
-    chosen = config.get("default_agent")
-    if isinstance(chosen, str) and chosen:
-        return chosen
-    sections = project_config.agent_configs(config)
-    return "plan" if sections.get("build", {}).get("disable") is True else "build"
+    """The agent a session of this config runs as when none is named (project_files.default_agent); build
+    when the config names a default only a plugin or the workspace defines."""
+    try:
+        return project_files.default_agent(json.dumps(config))
+    except InvalidArgumentError:
+        return "build"
 
 
 def session_agents(
