@@ -14,24 +14,24 @@ from dataclasses import dataclass
 import grpc
 
 from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig
-from controlplane.core.asks import ApprovalStore, PermissionGate
-from controlplane.core.audit import AuditLog
-from controlplane.core.events import BusEvent, EventBus
-from controlplane.core.executor import ToolExecutor
-from controlplane.core.hooks import HookBus
-from controlplane.core.models import Resources
-from controlplane.core.policy import OperatorPolicy
-from controlplane.core.registry import Registry
-from controlplane.core.session_services import TodoStore
-from controlplane.core.sessions import SessionManager, SessionPolicy
-from controlplane.core.tool_runtime import ToolRuntime
+from controlplane.core.calls.executor import ToolExecutor
+from controlplane.core.calls.hooks import HookBus
+from controlplane.core.calls.tool_runtime import ToolRuntime
+from controlplane.core.definitions.registry import Registry
+from controlplane.core.permissions.asks import ApprovalStore, PermissionGate
+from controlplane.core.permissions.audit import AuditLog
+from controlplane.core.permissions.policy import OperatorPolicy
+from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
+from controlplane.core.sessions.events import BusEvent, EventBus
+from controlplane.core.sessions.manager import SessionManager, SessionPolicy
+from controlplane.core.sessions.models import Resources
+from controlplane.core.sessions.services import TodoStore
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
 from controlplane.mcp.session import mcp_factory
 from controlplane.plugins import PluginInput, load_plugins
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.server import build_server, mark_serving
-from controlplane.sandbox.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.sandbox.tool_bridge import AgentToolCalls
 from controlplane.store.base import AuditWriter, Store, describe, hash_token, open_store
 from controlplane.telemetry import setup as telemetry

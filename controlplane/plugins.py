@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, cast
 
-from controlplane.core.hooks import HOOK_NAMES, Hook, HookBus
+from controlplane.core.calls.hooks import HOOK_NAMES, Hook, HookBus
 from controlplane.errors import ConfigError
 
 ENTRY_POINT_GROUP = "ocsandbox.plugins"

@@ -18,9 +18,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
-from controlplane.core.execution import CommandSpec, ExecEvent, Exited, Output
+from controlplane.core.seam.messages import CommandSpec, ExecEvent, Exited, Output
+from controlplane.core.seam.provider import ExecStream, SandboxAgent
 from controlplane.errors import ControlPlaneError
-from controlplane.sandbox.provider import ExecStream, SandboxAgent
 
 log = logging.getLogger("controlplane.mcp")
 

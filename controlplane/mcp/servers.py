@@ -31,8 +31,9 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from controlplane.core.execution import CommandSpec, Exited
-from controlplane.core.tool import ToolError
+from controlplane.core.calls.tool import ToolError
+from controlplane.core.seam.messages import CommandSpec, Exited
+from controlplane.core.seam.provider import SandboxAgent
 from controlplane.errors import ControlPlaneError
 from controlplane.mcp.config import (
     LocalServer,
@@ -43,7 +44,6 @@ from controlplane.mcp.config import (
     connect_timeout_ms,
 )
 from controlplane.mcp.exec_transport import exec_transport
-from controlplane.sandbox.provider import SandboxAgent
 from controlplane.telemetry import spans
 
 log = logging.getLogger("controlplane.mcp")

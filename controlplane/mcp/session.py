@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from controlplane import egress
-from controlplane.core.tool import ToolInfo
-from controlplane.core.tool_runtime import McpFactory
+from controlplane.core.calls.tool import ToolInfo
+from controlplane.core.calls.tool_runtime import McpFactory
+from controlplane.core.seam.provider import SandboxAgent
 from controlplane.mcp.config import parse_mcp_config
 from controlplane.mcp.servers import McpServers
 from controlplane.mcp.tools import mcp_tool_infos
-from controlplane.sandbox.provider import SandboxAgent
 
 
 class SessionMcp:

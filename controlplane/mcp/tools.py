@@ -17,7 +17,7 @@ from typing import Any
 
 import mcp_types
 
-from controlplane.core.tool import (
+from controlplane.core.calls.tool import (
     Attachment,
     InitContext,
     PermissionAsk,

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from controlplane.core.models import Tenant
+from controlplane.core.sessions.models import Tenant
 from controlplane.errors import UnauthenticatedError
 from controlplane.store.sqlite import hash_token
 

@@ -6,8 +6,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from controlplane.core.events import EventBus
-from controlplane.core.sessions import SessionManager
+from controlplane.core.sessions.events import EventBus
+from controlplane.core.sessions.manager import SessionManager
 from controlplane.errors import ControlPlaneError
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with

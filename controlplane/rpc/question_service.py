@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.core.tool_events import QuestionAsked
-from controlplane.core.tool_runtime import ToolRuntime
+from controlplane.core.calls.tool_events import QuestionAsked
+from controlplane.core.calls.tool_runtime import ToolRuntime
 from controlplane.errors import InvalidArgumentError
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary

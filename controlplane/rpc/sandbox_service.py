@@ -10,13 +10,13 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
-from controlplane.core.execution import Exited
-from controlplane.core.sessions import SessionManager
+from controlplane.core.seam.messages import Exited
+from controlplane.core.seam.provider import ExecStream
+from controlplane.core.sessions.manager import SessionManager
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with
-from controlplane.sandbox.provider import ExecStream
 from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
 
 

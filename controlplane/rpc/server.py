@@ -7,8 +7,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from controlplane.config import Settings
-from controlplane.core.sessions import SessionManager
-from controlplane.core.tool_runtime import ToolRuntime
+from controlplane.core.calls.tool_runtime import ToolRuntime
+from controlplane.core.sessions.manager import SessionManager
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
 from controlplane.rpc.permission_service import PermissionService

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.core.sessions import SessionManager
+from controlplane.core.sessions.manager import SessionManager
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary

@@ -10,9 +10,8 @@ from typing import Any
 
 import grpc
 
-from controlplane.core.asks import Reply
-from controlplane.core.tool import Attachment, ToolSource
-from controlplane.core.tool_events import (
+from controlplane.core.calls.tool import Attachment, ToolSource
+from controlplane.core.calls.tool_events import (
     CallEvent,
     CallStatus,
     Completed,
@@ -24,7 +23,8 @@ from controlplane.core.tool_events import (
     SubCallEvent,
     SubtaskRequested,
 )
-from controlplane.core.tool_runtime import RunningCall, ToolRuntime
+from controlplane.core.calls.tool_runtime import RunningCall, ToolRuntime
+from controlplane.core.permissions.asks import Reply
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with, unary

@@ -11,8 +11,10 @@ from typing import Any
 
 import grpc
 
-from controlplane.core.asks import LocalRules
-from controlplane.core.execution import (
+from controlplane.core.calls.spooled import Spooled
+from controlplane.core.calls.tool import ToolError
+from controlplane.core.permissions.asks import LocalRules
+from controlplane.core.seam.messages import (
     BuiltinCall,
     CodeChanges,
     CommandSpec,
@@ -29,8 +31,7 @@ from controlplane.core.execution import (
     Started,
     UploadSummary,
 )
-from controlplane.core.spooled import Spooled
-from controlplane.core.tool import ToolError
+from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -40,7 +41,6 @@ from controlplane.errors import (
     SandboxError,
     SandboxLostError,
 )
-from controlplane.sandbox.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc

@@ -24,15 +24,8 @@ from docker.models.containers import Container
 from docker.types import Mount
 
 from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig
-from controlplane.core.models import Resources
-from controlplane.core.tracked_tasks import TrackedTasks
-from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import code_mount
-from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.engine_calls import after, in_thread
-from controlplane.sandbox.layout import SandboxDirs
-from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.provider import (
+from controlplane.core.calls.tracked_tasks import TrackedTasks
+from controlplane.core.seam.provider import (
     PoolStats,
     ReconcileReport,
     Sandbox,
@@ -41,6 +34,13 @@ from controlplane.sandbox.provider import (
     SandboxRecord,
     SandboxState,
 )
+from controlplane.core.sessions.models import Resources
+from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
+from controlplane.sandbox import code_mount
+from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.sandbox.engine_calls import after, in_thread
+from controlplane.sandbox.layout import SandboxDirs
+from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.workspace_disk import WorkspaceDisks
 
 log = logging.getLogger(__name__)

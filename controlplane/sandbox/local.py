@@ -13,11 +13,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from controlplane.core.models import Resources
-from controlplane.errors import SandboxLostError, SandboxStartError
-from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.layout import SandboxDirs
-from controlplane.sandbox.provider import (
+from controlplane.core.seam.provider import (
     PoolStats,
     ReconcileReport,
     Sandbox,
@@ -25,6 +21,10 @@ from controlplane.sandbox.provider import (
     SandboxProvider,
     SandboxRecord,
 )
+from controlplane.core.sessions.models import Resources
+from controlplane.errors import SandboxLostError, SandboxStartError
+from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.sandbox.layout import SandboxDirs
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 

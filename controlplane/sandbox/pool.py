@@ -8,7 +8,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from controlplane.sandbox.provider import PoolStats, Sandbox
+from controlplane.core.seam.provider import PoolStats, Sandbox
 from controlplane.telemetry import spans
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from controlplane.core.asks import LocalRules
-from controlplane.core.permission import Rule
+from controlplane.core.permissions.asks import LocalRules
+from controlplane.core.permissions.permission import Rule
 from sandbox.v1 import agent_pb2
 
 

@@ -26,8 +26,17 @@ import docker
 import docker.errors
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
-from controlplane.core.models import Resources, Session, SessionState
-from controlplane.core.tracked_tasks import TrackedTasks
+from controlplane.core.calls.tracked_tasks import TrackedTasks
+from controlplane.core.seam.provider import (
+    PoolStats,
+    ReconcileReport,
+    Sandbox,
+    SandboxLedger,
+    SandboxProvider,
+    SandboxRecord,
+    SandboxState,
+)
+from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.docker import (
@@ -40,15 +49,6 @@ from controlplane.sandbox.docker import (
 )
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.provider import (
-    PoolStats,
-    ReconcileReport,
-    Sandbox,
-    SandboxLedger,
-    SandboxProvider,
-    SandboxRecord,
-    SandboxState,
-)
 from controlplane.sandbox.swarm_channel import LocalForward
 from controlplane.sandbox.swarm_relay_fleet import RelayFleet
 from controlplane.sandbox.swarm_service import LABEL_ROLE, LABEL_TENANT, sandbox_template, verify_service_hardening

@@ -9,7 +9,7 @@ import docker
 from docker.types import Mount
 
 from controlplane.config import SwarmProviderConfig
-from controlplane.core.models import Resources
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox import code_mount
 from controlplane.sandbox.docker import AGENT_CAPS, AGENT_DIR, WORKSPACE

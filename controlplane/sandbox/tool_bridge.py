@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 from typing import Any
 
-from controlplane.core.abort import on_abort
-from controlplane.core.asks import CallAsks
-from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
-from controlplane.core.hooks import DEFAULT_TIMEOUT_S
-from controlplane.core.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
+from controlplane.core.calls.abort import on_abort
+from controlplane.core.calls.hooks import DEFAULT_TIMEOUT_S
+from controlplane.core.calls.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
+from controlplane.core.permissions.asks import CallAsks
+from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
+from controlplane.core.seam.provider import BuiltinRun, SandboxAgent
 from controlplane.sandbox.agent_client import GrpcSandboxAgent, ReportsAllowed
-from controlplane.sandbox.provider import BuiltinRun, SandboxAgent
 
 SAVE_MESSAGE_BYTES = 32 * 1024 * 1024
 """The most of a full output the control plane sends to be saved (the agent's channel carries 64 MiB)."""

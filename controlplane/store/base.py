@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Resources, Session, SessionState, Tenant
-from controlplane.core.permission import Rule
+from controlplane.core.permissions.audit import AuditEntry
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
 from controlplane.errors import ConfigError
-from controlplane.sandbox.provider import SandboxRecord
 
 SQLITE_FILE = "controlplane.db"
 SQLITE_SCHEME = "sqlite://"

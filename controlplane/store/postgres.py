@@ -16,11 +16,11 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Session, Tenant
-from controlplane.core.permission import Rule
+from controlplane.core.permissions.audit import AuditEntry
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.sessions.models import Session, Tenant
 from controlplane.errors import ControlPlaneError, ErrorCode
-from controlplane.sandbox.provider import SandboxRecord
 from controlplane.store.base import audit_entry_of, describe, sandbox_of, session_of
 from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
 

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Session, Tenant
-from controlplane.core.permission import Rule
-from controlplane.sandbox.provider import SandboxRecord
+from controlplane.core.permissions.audit import AuditEntry
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.sessions.models import Session, Tenant
 from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 

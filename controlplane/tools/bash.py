@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from controlplane.core.truncation import MAX_BYTES, MAX_LINES
+from controlplane.core.calls.truncation import MAX_BYTES, MAX_LINES
 from controlplane.tools.sandboxed import sandboxed_tool
 
 WORKSPACE = "/workspace"

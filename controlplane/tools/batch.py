@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controlplane.core.session_services import SubCalls, SubOutcome
-from controlplane.core.tool import InitContext, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult
+from controlplane.core.calls.tool import InitContext, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult
+from controlplane.core.sessions.services import SubCalls, SubOutcome
 from controlplane.tools.describe import description
 
 MAX_CALLS = 25

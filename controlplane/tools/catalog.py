@@ -6,8 +6,8 @@ import importlib
 from dataclasses import dataclass, field
 
 from controlplane import egress
-from controlplane.core.registry import BUILTIN_ORDER, EXTRA_ORDER
-from controlplane.core.tool import ToolInfo
+from controlplane.core.calls.tool import ToolInfo
+from controlplane.core.definitions.registry import BUILTIN_ORDER, EXTRA_ORDER
 from controlplane.tools import codesearch, webfetch, websearch
 
 _MODULES = {

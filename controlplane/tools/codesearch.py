@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from controlplane import egress
-from controlplane.core.tool import InitContext, PermissionAsk, ToolContext, ToolDefinition, ToolInfo, ToolResult
+from controlplane.core.calls.tool import InitContext, PermissionAsk, ToolContext, ToolDefinition, ToolInfo, ToolResult
 from controlplane.tools.describe import description
 from controlplane.tools.websearch import ProviderCall, SearchConfig, call_provider, not_configured
 

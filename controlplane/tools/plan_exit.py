@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controlplane.core.questions import QuestionRejectedError
-from controlplane.core.tool import InitContext, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult
+from controlplane.core.calls.tool import InitContext, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult
+from controlplane.core.permissions.questions import QuestionRejectedError
 from controlplane.tools.describe import description
 from controlplane.tools.question import ask
 

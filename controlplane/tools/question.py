@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from controlplane.core.schema import parameters_schema
-from controlplane.core.tool import InitContext, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult
+from controlplane.core.calls.tool import InitContext, ToolContext, ToolDefinition, ToolError, ToolInfo, ToolResult
+from controlplane.core.definitions.schema import parameters_schema
 from controlplane.tools.describe import description
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from controlplane.core.schema import COERCE
+from controlplane.core.definitions.schema import COERCE
 from controlplane.tools.sandboxed import sandboxed_tool
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controlplane.core.tool import InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
+from controlplane.core.calls.tool import InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
 from controlplane.tools.describe import description
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from controlplane.core import rule_layers
-from controlplane.core.subtasks import CallerScope, SessionBoundTool
-from controlplane.core.tool import Execute, InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
+from controlplane.core.calls.subtasks import CallerScope, SessionBoundTool
+from controlplane.core.calls.tool import Execute, InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
+from controlplane.core.permissions import rule_layers
 from controlplane.tools.describe import description
 
 NO_SKILLS = "No skills are currently available."

@@ -1,6 +1,6 @@
 """`task`: delegates work to a subagent in a child session that the client's own loop drives.
 
-See controlplane.core.subtasks for the child sessions and the wait for the client's answer.
+See controlplane.core.calls.subtasks for the child sessions and the wait for the client's answer.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from controlplane.core import permission, rule_layers
-from controlplane.core.permission import Agent
-from controlplane.core.subtasks import CallerScope, SessionBoundTool
-from controlplane.core.tool import (
+from controlplane.core.calls.subtasks import CallerScope, SessionBoundTool
+from controlplane.core.calls.tool import (
     InitContext,
     PermissionAsk,
     ToolContext,
@@ -24,7 +22,9 @@ from controlplane.core.tool import (
     ToolInfo,
     ToolResult,
 )
-from controlplane.core.tool_events import SubtaskRequested
+from controlplane.core.calls.tool_events import SubtaskRequested
+from controlplane.core.permissions import permission, rule_layers
+from controlplane.core.permissions.permission import Agent
 from controlplane.tools.describe import description
 
 NO_DESCRIPTION = "This subagent should only be called manually by the user."

@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from controlplane.core.session_services import TodoStore
-from controlplane.core.tool import (
+from controlplane.core.calls.tool import (
     InitContext,
     PermissionAsk,
     ToolContext,
@@ -16,7 +15,8 @@ from controlplane.core.tool import (
     ToolInfo,
     ToolResult,
 )
-from controlplane.core.validation import js_json, js_keys
+from controlplane.core.definitions.validation import js_json, js_keys
+from controlplane.core.sessions.services import TodoStore
 from controlplane.tools.describe import description
 
 

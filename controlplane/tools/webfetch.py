@@ -13,8 +13,8 @@ from bs4.element import Comment, NavigableString
 from pydantic import BaseModel, Field
 
 from controlplane import egress
-from controlplane.core.executor import ABORTED
-from controlplane.core.tool import (
+from controlplane.core.calls.executor import ABORTED
+from controlplane.core.calls.tool import (
     Attachment,
     InitContext,
     PermissionAsk,

@@ -15,8 +15,8 @@ import httpx
 from pydantic import BaseModel, Field
 
 from controlplane import egress
-from controlplane.core.executor import ABORTED
-from controlplane.core.tool import (
+from controlplane.core.calls.executor import ABORTED
+from controlplane.core.calls.tool import (
     InitContext,
     PermissionAsk,
     ToolContext,

@@ -1,6 +1,6 @@
 """Asks the call's permission rules allow, settled in the agent without a round trip to the control plane.
 
-The matcher must agree with the control plane's (`controlplane/core/wildcard.py`, which the image cannot
+The matcher must agree with the control plane's (`controlplane/core/permissions/wildcard.py`, which the image cannot
 import); tests/unit/test_agent_permission_parity.py holds the two to the same answers.
 """
 

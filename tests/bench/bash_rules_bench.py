@@ -26,9 +26,9 @@ from pathlib import Path
 
 from tree_sitter import Parser
 
-from controlplane.core import permission
-from controlplane.core.asks import AskScope, PermissionGate, _snapshot
-from controlplane.core.tool import PermissionAsk
+from controlplane.core.calls.tool import PermissionAsk
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.asks import AskScope, PermissionGate, _snapshot
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.store.sqlite import AuditWriter, SqliteStore
 from sandbox_agent import event_loop

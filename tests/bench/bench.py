@@ -59,11 +59,11 @@ import docker
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
-from controlplane.core import permission
-from controlplane.core.asks import AskScope, PermissionGate
-from controlplane.core.execution import CommandSpec, Exited
-from controlplane.core.tool import PermissionAsk
-from controlplane.sandbox.provider import Sandbox
+from controlplane.core.calls.tool import PermissionAsk
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.asks import AskScope, PermissionGate
+from controlplane.core.seam.messages import CommandSpec, Exited
+from controlplane.core.seam.provider import Sandbox
 from controlplane.store.sqlite import AuditWriter, SqliteStore
 from controlplane.v1 import tool_pb2
 from sandbox_agent import event_loop

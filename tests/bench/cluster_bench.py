@@ -32,7 +32,7 @@ from typing import Any
 
 from controlplane.client import AsyncClient
 from controlplane.config import ResourcesConfig
-from controlplane.sandbox.provider import SandboxProvider
+from controlplane.core.seam.provider import SandboxProvider
 from sandbox_agent import event_loop
 from tests.bench.bench import Row
 from tests.cluster.support import Cluster, running_cluster, swarm_plane

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.client import AsyncClient
-from controlplane.core.execution import BuiltinCall, RunAsk, RunFailed, RunResult
-from controlplane.sandbox.provider import SandboxAgent
+from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunFailed, RunResult
+from controlplane.core.seam.provider import SandboxAgent
 from sandbox_agent import event_loop
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane

@@ -30,8 +30,8 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
-from controlplane.core.execution import BuiltinCall, CommandSpec, Exited, RunAsk, RunFailed, RunResult
-from controlplane.sandbox.provider import SandboxAgent
+from controlplane.core.seam.messages import BuiltinCall, CommandSpec, Exited, RunAsk, RunFailed, RunResult
+from controlplane.core.seam.provider import SandboxAgent
 from sandbox_agent import event_loop
 from sandbox_agent.gc_tuning import tune_after_startup
 from tests.archives import tar_of

@@ -37,11 +37,9 @@ def _p(samples: list[float], q: float) -> float:
 
 async def _executor_calls(count: int, tracers: tuple[Any, Any] | None) -> dict[str, list[float]]:
     """Wall and thread-CPU milliseconds per call; with `tracers` (off, on), alternating call by call."""
-    from controlplane.core.asks import PermissionGate
-    from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
-    from controlplane.core.hooks import HookBus
-    from controlplane.core.permission import Rule
-    from controlplane.core.tool import (
+    from controlplane.core.calls.executor import CallRequest, CallScope, ToolExecutor
+    from controlplane.core.calls.hooks import HookBus
+    from controlplane.core.calls.tool import (
         InitContext,
         PermissionAsk,
         SandboxCalls,
@@ -50,7 +48,9 @@ async def _executor_calls(count: int, tracers: tuple[Any, Any] | None) -> dict[s
         ToolInfo,
         ToolResult,
     )
-    from controlplane.core.tool_events import CallEvent
+    from controlplane.core.calls.tool_events import CallEvent
+    from controlplane.core.permissions.asks import PermissionGate
+    from controlplane.core.permissions.permission import Rule
 
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         await ctx.ask(PermissionAsk("echo", [str(args.get("text", ""))], ["*"], {}))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
-from controlplane.core.models import Resources, Session, SessionState
-from controlplane.sandbox.provider import SandboxRecord, SandboxState
+from controlplane.core.seam.provider import SandboxRecord, SandboxState
+from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.sandbox.swarm import SwarmSandboxProvider
 from controlplane.store.sqlite import SqliteStore
 

@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from controlplane.core.events import BusEvent
+from controlplane.core.sessions.events import BusEvent
 from controlplane.v1 import session_pb2
 from tests.cluster.support import CLUSTER, Cluster, swarm_plane
 from tests.cluster.test_swarm import node_of

@@ -18,7 +18,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient, ToolOutcome
 from controlplane.config import load_settings
-from controlplane.core.models import Resources
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError
 from controlplane.sandbox import code_mount
 from controlplane.sandbox.docker import GLOBAL_DIR, verify_hardening

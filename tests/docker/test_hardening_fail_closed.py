@@ -16,7 +16,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
-from controlplane.core.models import Resources
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox.docker import verify_hardening
 from controlplane.v1 import session_pb2

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.tool import Attachment, InitContext, PermissionAsk, ToolResult
+from controlplane.core.calls.tool import Attachment, InitContext, PermissionAsk, ToolResult
+from controlplane.core.seam.provider import Sandbox
 from controlplane.mcp import LocalServer, McpCallError, McpServers, ServerStatus, mcp_tool_infos
-from controlplane.sandbox.provider import Sandbox
 from tests.archives import tar_of
 from tests.planes import Plane
 from tests.unit.mcp.test_mcp_stdio import make_context

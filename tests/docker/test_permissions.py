@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from controlplane.client import PermissionRequest, ToolOutcome
-from controlplane.core.permission import REJECTED_MESSAGE
+from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import permission, project_files
-from controlplane.core.project_config import agent_configs, user_permission
+from controlplane.core.config import project_files
+from controlplane.core.config.project_config import agent_configs, user_permission
+from controlplane.core.permissions import permission
 from controlplane.errors import ControlPlaneError
 
 CASES = json.loads((Path(__file__).parent / "recorded" / "project_config.json").read_text())

@@ -7,10 +7,10 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from controlplane.core.execution import CommandSpec, ExecEvent, Exited, Output, Started
+from controlplane.core.seam.messages import CommandSpec, ExecEvent, Exited, Output, Started
+from controlplane.core.seam.provider import ExecStream
 from controlplane.errors import FailedPreconditionError, SandboxLostError
 from controlplane.sandbox.agent_client import GrpcExecStream, GrpcSandboxAgent, StreamedExec
-from controlplane.sandbox.provider import ExecStream
 from tests.rpc.test_agent_tool_stream import Agent, _sleeping, agent
 
 __all__ = ["agent"]  # the fixture, shared with the RunTools tests

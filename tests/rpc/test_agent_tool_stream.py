@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.asks import _snapshot
-from controlplane.core.execution import BuiltinCall, RunAsk, RunEvent, RunFailed, RunMetadata, RunResult
-from controlplane.core.permission import Rule
+from controlplane.core.permissions.asks import _snapshot
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunEvent, RunFailed, RunMetadata, RunResult
+from controlplane.core.seam.provider import BuiltinRun
 from controlplane.errors import SandboxLostError
 from controlplane.sandbox.agent_client import GrpcBuiltinRun, GrpcSandboxAgent, StreamedBuiltinRun, _SharedStream
-from controlplane.sandbox.provider import BuiltinRun
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 from tests.planes import short_tmp

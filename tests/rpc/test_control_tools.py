@@ -16,7 +16,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient, ToolOutcome
 from controlplane.config import load_settings
-from controlplane.core.permission import REJECTED_MESSAGE
+from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, running_plane, short_tmp
 

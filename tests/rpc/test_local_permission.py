@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.asks import PermissionGate
-from controlplane.core.audit import AuditEntry
-from controlplane.core.tool import PermissionAsk
+from controlplane.core.calls.tool import PermissionAsk
+from controlplane.core.permissions.asks import PermissionGate
+from controlplane.core.permissions.audit import AuditEntry
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, running_plane
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from controlplane.client import ToolOutcome
-from controlplane.core.permission import REJECTED_MESSAGE, corrected_message
+from controlplane.core.permissions.permission import REJECTED_MESSAGE, corrected_message
 from controlplane.v1 import event_pb2, tool_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane

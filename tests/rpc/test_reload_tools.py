@@ -12,8 +12,8 @@ import pytest
 
 from controlplane import cli
 from controlplane.client import AsyncClient, Client
-from controlplane.core.execution import CodeChanges
-from controlplane.core.tool_reload import compare
+from controlplane.core.definitions.tool_reload import compare
+from controlplane.core.seam.messages import CodeChanges
 from sandbox_agent.custom import snapshot
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 
-from controlplane.core.models import Session, SessionState
-from controlplane.core.sessions import SessionManager
+from controlplane.core.seam.provider import SandboxProvider
+from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.models import Session, SessionState
 from controlplane.errors import SandboxLostError
-from controlplane.sandbox.provider import SandboxProvider
 from controlplane.v1 import session_pb2
 from tests.planes import Plane, running_plane
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import permission
-from controlplane.core.asks import AskScope, PermissionGate, Reply, _snapshot
-from controlplane.core.permission import Rule, Ruleset
-from controlplane.core.policy import OperatorPolicy
-from controlplane.core.tool import PermissionAsk, ToolError
-from controlplane.core.tool_events import PermissionRequested
+from controlplane.core.calls.tool import PermissionAsk, ToolError
+from controlplane.core.calls.tool_events import PermissionRequested
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.asks import AskScope, PermissionGate, Reply, _snapshot
+from controlplane.core.permissions.permission import Rule, Ruleset
+from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.sandbox.rule_encoding import encode_rules
 from sandbox_agent.permission_rules import LocalRules
 from sandbox_agent.tools.bash_scan import scan

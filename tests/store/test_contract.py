@@ -12,11 +12,11 @@ import psycopg
 import pytest
 
 from controlplane.config import load_settings
-from controlplane.core.audit import AuditEntry
-from controlplane.core.models import Resources, Session, SessionState, Tenant
-from controlplane.core.permission import Rule
+from controlplane.core.permissions.audit import AuditEntry
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
 from controlplane.errors import ConfigError
-from controlplane.sandbox.provider import SandboxRecord
 from controlplane.store.base import AUDIT_BATCH, AuditWriter, Store, describe, open_store
 from controlplane.store.migrations import LATEST, MIGRATIONS, Dialect
 from controlplane.store.postgres import PostgresStore, StoreUnavailableError
@@ -154,7 +154,7 @@ async def test_a_session_reads_back_exactly(store: Store) -> None:
 
 async def test_a_sessions_own_caller_config_reads_back(store: Store) -> None:
     """The caller's config apart from the workspace's is what keeps the workspace from widening its rules
-    after a restart (controlplane.core.rule_layers); None and "" differ."""
+    after a restart (controlplane.core.permissions.rule_layers); None and "" differ."""
     for sid, caller in (("ses_1", '{"permission": {"bash": "deny"}}'), ("ses_2", ""), ("ses_3", None)):
         session = _session(sid, config_json='{"agent": {"md": {}}}', caller_config_json=caller)
         await store.put_session(session)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from controlplane.core.abort import AbortSignal, on_abort
+from controlplane.core.calls.abort import AbortSignal, on_abort
 
 
 async def test_callbacks_run_once_when_set_and_stop_watching_works() -> None:

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from controlplane.core import wildcard
-from controlplane.core.asks import LocalRules as CpLocalRules
-from controlplane.core.asks import _snapshot
-from controlplane.core.permission import ACTIONS, Rule, evaluate, from_config, strictest
+from controlplane.core.permissions import wildcard
+from controlplane.core.permissions.asks import LocalRules as CpLocalRules
+from controlplane.core.permissions.asks import _snapshot
+from controlplane.core.permissions.permission import ACTIONS, Rule, evaluate, from_config, strictest
 from controlplane.sandbox.rule_encoding import encode_rules
 from sandbox.v1 import agent_pb2
 from sandbox_agent import permission_rules

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.models import Resources
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox import code_mount
 from controlplane.sandbox.docker import verify_hardening

@@ -10,13 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controlplane.core import permission
-from controlplane.core.asks import PermissionGate, Reply
-from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
-from controlplane.core.hooks import HookBus
-from controlplane.core.permission import Rule
-from controlplane.core.tool import InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
-from controlplane.core.tool_events import (
+from controlplane.core.calls.executor import CallRequest, CallScope, ToolExecutor
+from controlplane.core.calls.hooks import HookBus
+from controlplane.core.calls.tool import InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult
+from controlplane.core.calls.tool_events import (
     CallEvent,
     CallStatus,
     Completed,
@@ -24,6 +21,9 @@ from controlplane.core.tool_events import (
     PermissionRequested,
     StateChanged,
 )
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.asks import PermissionGate, Reply
+from controlplane.core.permissions.permission import Rule
 from controlplane.tools import invalid
 
 OUTPUT_DIR = "/tmp/home/.local/share/opencode/tool-output"

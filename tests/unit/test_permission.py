@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from controlplane.core.permission import (
+from controlplane.core.calls.tool import ToolError
+from controlplane.core.permissions.permission import (
     REJECTED_MESSAGE,
     CorrectedError,
     DeniedError,
@@ -23,8 +24,7 @@ from controlplane.core.permission import (
     js_key_order,
     merge,
 )
-from controlplane.core.tool import ToolError
-from controlplane.core.wildcard import match
+from controlplane.core.permissions.wildcard import match
 from controlplane.errors import ConfigError
 
 HOME = "/home/u"

@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import permission, project_config
-from controlplane.core.asks import AskScope, PermissionGate, Reply
-from controlplane.core.doom_loop import DoomLoopDetector
-from controlplane.core.events import EventBus
-from controlplane.core.hooks import HookBus, HookError
-from controlplane.core.permission import Rule
-from controlplane.core.policy import OperatorPolicy
-from controlplane.core.tool import PermissionAsk
-from controlplane.core.tool_events import PermissionRequested
+from controlplane.core.calls.doom_loop import DoomLoopDetector
+from controlplane.core.calls.hooks import HookBus, HookError
+from controlplane.core.calls.tool import PermissionAsk
+from controlplane.core.calls.tool_events import PermissionRequested
+from controlplane.core.config import project_config
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.asks import AskScope, PermissionGate, Reply
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.permissions.policy import OperatorPolicy
+from controlplane.core.sessions.events import EventBus
 from controlplane.errors import ConfigError
 
 

@@ -6,13 +6,14 @@ import asyncio
 
 import pytest
 
-from controlplane.core import permission, project_config
-from controlplane.core.asks import AskScope, PermissionGate, Reply
-from controlplane.core.events import BusEvent, EventBus
-from controlplane.core.permission import Rule, disabled, evaluate, from_config
-from controlplane.core.policy import OperatorPolicy
-from controlplane.core.tool import PermissionAsk
-from controlplane.core.tool_events import PermissionRequested
+from controlplane.core.calls.tool import PermissionAsk
+from controlplane.core.calls.tool_events import PermissionRequested
+from controlplane.core.config import project_config
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.asks import AskScope, PermissionGate, Reply
+from controlplane.core.permissions.permission import Rule, disabled, evaluate, from_config
+from controlplane.core.permissions.policy import OperatorPolicy
+from controlplane.core.sessions.events import BusEvent, EventBus
 from controlplane.errors import ConfigError, NotFoundError
 
 ACTION_ONLY = ["todowrite", "todoread", "question", "webfetch", "websearch", "codesearch", "doom_loop"]

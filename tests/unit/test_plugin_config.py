@@ -1,11 +1,11 @@
-"""What the platform takes from the config project plugins' `config` hooks leave (controlplane.core.plugin_config)."""
+"""What the platform takes from the config that project plugins' `config` hooks leave (core.config.plugin_config)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from controlplane.core.plugin_config import adopt, adopted_json
+from controlplane.core.config.plugin_config import adopt, adopted_json
 
 LOCAL = {"type": "local", "command": ["bun", "run", "server.ts"]}
 REMOTE = {"type": "remote", "url": "https://mcp.example.test/sse"}

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import agent_markdown, project_config, project_files, workspace_archive
+from controlplane.core.config import agent_markdown, project_config, project_files
+from controlplane.core.sessions import workspace_archive
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 from tests.archives import tar_of
 

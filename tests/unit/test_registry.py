@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from controlplane.core.registry import (
+from controlplane.core.calls.tool import InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult, ToolSource
+from controlplane.core.definitions.registry import (
     BUILTIN_ORDER,
     Flags,
     Registry,
     batch_tool_enabled,
     use_apply_patch,
 )
-from controlplane.core.tool import InitContext, ToolContext, ToolDefinition, ToolInfo, ToolResult, ToolSource
 from controlplane.errors import ConfigError
 
 

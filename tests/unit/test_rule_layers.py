@@ -1,4 +1,4 @@
-"""The workspace narrows the caller's rules, never widens them (controlplane.core.rule_layers).
+"""The workspace narrows the caller's rules, never widens them (controlplane.core.permissions.rule_layers).
 
 Each case builds a session's config the way CreateSession does (project_files.session_and_caller_config
 from the archive's config files and the caller's `config_json`), its agents and session rules as the tool
@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from controlplane.core import project_files, rule_layers
-from controlplane.core.asks import AskScope, PermissionGate, _snapshot
-from controlplane.core.permission import Agent, DeniedError, Rule, Ruleset, from_config
-from controlplane.core.tool import PermissionAsk
+from controlplane.core.calls.tool import PermissionAsk
+from controlplane.core.config import project_files
+from controlplane.core.permissions import rule_layers
+from controlplane.core.permissions.asks import AskScope, PermissionGate, _snapshot
+from controlplane.core.permissions.permission import Agent, DeniedError, Rule, Ruleset, from_config
 from controlplane.sandbox.rule_encoding import encode_rules
 from sandbox_agent.permission_rules import LocalRules
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.spooled import Spooled
-from controlplane.core.truncation import (
+from controlplane.core.calls.spooled import Spooled
+from controlplane.core.calls.truncation import (
     MAX_BYTES,
     NOT_SAVED,
     apply_truncation,

@@ -17,7 +17,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from controlplane.core.tool import ToolError
+from controlplane.core.calls.tool import ToolError
 from controlplane.errors import ConfigError
 from controlplane.telemetry import spans
 from controlplane.telemetry.setup import GRPC, HTTP, chosen_exporters, chosen_protocol
@@ -193,8 +193,8 @@ def test_console_metrics_carry_tool_duration_pool_and_session_instruments() -> N
 def test_domain_code_never_imports_the_sdk() -> None:
     done = run_python("""
         import json, sys
-        import controlplane.core.executor, controlplane.core.sessions, controlplane.core.asks
-        import controlplane.core.hooks, controlplane.telemetry.spans
+        import controlplane.core.calls.executor, controlplane.core.sessions.manager, controlplane.core.permissions.asks
+        import controlplane.core.calls.hooks, controlplane.telemetry.spans
         print(json.dumps(sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "grpc")))))
     """, prelude="")
     assert done.returncode == 0, done.stderr

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane.core.schema import parameters_schema
-from controlplane.core.tool import InitContext, PermissionAsk, ToolContext, ToolDefinition, ToolInfo, ToolResult
-from controlplane.core.truncation import MAX_BYTES, MAX_LINES
+from controlplane.core.calls.tool import InitContext, PermissionAsk, ToolContext, ToolDefinition, ToolInfo, ToolResult
+from controlplane.core.calls.truncation import MAX_BYTES, MAX_LINES
+from controlplane.core.definitions.schema import parameters_schema
 from tests.unit.zod.models import FEATURES
 from tests.unit.zod.oracle import load_golden, oracle_available, run_oracle
 

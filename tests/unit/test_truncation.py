@@ -6,8 +6,7 @@ import re
 
 import pytest
 
-from controlplane.core.permission import Rule
-from controlplane.core.truncation import (
+from controlplane.core.calls.truncation import (
     MAX_BYTES,
     MAX_LINES,
     OutputIds,
@@ -22,6 +21,7 @@ from controlplane.core.truncation import (
     truncate,
     utf8_len,
 )
+from controlplane.core.permissions.permission import Rule
 
 TASK_HINT = (
     "The tool call succeeded but the output was truncated. Full output saved to: /o/tool_x\n"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from controlplane.core.tool import ToolError
-from controlplane.core.validation import js_json, js_number, js_to_number, validate
+from controlplane.core.calls.tool import ToolError
+from controlplane.core.definitions.validation import js_json, js_number, js_to_number, validate
 from tests.unit.zod.models import FEATURES
 from tests.unit.zod.oracle import load_cases, load_golden, oracle_available, run_oracle
 

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
+from controlplane.core.seam.provider import Sandbox, SandboxAgent
 from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.provider import Sandbox, SandboxAgent
 
 
 async def test_a_take_cancelled_during_the_health_check_discards_the_sandbox() -> None:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from controlplane.core.schema import parameters_schema
-from controlplane.core.tool import InitContext, ToolError
-from controlplane.core.validation import validate
+from controlplane.core.calls.tool import InitContext, ToolError
+from controlplane.core.definitions.schema import parameters_schema
+from controlplane.core.definitions.validation import validate
 from controlplane.tools import codesearch, webfetch, websearch
 
 ROOT = Path(__file__).resolve().parents[2]

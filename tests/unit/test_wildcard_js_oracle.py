@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.doom_loop import DoomLoopDetector
-from controlplane.core.permission import js_stringify
-from controlplane.core.wildcard import match
+from controlplane.core.calls.doom_loop import DoomLoopDetector
+from controlplane.core.permissions.permission import js_stringify
+from controlplane.core.permissions.wildcard import match
 
 ROOT = Path(__file__).resolve().parents[2]
 

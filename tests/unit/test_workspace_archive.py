@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.workspace_archive import WALK_STEPS, ArchiveStats, check
+from controlplane.core.sessions.workspace_archive import WALK_STEPS, ArchiveStats, check
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 
 GIB = 1 << 30

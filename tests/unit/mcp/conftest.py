@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.models import Resources
+from controlplane.core.seam.provider import Sandbox
+from controlplane.core.sessions.models import Resources
 from controlplane.sandbox.local import LocalSandboxProvider
-from controlplane.sandbox.provider import Sandbox
 from controlplane.store.sqlite import SqliteStore
 from tests.planes import short_tmp
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.hooks import HookBus, HookError
+from controlplane.core.calls.hooks import HookBus, HookError
 from controlplane.v1 import tool_pb2
 from sandbox_agent.custom.host import HostCallError, HostFile, ToolHost
 from tests.planes import Plane, running_plane

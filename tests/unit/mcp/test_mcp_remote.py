@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-from controlplane.core.tool import InitContext
+from controlplane.core.calls.tool import InitContext
 from controlplane.mcp import McpServers, RemoteServer, ServerStatus, mcp_tool_infos, parse_mcp_config
 from controlplane.mcp.servers import OAUTH_UNSUPPORTED
 from tests.unit.mcp.test_mcp_stdio import make_context

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from controlplane.core.tool import (
+from controlplane.core.calls.tool import (
     Attachment,
     InitContext,
     PermissionAsk,
@@ -23,8 +23,8 @@ from controlplane.core.tool import (
     ToolResult,
     ToolSource,
 )
+from controlplane.core.seam.provider import Sandbox
 from controlplane.mcp import LocalServer, McpCallError, McpServers, ServerStatus, mcp_tool_infos, parse_mcp_config
-from controlplane.sandbox.provider import Sandbox
 from tests.unit.mcp.conftest import server_command
 
 

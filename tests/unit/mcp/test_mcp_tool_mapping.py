@@ -3,7 +3,7 @@ from __future__ import annotations
 import mcp_types as types
 import pytest
 
-from controlplane.core.tool import Attachment, ToolResult
+from controlplane.core.calls.tool import Attachment, ToolResult
 from controlplane.mcp.tools import forced_schema, sanitize, to_tool_result, tool_id
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.registry import Registry
-from controlplane.core.tool import InitContext, ToolError
-from controlplane.core.validation import validate
+from controlplane.core.calls.tool import InitContext, ToolError
+from controlplane.core.definitions.registry import Registry
+from controlplane.core.definitions.validation import validate
 from controlplane.tools import batch, catalog, plan_exit, question, todoread, todowrite
 
 ROOT = Path(__file__).resolve().parents[3]

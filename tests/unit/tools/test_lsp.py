@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.schema import parameters_schema
-from controlplane.core.tool import InitContext, ToolError
-from controlplane.core.validation import validate
+from controlplane.core.calls.tool import InitContext, ToolError
+from controlplane.core.definitions.schema import parameters_schema
+from controlplane.core.definitions.validation import validate
 from controlplane.tools.lsp import TOOL, LspParams
 from sandbox_agent.lsp import close_all, close_session, servers
 from sandbox_agent.lsp.client import FrameDecoder, LspClient, LspProtocolError, encode_message

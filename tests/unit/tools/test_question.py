@@ -6,10 +6,15 @@ import asyncio
 
 import pytest
 
-from controlplane.core.events import BusEvent, EventBus
-from controlplane.core.questions import DISMISSED_MESSAGE, QuestionBroker, QuestionRejectedError, QuestionScope
-from controlplane.core.tool import ToolError
-from controlplane.core.tool_events import QuestionAsked
+from controlplane.core.calls.tool import ToolError
+from controlplane.core.calls.tool_events import QuestionAsked
+from controlplane.core.permissions.questions import (
+    DISMISSED_MESSAGE,
+    QuestionBroker,
+    QuestionRejectedError,
+    QuestionScope,
+)
+from controlplane.core.sessions.events import BusEvent, EventBus
 from controlplane.errors import NotFoundError
 
 SCOPE = QuestionScope("acme", "ses_1", "call_1", "msg_1")

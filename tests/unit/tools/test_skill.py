@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.tool import InitContext
+from controlplane.core.calls.tool import InitContext
 from controlplane.tools.skill import TOOL, describe_skills, skill_parameters
 from sandbox_agent.tools import skill as skill_tool
 from sandbox_agent.tools.base import ToolContext, ToolError

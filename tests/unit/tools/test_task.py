@@ -5,11 +5,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from controlplane.core import permission
-from controlplane.core.models import Resources, Session, SessionState
-from controlplane.core.permission import Rule
-from controlplane.core.subtasks import child_session_rules, hidden_in_child, primary_tools
-from controlplane.core.tool import ToolContext
+from controlplane.core.calls.subtasks import child_session_rules, hidden_in_child, primary_tools
+from controlplane.core.calls.tool import ToolContext
+from controlplane.core.permissions import permission
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.store.sqlite import SqliteStore
 from controlplane.tools.task import NO_DESCRIPTION, agent_model, describe_agents, output
 

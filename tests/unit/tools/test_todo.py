@@ -6,14 +6,14 @@ import asyncio
 import json
 from typing import Any
 
-from controlplane.core.asks import PermissionGate
-from controlplane.core.events import BusEvent, EventBus
-from controlplane.core.executor import CallRequest, CallScope, ToolExecutor
-from controlplane.core.hooks import HookBus
-from controlplane.core.permission import Rule
-from controlplane.core.session_services import MemoryTodos, SessionServices
-from controlplane.core.tool import ToolResult
-from controlplane.core.tool_events import CallEvent, Completed, Failed, PermissionRequested
+from controlplane.core.calls.executor import CallRequest, CallScope, ToolExecutor
+from controlplane.core.calls.hooks import HookBus
+from controlplane.core.calls.tool import ToolResult
+from controlplane.core.calls.tool_events import CallEvent, Completed, Failed, PermissionRequested
+from controlplane.core.permissions.asks import PermissionGate
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.sessions.events import BusEvent, EventBus
+from controlplane.core.sessions.services import MemoryTodos, SessionServices
 from controlplane.tools import invalid, todoread, todowrite
 
 

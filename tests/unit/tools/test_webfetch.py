@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.tool import Attachment, InitContext, PermissionAsk, ToolError, ToolResult
+from controlplane.core.calls.tool import Attachment, InitContext, PermissionAsk, ToolError, ToolResult
 from controlplane.egress import BROWSER_USER_AGENT, EgressPolicy
 from controlplane.tools import webfetch
 from tests.unit.tools.web_support import (

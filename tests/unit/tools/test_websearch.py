@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.core.tool import InitContext, PermissionAsk, ToolError, ToolInfo, ToolResult
+from controlplane.core.calls.tool import InitContext, PermissionAsk, ToolError, ToolInfo, ToolResult
 from controlplane.errors import ConfigError
 from controlplane.tools import codesearch, websearch
 from controlplane.tools.websearch import SearchConfig, first_text

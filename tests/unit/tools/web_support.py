@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from controlplane.core.tool import PermissionAsk, ToolContext, ToolError, ToolResult
+from controlplane.core.calls.tool import PermissionAsk, ToolContext, ToolError, ToolResult
 
 Handler = Callable[["RequestHandler"], None]
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane.core.schema import COERCE
+from controlplane.core.definitions.schema import COERCE
 
 
 class FeatureValues(BaseModel):

@@ -1,0 +1,1 @@
+"""One tool call from validation to its result: the executor, hooks, truncation, abort, subcalls."""

@@ -1,0 +1,33 @@
+"""Doom-loop detection: the same tool called with the same input three times in a row."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from controlplane.core.permissions.permission import js_stringify
+
+REPEATS = 3
+MAX_TRACKED = 10_000
+"""Messages tracked at once; the oldest are forgotten first."""
+
+
+class DoomLoopDetector:
+    """Remembers the last calls per (session, message), as upstream looks at one assistant message."""
+
+    def __init__(self) -> None:
+        self._recent: dict[tuple[str, str], deque[tuple[str, str]]] = {}
+
+    def observe(self, session_id: str, message_id: str, tool: str, args: Any) -> bool:
+        """Records a call; True when it completes a run of REPEATS identical ones."""
+        key = (session_id, message_id)
+        recent = self._recent.pop(key, None) or deque(maxlen=REPEATS)
+        self._recent[key] = recent  # re-inserted: most recently used last
+        recent.append((tool, js_stringify(args)))
+        if len(self._recent) > MAX_TRACKED:
+            del self._recent[next(iter(self._recent))]
+        return len(recent) == REPEATS and len(set(recent)) == 1
+
+    def forget_session(self, session_id: str) -> None:
+        for key in [k for k in self._recent if k[0] == session_id]:
+            del self._recent[key]

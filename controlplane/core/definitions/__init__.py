@@ -1,0 +1,1 @@
+"""What a tool is: its schema, argument validation, the registry, custom tool specs and reloads."""

@@ -1,0 +1,480 @@
+"""Sessions: creation on a sandbox, ownership by tenant, lifetimes, and recovery after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from controlplane.core.calls.tracked_tasks import TrackedTasks
+from controlplane.core.config import project_files
+from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
+from controlplane.core.sessions import workspace_archive
+from controlplane.core.sessions.events import EventBus
+from controlplane.core.sessions.liveness import still_answers
+from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.errors import (
+    ControlPlaneError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    SandboxError,
+)
+from controlplane.telemetry import attributes, spans
+
+log = logging.getLogger(__name__)
+TOUCH_WRITE_INTERVAL_S = 1.0
+"""Activity is kept in memory and written to the store at most this often per session."""
+INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
+"""Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
+
+
+class SessionStore(Protocol):
+    async def put_session(self, s: Session) -> None: ...
+
+    async def touch_session(self, session_id: str, at: float) -> None: ...
+
+    async def get_session(self, session_id: str) -> Session | None: ...
+
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    defaults: Resources
+    maximum: Resources
+    idle_timeout_s: float
+    max_lifetime_s: float
+    reap_interval_s: float
+    max_archive_bytes: int
+    max_archive_entries: int = 50_000
+    max_archive_expanded_bytes: int = 1 << 30
+    """What a workspace archive may expand to; the sandbox agent's own extraction limit is the same."""
+
+
+@dataclass(frozen=True)
+class CreateSpec:
+    agent: str = ""
+    workspace_archive: bytes = b""
+    config_json: str = ""
+    labels: dict[str, str] | None = None
+    resources: Resources | None = None
+
+
+class SessionManager:
+    def __init__(
+        self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
+        clock: Callable[[], float] = time.time, bus: EventBus | None = None,
+    ) -> None:
+        self.bus = bus or EventBus()
+        self._store = store
+        self._provider = provider
+        self._policy = policy
+        self._clock = clock
+        self._live: dict[str, Session] = {}
+        self._touched: dict[str, float] = {}
+        self._touch_written: dict[str, float] = {}
+        """When each session's activity was last written to the store (at most every TOUCH_WRITE_INTERVAL_S)."""
+        self._reaper: asyncio.Task[None] | None = None
+        self._ending = TrackedTasks()
+        """Sessions being ended (sandbox removal, final state): awaited by `close`."""
+        self._background = TrackedTasks()
+        self._end_listeners: list[Callable[[str], None]] = []
+        spans.active_sessions.watch(self, lambda manager: len(manager._live))
+
+    def on_end(self, listener: Callable[[str], None]) -> None:
+        """Calls `listener(session_id)` whenever a session is deleted or fails."""
+        self._end_listeners.append(listener)
+
+    @property
+    def policy(self) -> SessionPolicy:
+        return self._policy
+
+    def expires_at(self, session: Session) -> float:
+        return session.expires_at(self._policy.idle_timeout_s, self._policy.max_lifetime_s)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> ReconcileReport:
+        """Adopts what the store knows, fails what cannot be recovered, starts the reaper."""
+        live: dict[str, str] = {}
+        children: list[Session] = []
+        for session in await self._store.list_sessions(live_only=True):
+            if session.parent_id:
+                children.append(session)  # adopted with their parent, below
+            elif session.state == SessionState.CREATING or not session.sandbox_id:
+                await self._finish(session, SessionState.FAILED, "the control plane restarted while creating it")
+            else:
+                live[session.sandbox_id] = session.id
+                self._live[session.id] = session
+        # Failed sessions not yet deleted keep their workspaces: reconciliation must not take them for orphans.
+        ended = await self._store.list_sessions()
+        self._provider.retain(s.sandbox_id for s in ended if s.state == SessionState.FAILED and s.sandbox_id)
+        report = await self._provider.start(live)
+        foreign: set[str] = set()
+        for sandbox_id, session_id in live.items():
+            if sandbox_id not in report.adopted and sandbox_id not in report.lost:
+                self._live.pop(session_id)  # another control plane on the same store owns it
+                foreign.add(session_id)
+        for sandbox_id in report.lost:
+            session_id = live[sandbox_id]
+            await self._finish(self._live.pop(session_id), SessionState.FAILED, "its sandbox was lost")
+        for child in children:  # in creation order, so a parent comes before its children
+            if child.parent_id in self._live:
+                self._live[child.id] = child
+            elif child.parent_id in foreign:
+                foreign.add(child.id)  # its parent's plane holds it too
+            else:
+                await self._finish(child, SessionState.FAILED, f"its parent session {child.parent_id} ended")
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+        return report
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        await self._ending.wait()  # sessions whose callers went away finish ending before the engine closes
+        for session_id, at in list(self._touched.items()):
+            await self._store.touch_session(session_id, at)
+        await self._provider.close()
+
+    # -- API ------------------------------------------------------------------------------------
+
+    async def create(self, tenant: str, spec: CreateSpec) -> Session:
+        with spans.span(attributes.SPAN_CREATE_SESSION, {attributes.TENANT: tenant}) as span:
+            session = await self._create(tenant, spec)
+            spans.set_attributes(span, {attributes.SESSION_ID: session.id, attributes.SANDBOX_ID: session.sandbox_id})
+            return session
+
+    async def _create(self, tenant: str, spec: CreateSpec) -> Session:
+        # Everything the request alone can be refused for is checked before anything exists: a refused
+        # create leaves no session, sandbox or store row behind (the caller never got an id for one).
+        resources = self._resources(spec.resources)
+        project = await self._check_archive(spec.workspace_archive)
+        read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
+        # Small files can still expand (aliases, {file:}): any project file is read off the loop.
+        inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
+        config_json, caller_config = read() if inline else await asyncio.to_thread(read)
+        agent = spec.agent or project_files.default_agent(config_json)
+        if not spec.agent:
+            project_files.workspace_chosen_agent(agent, caller_config)
+        now = self._clock()
+        session = Session(
+            id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,
+            state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
+            labels=dict(spec.labels or {}), config_json=config_json,
+            caller_config_json=caller_config,
+        )
+        try:
+            with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
+                sandbox = await self._provider.acquire(session.id, tenant, resources)
+                spans.acquired(acquiring, sandbox.id, sandbox.from_pool)
+        except ControlPlaneError as exc:
+            # Not the request's fault (no engine, hardening refused): kept as a FAILED session to look at.
+            await self._finish(session, SessionState.FAILED, str(exc))
+            raise
+        session.sandbox_id = sandbox.id
+        try:
+            if spec.workspace_archive:
+                summary = await sandbox.agent.upload(spec.workspace_archive)
+                if summary.skipped:
+                    log.warning("session %s: upload skipped %s", session.id, summary.skipped)
+            # The code the session may run is fixed now, before any tool call: a tool, plugin or skill the
+            # model writes later is workspace data until the caller says ReloadTools.
+            await sandbox.agent.snapshot_code(config_json, {})
+        except (InvalidArgumentError, ResourceExhaustedError, FailedPreconditionError) as exc:
+            await self._provider.destroy(sandbox.id)  # refused by the agent's own checks: leave nothing
+            log.info("session %s not created: %s", session.id, exc)
+            raise
+        except ControlPlaneError as exc:
+            await self._provider.destroy(sandbox.id)
+            await self._finish(session, SessionState.FAILED, f"workspace upload failed: {exc}")
+            raise
+        except BaseException:
+            await asyncio.shield(self._provider.destroy(sandbox.id))
+            raise
+        # Stored only now: a restart in between finds a claimed sandbox of no known session and removes it.
+        # Held first: a caller gone during the write (shielded, it still lands) leaves a READY session this
+        # plane serves and reaps when idle, not one the store has and no plane holds.
+        session.state = SessionState.READY
+        self._live[session.id] = session
+        try:
+            await asyncio.shield(self._store.put_session(session))
+        except Exception:
+            self._live.pop(session.id, None)
+            await asyncio.shield(self._provider.destroy(sandbox.id))
+            raise
+        self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
+                         sandboxID=session.sandbox_id)
+        return replace(session)
+
+    async def _check_archive(self, archive: bytes) -> dict[str, bytes]:
+        """The archive's project config files (project_files), once it is known to be acceptable."""
+        if not archive:
+            return {}
+        if len(archive) > self._policy.max_archive_bytes:
+            raise ResourceExhaustedError(
+                f"workspace archive is {len(archive)} bytes; the limit is {self._policy.max_archive_bytes}"
+            )
+        policy = self._policy
+        check = functools.partial(
+            workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
+            keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
+            keep_total=project_files.MAX_PROJECT_BYTES,
+        )
+        kept = await self._archive_pass(archive, check)
+        references = project_files.file_references(kept) - kept.keys()
+        if references:  # `{file:...}` in a config file: one more pass for the files it names
+            kept |= await self._archive_pass(archive, functools.partial(check, keep=references.__contains__))
+        return kept
+
+    async def _archive_pass(
+        self, archive: bytes, check: Callable[[], workspace_archive.ArchiveStats],
+    ) -> dict[str, bytes]:
+        if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
+            stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
+        else:
+            stats = check()
+        return stats.kept
+
+    async def create_child(self, parent_id: str, agent: str, title: str) -> Session:
+        """A READY session on the parent's sandbox (no new container), ended with its parent."""
+        parent = self._live.get(parent_id)
+        if parent is None or parent.state != SessionState.READY:
+            raise FailedPreconditionError(f"session {parent_id} is not running")
+        now = self._clock()
+        child = Session(
+            id="ses_" + secrets.token_hex(12), tenant=parent.tenant, agent=agent, state=SessionState.READY,
+            resources=parent.resources, created_at=now, last_active_at=now, sandbox_id=parent.sandbox_id,
+            config_json=parent.config_json, parent_id=parent.id, title=title,
+            caller_config_json=parent.caller_config_json,
+        )
+        await self._store.put_session(child)
+        self._live[child.id] = child
+        self.bus.publish("session.created", child.tenant, child.id, id=child.id, agent=agent,
+                         sandboxID=child.sandbox_id, parentID=parent.id, title=title)
+        return replace(child)
+
+    def live_child(self, parent_id: str, child_id: str) -> Session | None:
+        """The running child `child_id` of `parent_id`, if there is one."""
+        child = self._live.get(child_id)
+        if child is None or child.parent_id != parent_id or child.state != SessionState.READY:
+            return None
+        return replace(child)
+
+    def live_session(self, session_id: str) -> Session | None:
+        session = self._live.get(session_id)
+        return replace(session) if session is not None else None
+
+    async def get(self, tenant: str, session_id: str) -> Session:
+        session = self._live.get(session_id) or await self._store.get_session(session_id)
+        if session is None or session.tenant != tenant:
+            raise NotFoundError(f"session {session_id!r} not found")
+        return replace(session, last_active_at=self._touched.get(session_id, session.last_active_at))
+
+    async def list_sessions(self, tenant: str, include_deleted: bool = False) -> list[Session]:
+        sessions = await self._store.list_sessions(tenant)
+        out = []
+        for s in sessions:
+            if s.state == SessionState.DELETED and not include_deleted:
+                continue
+            out.append(replace(s, last_active_at=self._touched.get(s.id, s.last_active_at)))
+        return out
+
+    async def delete(self, tenant: str, session_id: str) -> Session:
+        session = await self.get(tenant, session_id)
+        if session.state == SessionState.DELETED:
+            return session
+        return await self._end(session, SessionState.DELETED, "deleted")
+
+    async def sandbox_for(self, tenant: str, session_id: str) -> Sandbox:
+        """The READY session's sandbox; marks the session active."""
+        session = self._live.get(session_id)
+        if session is None or session.tenant != tenant:
+            session = await self.get(tenant, session_id)  # raises NotFound for strangers
+            if session.state == SessionState.READY and session.sandbox_id:
+                return await self._attached_sandbox(session)
+            raise FailedPreconditionError(
+                f"session {session_id} is {session.state.value}"
+                + (f" ({session.status_message})" if session.status_message else "")
+            )
+        if session.state != SessionState.READY:
+            raise FailedPreconditionError(f"session {session_id} is {session.state.value}")
+        try:
+            sandbox = await self._provider.get(session.sandbox_id)
+        except SandboxError as exc:
+            await self._end(self._root(session), SessionState.FAILED, str(exc))
+            raise
+        self._touch(session_id)
+        return sandbox
+
+    async def report_lost(self, session_id: str, reason: str) -> None:
+        """Called when a sandbox stops answering mid-call: the session fails only if its agent is really gone (a
+        call's broken stream alone does not say so), and its workspace is kept for the caller (`_wind_up`)."""
+        session = self._live.get(session_id)
+        if session is None:
+            return
+        root = self._root(session)
+        if await still_answers(self._provider, root.sandbox_id):
+            log.warning("session %s: a call lost its sandbox stream (%s), but the agent answers: kept", root.id, reason)
+            return
+        if self._live.get(root.id) is root:
+            await self._end(root, SessionState.FAILED, reason)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _resources(self, asked: Resources | None) -> Resources:
+        d, m = self._policy.defaults, self._policy.maximum
+        r = Resources(
+            cpu=asked.cpu if asked and asked.cpu else d.cpu,
+            memory_mb=asked.memory_mb if asked and asked.memory_mb else d.memory_mb,
+            pids=asked.pids if asked and asked.pids else d.pids,
+        )
+        if r.cpu < 0.01 or r.cpu > m.cpu:
+            raise InvalidArgumentError(f"resources.cpu must be between 0.01 and {m.cpu}, got {r.cpu}")
+        if r.memory_mb < 32 or r.memory_mb > m.memory_mb:
+            raise InvalidArgumentError(f"resources.memory_mb must be between 32 and {m.memory_mb}, got {r.memory_mb}")
+        if r.pids < 16 or r.pids > m.pids:
+            raise InvalidArgumentError(f"resources.pids must be between 16 and {m.pids}, got {r.pids}")
+        return r
+
+    def _touch(self, session_id: str) -> None:
+        now = self._clock()
+        self._touched[session_id] = now
+        last_written = self._touch_written.get(session_id)
+        session = self._live.get(session_id)
+        if session is not None:
+            session.last_active_at = now
+            if session.parent_id:  # a parent waiting on its child's work is not idle
+                self._touch(session.parent_id)
+        if last_written is None or now - last_written >= TOUCH_WRITE_INTERVAL_S:
+            self._touch_written[session_id] = now
+            self._background.start(self._store.touch_session(session_id, now))
+
+    def _root(self, session: Session) -> Session:
+        """The session that owns `session`'s sandbox."""
+        while session.parent_id and session.parent_id in self._live:
+            session = self._live[session.parent_id]
+        return session
+
+    async def _end(self, session: Session, state: SessionState, message: str) -> Session:
+        # A READY session this plane does not hold is another plane's: its owner removes the sandbox
+        # when it sees the new state (`_sync_with_store`).
+        held = self._live.pop(session.id, None)
+        foreign = held is None and session.state == SessionState.READY
+        self._touched.pop(session.id, None)
+        self._touch_written.pop(session.id, None)
+        # Shielded and tracked: a caller that gives up (a client's deadline, the reaper at shutdown) must not
+        # leave the sandbox removed halfway, or the store saying READY of a session no plane holds any more.
+        return await self._ending.run(self._wind_up(session, state, message, foreign, held))
+
+    async def _wind_up(
+        self, session: Session, state: SessionState, message: str, foreign: bool, held: Session | None
+    ) -> Session:
+        for child in [s for s in self._live.values() if s.parent_id == session.id]:
+            await self._end(child, state, f"its parent session {session.id} ended ({message})")
+        if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
+            await self._remove_sandbox(session, held, keep_workspace=state == SessionState.FAILED)
+        return await self._finish(session, state, message)
+
+    async def _remove_sandbox(self, session: Session, held: Session | None, *, keep_workspace: bool = False) -> None:
+        """Removes the session's sandbox; if that fails, the session is held again, so that the next delete, look
+        at the store or reaper round tries again. A failed session keeps its workspace (the user's work) until it
+        is deleted: then `destroy` removes what `retire` left."""
+        try:
+            if keep_workspace:
+                await self._provider.retire(session.sandbox_id)
+            else:
+                await self._provider.destroy(session.sandbox_id)
+        except Exception as exc:
+            if held is not None:
+                self._live.setdefault(session.id, held)
+            # Said here too: a caller that went away no longer reports it.
+            log.warning("removing the sandbox of session %s failed, it stays held: %s", session.id, exc)
+            raise
+
+    async def _finish(self, session: Session, state: SessionState, message: str) -> Session:
+        session.state = state
+        session.status_message = message
+        session.deleted_at = self._clock() if state == SessionState.DELETED else None
+        await self._store.put_session(session)
+        for listener in self._end_listeners:
+            listener(session.id)
+        kind = "session.deleted" if state == SessionState.DELETED else "session.failed"
+        self.bus.publish(kind, session.tenant, session.id, id=session.id, message=message)
+        return replace(session)
+
+    async def _attached_sandbox(self, session: Session) -> Sandbox:
+        """The sandbox of a READY session another control plane owns (they share the store)."""
+        try:
+            sandbox = await self._provider.attach(session.sandbox_id)
+        except SandboxError as exc:
+            raise FailedPreconditionError(
+                f"session {session.id} is held by another control plane and cannot be reached from this one: {exc}"
+            ) from exc
+        self._touch(session.id)
+        return sandbox
+
+    async def _sync_with_store(self) -> None:
+        """Other control planes sharing the store may have used this plane's sessions (their activity
+        postpones the idle timeout) or ended them (their sandboxes are removed here, by their owner)."""
+        stored = {s.id: s for s in await self._store.list_sessions(live_only=True)}
+        for session in list(self._live.values()):
+            current = stored.get(session.id)
+            if current is None:
+                ended = await self._store.get_session(session.id)
+                live = (SessionState.CREATING, SessionState.READY)
+                if ended is not None and ended.state not in live and self._live.get(session.id) is session:
+                    await self._ended_elsewhere(session, ended)
+            elif current.last_active_at > session.last_active_at:
+                session.last_active_at = current.last_active_at
+
+    async def _ended_elsewhere(self, session: Session, ended: Session) -> None:
+        self._live.pop(session.id, None)
+        self._touched.pop(session.id, None)
+        self._touch_written.pop(session.id, None)
+        for child in [s for s in self._live.values() if s.parent_id == session.id]:
+            await self._end(child, ended.state, f"its parent session {session.id} ended ({ended.status_message})")
+        if session.sandbox_id and not session.parent_id:
+            await self._remove_sandbox(session, session)
+        for listener in self._end_listeners:
+            listener(session.id)
+        kind = "session.deleted" if ended.state == SessionState.DELETED else "session.failed"
+        self.bus.publish(kind, session.tenant, session.id, id=session.id, message=ended.status_message)
+
+    async def reap_expired(self) -> list[str]:
+        await self._sync_with_store()
+        now = self._clock()
+        ended = []
+        for session in list(self._live.values()):
+            if session.state != SessionState.READY:
+                continue
+            if now >= session.created_at + self._policy.max_lifetime_s:
+                reason = f"expired: reached the maximum lifetime of {self._policy.max_lifetime_s:g} s"
+            elif now >= session.last_active_at + self._policy.idle_timeout_s:
+                reason = f"expired: idle for {self._policy.idle_timeout_s:g} s"
+            else:
+                continue
+            try:
+                await self._end(session, SessionState.DELETED, reason)
+            except Exception:  # the engine or the store failed for this one: the others still expire
+                log.exception("ending expired session %s failed; retried next round", session.id)
+                continue
+            ended.append(session.id)
+        return ended
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._policy.reap_interval_s)
+            try:
+                await self.reap_expired()
+            except Exception:  # any failure: lifetimes must keep being enforced, next round tries again
+                log.exception("reaping expired sessions failed")
