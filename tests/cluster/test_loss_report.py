@@ -11,7 +11,7 @@ import pytest
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.seam.provider import SandboxRecord, SandboxState
 from controlplane.core.sessions.models import Resources, Session, SessionState
-from controlplane.sandbox.swarm import SwarmSandboxProvider
+from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
 from controlplane.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.cluster

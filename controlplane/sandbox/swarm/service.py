@@ -12,10 +12,8 @@ from controlplane.config import SwarmProviderConfig
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox import code_mount
-from controlplane.sandbox.docker import AGENT_CAPS, AGENT_DIR, WORKSPACE
+from controlplane.sandbox.layout import AGENT_CAPS, AGENT_DIR, CAP_DROP, CODE_DIR, CODE_MODE, WORKSPACE, agent_env
 
-LABEL_ROLE = "ocsb.role"
-LABEL_TENANT = "ocsb.tenant"
 NO_NEW_PRIVS = (
     "import ctypes, os, sys\n"
     "if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:\n"  # PR_SET_NO_NEW_PRIVS
@@ -39,16 +37,15 @@ def sandbox_template(
     memory = resources.memory_mb * 1024 * 1024
     spec = docker.types.ContainerSpec(
         config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
-        env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
-             code_mount.CODE_ENV: code_mount.CODE_DIR},
+        env={**agent_env()},  # a copy typed as docker-py asks
         mounts=[
             Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
             Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
-            Mount(code_mount.CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
-                  tmpfs_mode=code_mount.CODE_MODE),
+            Mount(CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
+                  tmpfs_mode=CODE_MODE),
             Mount(AGENT_DIR, agent_dir, type="bind"),
         ],
-        read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
+        read_only=True, init=True, cap_drop=list(CAP_DROP), cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
     )
     task_resources = docker.types.Resources(
         cpu_limit=int(resources.cpu * 1e9), mem_limit=memory,
@@ -70,7 +67,7 @@ def verify_service_hardening(service: dict[str, Any], resources: Resources, netw
     container = template["ContainerSpec"]
     limits = (template.get("Resources") or {}).get("Limits") or {}
     problems = []
-    if container.get("CapabilityDrop") != ["ALL"]:
+    if container.get("CapabilityDrop") != list(CAP_DROP):
         problems.append(f"capabilities not all dropped ({container.get('CapabilityDrop')})")
     if not set(container.get("CapabilityAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
         problems.append(f"unexpected capabilities {container.get('CapabilityAdd')}")

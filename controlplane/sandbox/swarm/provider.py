@@ -1,13 +1,12 @@
-"""Sandboxes as one-replica Docker Swarm services, placed by Swarm's scheduler on any node.
+"""The Swarm provider: places, watches, adopts and removes sandboxes, and reports the ones it loses.
 
 Per session: a service `ocsb-<instance>-<id>` (restart none, limits and reservations, all caps
 dropped but the agent's three, read-only root, tmpfs /tmp and /workspace) attached only to its own
 `--internal` overlay network of the same name, so it has no route out and nothing to talk to.
 Services have no no-new-privileges option: the agent is started under PR_SET_NO_NEW_PRIVS instead,
-which every tool process inherits. The agent's channel: swarm_channel (control plane) -> mutual
-TLS -> swarm_relay (a global service, one per node) -> the agent's Unix socket on that node.
-The task template and its fail-closed check are in swarm_service, the relay service and its per-node
-clients in swarm_relay_fleet; this module places, watches, adopts and removes sandboxes.
+which every tool process inherits. The agent's channel: channel (control plane) -> mutual TLS ->
+relay (a global service, one per node) -> the agent's Unix socket on that node. The task template and
+its fail-closed check are in service, the relay service and its per-node clients in fleet.
 """
 
 from __future__ import annotations
@@ -39,21 +38,25 @@ from controlplane.core.seam.provider import (
 from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.docker import (
+from controlplane.sandbox.engine_calls import after, in_thread
+from controlplane.sandbox.layout import (
     AGENT_DIR,
     LABEL_IMAGE,
     LABEL_INSTANCE,
     LABEL_MANAGED,
+    LABEL_ROLE,
     LABEL_SANDBOX,
     LABEL_SESSION,
+    LABEL_TENANT,
+    engine_name,
 )
-from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.swarm_channel import LocalForward
-from controlplane.sandbox.swarm_relay_fleet import RelayFleet
-from controlplane.sandbox.swarm_service import LABEL_ROLE, LABEL_TENANT, sandbox_template, verify_service_hardening
+from controlplane.sandbox.swarm.channel import LocalForward
+from controlplane.sandbox.swarm.fleet import RelayFleet
+from controlplane.sandbox.swarm.service import sandbox_template, verify_service_hardening
 
-log = logging.getLogger(__name__)
+# The package's logger, as before the split: operators (and tests) read the Swarm provider's story there.
+log = logging.getLogger("controlplane.sandbox.swarm")
 
 _FAILED_TASK_STATES = {"failed", "rejected", "shutdown", "complete", "orphaned", "remove"}
 _NETWORK_REMOVE_S = 30.0
@@ -121,7 +124,7 @@ class SwarmSandboxProvider(SandboxProvider):
     # -- naming ---------------------------------------------------------------------------------
 
     def _name(self, sandbox_id: str) -> str:
-        return f"ocsb-{self._instance}-{sandbox_id}"
+        return engine_name(self._instance, sandbox_id)
 
     def _labels(self, sandbox_id: str, session_id: str = "", tenant: str = "") -> dict[str, str]:
         labels = {
