@@ -17,9 +17,9 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import docker
 import docker.errors
@@ -27,6 +27,8 @@ import docker.errors
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import (
+    LostListener,
+    LostSandbox,
     PoolStats,
     ReconcileReport,
     Sandbox,
@@ -35,7 +37,7 @@ from controlplane.core.seam.provider import (
     SandboxRecord,
     SandboxState,
 )
-from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
@@ -74,15 +76,6 @@ class _Remote:
         await self.forward.close()
 
 
-@runtime_checkable
-class _SessionRows(Protocol):
-    """The store's session rows: the ledger the app passes is the store, which has them."""
-
-    async def get_session(self, session_id: str) -> Session | None: ...
-
-    async def put_session(self, s: Session) -> None: ...
-
-
 @dataclass
 class _Placement:
     node: str
@@ -118,6 +111,10 @@ class SwarmSandboxProvider(SandboxProvider):
         """Other control planes' sandboxes this one has reached (see `attach`); their owners manage them."""
         self._attaching = asyncio.Lock()
         self._lost: dict[str, str] = {}
+        self._lost_listeners: list[LostListener] = []
+        self._reporting = TrackedTasks()
+        """Loss reports being handled: apart from the watcher, whose rounds must not wait for a session to end
+        (that removes the sandbox's service and network, which can take a while on a dead node)."""
         self._watcher: asyncio.Task[None] | None = None
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
 
@@ -170,6 +167,7 @@ class SwarmSandboxProvider(SandboxProvider):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._pool.close()
+        await self._reporting.wait()
         await self._cleanups.wait()
         for remote in [*self._live.values(), *self._attached.values()]:
             await remote.close()
@@ -189,6 +187,9 @@ class SwarmSandboxProvider(SandboxProvider):
 
     def pool_stats(self) -> PoolStats:
         return self._pool.stats()
+
+    def on_lost(self, listener: LostListener) -> None:
+        self._lost_listeners.append(listener)
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
         if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
@@ -431,23 +432,20 @@ class SwarmSandboxProvider(SandboxProvider):
                 if registry is self._live:  # an attached one is its owner's to report
                     log.warning("sandbox %s lost: %s", sandbox_id, reason)
                     self._lost[sandbox_id] = reason
-                    await self._report_lost(sandbox_id, f"sandbox {sandbox_id} is lost: {reason}")
+                    self._reporting.start(self._report_lost(sandbox_id, f"sandbox {sandbox_id} is lost: {reason}"))
 
     async def _report_lost(self, sandbox_id: str, reason: str) -> None:
-        """Marks the sandbox's READY session FAILED in the store right away: the session manager's reaper
-        (like every control plane sharing the store) then ends it as if another plane had, instead of waiting
-        for the session's next use to find out."""
-        if not isinstance(self._ledger, _SessionRows):
+        """Tells the listeners (the session manager) right away, with the session the ledger says claimed the
+        sandbox, instead of leaving its session to find out at its next use."""
+        if not self._lost_listeners:
             return
         try:
             records = await self._ledger.list_sandboxes(self._instance)
             session_id = next((r.session_id for r in records if r.id == sandbox_id and r.state == "claimed"), "")
-            session = await self._ledger.get_session(session_id) if session_id else None
-            if session is None or session.state != SessionState.READY or session.sandbox_id != sandbox_id:
-                return
-            await self._ledger.put_session(replace(session, state=SessionState.FAILED, status_message=reason))
+            for listener in self._lost_listeners:
+                await listener(LostSandbox(sandbox_id, session_id, reason))
         except Exception:  # the next use still finds the sandbox lost
-            log.exception("could not report sandbox %s lost to the store", sandbox_id)
+            log.exception("could not report sandbox %s lost", sandbox_id)
 
     # -- reconciliation -------------------------------------------------------------------------
 
