@@ -57,6 +57,8 @@ from controlplane.sandbox.layout import (
     SandboxDirs,
     agent_env,
     engine_name,
+    limit_problems,
+    privilege_problems,
 )
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.workspace_disk import WorkspaceDisks
@@ -447,10 +449,7 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
     problems = []
     if host.get("NetworkMode") != "none":
         problems.append(f"network is {host.get('NetworkMode')!r}, not none")
-    if host.get("CapDrop") != list(CAP_DROP):
-        problems.append(f"capabilities not all dropped ({host.get('CapDrop')})")
-    if not set(host.get("CapAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
-        problems.append(f"unexpected capabilities {host.get('CapAdd')}")
+    problems += privilege_problems(host.get("CapDrop"), host.get("CapAdd"))
     for wanted in SECURITY_OPTS:
         if not any(str(o).startswith(wanted) for o in host.get("SecurityOpt") or []):
             problems.append(f"{wanted} is not set")
@@ -458,12 +457,7 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
         problems.append("root filesystem is writable")
     if host.get("Privileged"):
         problems.append("container is privileged")
-    if host.get("PidsLimit") != resources.pids:
-        problems.append(f"pids limit is {host.get('PidsLimit')}, wanted {resources.pids}")
-    if host.get("Memory") != resources.memory_mb * 1024 * 1024:
-        problems.append(f"memory limit is {host.get('Memory')}, wanted {resources.memory_mb} MiB")
-    if host.get("NanoCpus") != int(resources.cpu * 1e9):
-        problems.append(f"cpu limit is {host.get('NanoCpus')}, wanted {resources.cpu}")
+    problems += limit_problems(host.get("PidsLimit"), host.get("Memory"), host.get("NanoCpus"), resources)
     if runtime and host.get("Runtime") != runtime:
         problems.append(f"runtime is {host.get('Runtime')}, wanted {runtime}")
     mounts = [str(m.get("Source", "")) for m in attrs.get("Mounts") or []] + list(host.get("Binds") or [])

@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError
 
 # -- labels: on containers, services, networks, volumes and each sandbox dir's labels.json ------------
@@ -48,6 +49,28 @@ SECURITY_OPTS = ("no-new-privileges",)
 """Containers only: services have no such option, so the Swarm provider starts the agent under no_new_privs."""
 TOOL_OWNER = "1000:1000"
 """The image's tool user (uid:gid), which owns an empty workspace filesystem's root."""
+
+
+def privilege_problems(dropped: object, added: list[str] | None) -> list[str]:
+    """What is wrong with the capabilities the engine stored for a sandbox ([] when it keeps only the agent's)."""
+    problems = []
+    if dropped != list(CAP_DROP):
+        problems.append(f"capabilities not all dropped ({dropped})")
+    if not set(added or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
+        problems.append(f"unexpected capabilities {added}")
+    return problems
+
+
+def limit_problems(pids: object, memory_bytes: object, nano_cpus: object, resources: Resources) -> list[str]:
+    """What is wrong with the limits the engine stored for a sandbox ([] when they are the session's)."""
+    problems = []
+    if pids != resources.pids:
+        problems.append(f"pids limit is {pids}, wanted {resources.pids}")
+    if memory_bytes != resources.memory_mb * 1024 * 1024:
+        problems.append(f"memory limit is {memory_bytes}, wanted {resources.memory_mb} MiB")
+    if nano_cpus != int(resources.cpu * 1e9):
+        problems.append(f"cpu limit is {nano_cpus}, wanted {resources.cpu}")
+    return problems
 
 # -- paths in the sandbox and the agent's environment ------------------------------------------------
 

@@ -12,7 +12,17 @@ from controlplane.config import SwarmProviderConfig
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox import code_mount
-from controlplane.sandbox.layout import AGENT_CAPS, AGENT_DIR, CAP_DROP, CODE_DIR, CODE_MODE, WORKSPACE, agent_env
+from controlplane.sandbox.layout import (
+    AGENT_CAPS,
+    AGENT_DIR,
+    CAP_DROP,
+    CODE_DIR,
+    CODE_MODE,
+    WORKSPACE,
+    agent_env,
+    limit_problems,
+    privilege_problems,
+)
 
 NO_NEW_PRIVS = (
     "import ctypes, os, sys\n"
@@ -66,23 +76,14 @@ def verify_service_hardening(service: dict[str, Any], resources: Resources, netw
     template = service["Spec"]["TaskTemplate"]
     container = template["ContainerSpec"]
     limits = (template.get("Resources") or {}).get("Limits") or {}
-    problems = []
-    if container.get("CapabilityDrop") != list(CAP_DROP):
-        problems.append(f"capabilities not all dropped ({container.get('CapabilityDrop')})")
-    if not set(container.get("CapabilityAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
-        problems.append(f"unexpected capabilities {container.get('CapabilityAdd')}")
+    problems = privilege_problems(container.get("CapabilityDrop"), container.get("CapabilityAdd"))
     if container.get("ReadOnly") is not True:
         problems.append("root filesystem is writable")
     if container.get("Command") != AGENT_COMMAND:
         problems.append("the agent would start without no_new_privs")
     if container.get("Privileges"):
         problems.append(f"privileges set: {container.get('Privileges')}")
-    if limits.get("Pids") != resources.pids:
-        problems.append(f"pids limit is {limits.get('Pids')}, wanted {resources.pids}")
-    if limits.get("MemoryBytes") != resources.memory_mb * 1024 * 1024:
-        problems.append(f"memory limit is {limits.get('MemoryBytes')}, wanted {resources.memory_mb} MiB")
-    if limits.get("NanoCPUs") != int(resources.cpu * 1e9):
-        problems.append(f"cpu limit is {limits.get('NanoCPUs')}, wanted {resources.cpu}")
+    problems += limit_problems(limits.get("Pids"), limits.get("MemoryBytes"), limits.get("NanoCPUs"), resources)
     if (template.get("RestartPolicy") or {}).get("Condition") != "none":
         problems.append("restart policy is not none")
     networks = [n.get("Target") for n in template.get("Networks") or []]
