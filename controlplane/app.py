@@ -53,7 +53,7 @@ def build_provider(settings: Settings, store: Store) -> SandboxProvider:
             settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store
         )
     if isinstance(settings.provider, SwarmProviderConfig):
-        from controlplane.sandbox.swarm import SwarmSandboxProvider
+        from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
 
         return SwarmSandboxProvider(
             settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store

@@ -1,1 +1,2 @@
-"""Sandboxes: the provider interface, its Docker and local implementations, the agent channel."""
+"""Sandboxes: the Docker, Swarm and in-process providers of core.seam's interface, the layout they share,
+and the agent channel."""

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-CODE_DIR = "/run/code"
-"""Passed to the agent as AGENT_CODE_DIR; the agent refuses to snapshot there unless no tool process can write it."""
-CODE_ENV = "AGENT_CODE_DIR"
-CODE_MODE = 0o755
+from controlplane.sandbox.layout import CODE_DIR, CODE_MODE
+
 MAX_CODE_MB = 256
 """Two snapshots of the agent's 128 MiB maximum: a ReloadTools copies the new code before removing the old."""
 

@@ -39,25 +39,34 @@ from controlplane.errors import ConfigError, HardeningError, SandboxError, Sandb
 from controlplane.sandbox import code_mount
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
-from controlplane.sandbox.layout import SandboxDirs
+from controlplane.sandbox.layout import (
+    AGENT_CAPS,
+    AGENT_DIR,
+    CAP_DROP,
+    ENV_OUTPUT_BUDGET,
+    GLOBAL_DIR,
+    LABEL_IMAGE,
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_SANDBOX,
+    LABEL_SESSION,
+    LABEL_TENANT,
+    SECURITY_OPTS,
+    SOCKET_NAME,
+    WORKSPACE,
+    SandboxDirs,
+    agent_env,
+    engine_name,
+    limit_problems,
+    privilege_problems,
+)
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.workspace_disk import WorkspaceDisks
 
 log = logging.getLogger(__name__)
 
-LABEL_MANAGED = "ocsb.managed"
-LABEL_INSTANCE = "ocsb.instance"
-LABEL_SANDBOX = "ocsb.sandbox"
-LABEL_SESSION = "ocsb.session"
-LABEL_IMAGE = "ocsb.image"
 _SANDBOX_ID = re.compile(r"[0-9a-f]{12}")
 """How `_create` names sandboxes (secrets.token_hex(6)); a volume name is only trusted as ours with one."""
-AGENT_CAPS = ["SETUID", "SETGID", "KILL"]
-"""All the agent keeps: switching to the tool uid and stopping tool process groups."""
-WORKSPACE = "/workspace"
-AGENT_DIR = "/run/agent"
-GLOBAL_DIR = "/opt/opencode/global"
-"""Where the agent looks for the operator's global tools dir (upstream's `~/.config/opencode`)."""
 
 
 class DockerSandboxProvider(SandboxProvider):
@@ -94,10 +103,10 @@ class DockerSandboxProvider(SandboxProvider):
     # -- naming ---------------------------------------------------------------------------------
 
     def _name(self, sandbox_id: str) -> str:
-        return f"ocsb-{self._instance}-{sandbox_id}"
+        return engine_name(self._instance, sandbox_id)
 
     def _volume(self, sandbox_id: str) -> str:
-        return f"ocsb-{self._instance}-{sandbox_id}-ws"
+        return engine_name(self._instance, f"{sandbox_id}-ws")
 
     def _labels(self, sandbox_id: str, session_id: str = "") -> dict[str, str]:
         labels = {
@@ -147,7 +156,7 @@ class DockerSandboxProvider(SandboxProvider):
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
-                    labels = self._labels(sandbox.id, session_id) | {"ocsb.tenant": tenant}
+                    labels = self._labels(sandbox.id, session_id) | {LABEL_TENANT: tenant}
                     await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
                 except BaseException:  # out of the pool and in no session: nothing else would remove it
                     await self._cleanups.run(self.destroy(sandbox.id))
@@ -186,7 +195,7 @@ class DockerSandboxProvider(SandboxProvider):
         sources = [m.get("Source", "") for m in mounts if m.get("Destination") == AGENT_DIR]
         if not sources:
             raise SandboxLostError(f"sandbox {sandbox_id}: its container has no agent directory")
-        socket = str(Path(sources[0]) / "agent.sock")
+        socket = str(Path(sources[0]) / SOCKET_NAME)
         agent = GrpcSandboxAgent(f"unix:{socket}", sandbox_id)
         sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
         self._attached[sandbox_id] = sandbox
@@ -260,7 +269,7 @@ class DockerSandboxProvider(SandboxProvider):
 
     def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str) -> Container:
         labels = self._labels(sandbox_id, session_id)
-        self._dirs.create(sandbox_id, labels | ({"ocsb.tenant": tenant} if tenant else {}))
+        self._dirs.create(sandbox_id, labels | ({LABEL_TENANT: tenant} if tenant else {}))
         disk = self._disks.create(sandbox_id) if self._disks is not None else {}
         self._client.volumes.create(name=self._volume(sandbox_id), driver="local", driver_opts=disk, labels=labels)
         kwargs: dict[str, Any] = {
@@ -270,9 +279,9 @@ class DockerSandboxProvider(SandboxProvider):
             "user": "0:0",
             "init": True,
             "network_mode": "none",
-            "cap_drop": ["ALL"],
-            "cap_add": AGENT_CAPS,
-            "security_opt": ["no-new-privileges"],
+            "cap_drop": list(CAP_DROP),
+            "cap_add": list(AGENT_CAPS),
+            "security_opt": list(SECURITY_OPTS),
             "read_only": True,
             "privileged": False,
             # tmpfs pages count against the memory limit and cannot be reclaimed: a full /tmp in a small
@@ -290,9 +299,7 @@ class DockerSandboxProvider(SandboxProvider):
             "mem_limit": resources.memory_mb * 1024 * 1024,
             "memswap_limit": resources.memory_mb * 1024 * 1024,
             "nano_cpus": int(resources.cpu * 1e9),
-            "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
-                            "AGENT_OUTPUT_BUDGET_BYTES": str(self._output_budget_mb << 20),
-                            code_mount.CODE_ENV: code_mount.CODE_DIR},
+            "environment": agent_env() | {ENV_OUTPUT_BUDGET: str(self._output_budget_mb << 20)},
             "detach": True,
         }
         if self._config.runtime:
@@ -386,7 +393,7 @@ class DockerSandboxProvider(SandboxProvider):
     def _instance_volumes(self) -> list[Any]:
         """This instance's volumes: by label, and by name for one the engine made for a mount without labels."""
         labelled = self._client.volumes.list(filters={"label": f"{LABEL_INSTANCE}={self._instance}"})
-        named = [v for v in self._client.volumes.list(filters={"name": f"ocsb-{self._instance}-"})
+        named = [v for v in self._client.volumes.list(filters={"name": engine_name(self._instance, "")})
                  if self._volume_owner(v) is not None]
         return list({v.name: v for v in [*labelled, *named]}.values())
 
@@ -396,7 +403,7 @@ class DockerSandboxProvider(SandboxProvider):
         if labels.get(LABEL_INSTANCE) == self._instance:
             return str(labels.get(LABEL_SANDBOX, ""))
         name = volume.name or ""
-        prefix, suffix = f"ocsb-{self._instance}-", "-ws"
+        prefix, suffix = engine_name(self._instance, ""), "-ws"
         middle = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
         return middle if _SANDBOX_ID.fullmatch(middle) else None
 
@@ -442,22 +449,15 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
     problems = []
     if host.get("NetworkMode") != "none":
         problems.append(f"network is {host.get('NetworkMode')!r}, not none")
-    if host.get("CapDrop") != ["ALL"]:
-        problems.append(f"capabilities not all dropped ({host.get('CapDrop')})")
-    if not set(host.get("CapAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
-        problems.append(f"unexpected capabilities {host.get('CapAdd')}")
-    if not any(str(o).startswith("no-new-privileges") for o in host.get("SecurityOpt") or []):
-        problems.append("no-new-privileges is not set")
+    problems += privilege_problems(host.get("CapDrop"), host.get("CapAdd"))
+    for wanted in SECURITY_OPTS:
+        if not any(str(o).startswith(wanted) for o in host.get("SecurityOpt") or []):
+            problems.append(f"{wanted} is not set")
     if host.get("ReadonlyRootfs") is not True:
         problems.append("root filesystem is writable")
     if host.get("Privileged"):
         problems.append("container is privileged")
-    if host.get("PidsLimit") != resources.pids:
-        problems.append(f"pids limit is {host.get('PidsLimit')}, wanted {resources.pids}")
-    if host.get("Memory") != resources.memory_mb * 1024 * 1024:
-        problems.append(f"memory limit is {host.get('Memory')}, wanted {resources.memory_mb} MiB")
-    if host.get("NanoCpus") != int(resources.cpu * 1e9):
-        problems.append(f"cpu limit is {host.get('NanoCpus')}, wanted {resources.cpu}")
+    problems += limit_problems(host.get("PidsLimit"), host.get("Memory"), host.get("NanoCpus"), resources)
     if runtime and host.get("Runtime") != runtime:
         problems.append(f"runtime is {host.get('Runtime')}, wanted {runtime}")
     mounts = [str(m.get("Source", "")) for m in attrs.get("Mounts") or []] + list(host.get("Binds") or [])

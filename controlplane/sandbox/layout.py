@@ -1,4 +1,10 @@
-"""Per-sandbox host directories (the agent's socket lives here) and the labels they carry."""
+"""What a sandbox looks like from outside, whichever provider runs it: the labels on its engine objects, the
+privileges it keeps, the paths and environment its agent gets, and its private dir on the host.
+
+Kept in one module because several readers must agree on every value: reconciliation finds sandboxes by
+these labels, the fail-closed hardening checks compare what the engine stored against these same lists,
+and the agent in the image expects these paths. A provider that spelled one of them itself could drift.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,97 @@ import os
 import shutil
 from pathlib import Path
 
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError
 
-LABELS_FILE = "labels.json"
+# -- labels: on containers, services, networks, volumes and each sandbox dir's labels.json ------------
+
+LABEL_MANAGED = "ocsb.managed"
+LABEL_INSTANCE = "ocsb.instance"
+"""The control plane that owns the object: reconciliation only ever touches its own instance's."""
+LABEL_SANDBOX = "ocsb.sandbox"
+LABEL_SESSION = "ocsb.session"
+"""Only on objects made for a known session: Docker labels cannot change after creation, so a pooled
+sandbox's session is in the store and in its dir's labels.json instead."""
+LABEL_TENANT = "ocsb.tenant"
+LABEL_IMAGE = "ocsb.image"
+"""A pooled sandbox of another image is not adopted after a restart."""
+LABEL_ROLE = "ocsb.role"
+"""Swarm: `sandbox` or `relay`, since both kinds of service carry the instance label."""
+LABEL_RELAY_HASH = "ocsb.relay-hash"
+"""Swarm: the relay service's inputs, so that a relay whose inputs changed is replaced."""
+
+
+def engine_name(instance: str, what: str) -> str:
+    """The engine object's name (container, volume, service, network): `ocsb-<instance>-<what>`, so that one
+    instance's names never collide with another's on a shared engine, and its volumes are found by prefix."""
+    return f"ocsb-{instance}-{what}"
+
+
+# -- privileges --------------------------------------------------------------------------------------
+
+CAP_DROP = ("ALL",)
+AGENT_CAPS = ("SETUID", "SETGID", "KILL")
+"""All the agent keeps: switching to the tool uid and stopping tool process groups."""
+SECURITY_OPTS = ("no-new-privileges",)
+"""Containers only: services have no such option, so the Swarm provider starts the agent under no_new_privs."""
+TOOL_OWNER = "1000:1000"
+"""The image's tool user (uid:gid), which owns an empty workspace filesystem's root."""
+
+
+def privilege_problems(dropped: object, added: list[str] | None) -> list[str]:
+    """What is wrong with the capabilities the engine stored for a sandbox ([] when it keeps only the agent's)."""
+    problems = []
+    if dropped != list(CAP_DROP):
+        problems.append(f"capabilities not all dropped ({dropped})")
+    if not set(added or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
+        problems.append(f"unexpected capabilities {added}")
+    return problems
+
+
+def limit_problems(pids: object, memory_bytes: object, nano_cpus: object, resources: Resources) -> list[str]:
+    """What is wrong with the limits the engine stored for a sandbox ([] when they are the session's)."""
+    problems = []
+    if pids != resources.pids:
+        problems.append(f"pids limit is {pids}, wanted {resources.pids}")
+    if memory_bytes != resources.memory_mb * 1024 * 1024:
+        problems.append(f"memory limit is {memory_bytes}, wanted {resources.memory_mb} MiB")
+    if nano_cpus != int(resources.cpu * 1e9):
+        problems.append(f"cpu limit is {nano_cpus}, wanted {resources.cpu}")
+    return problems
+
+# -- paths in the sandbox and the agent's environment ------------------------------------------------
+
+WORKSPACE = "/workspace"
+AGENT_DIR = "/run/agent"
+"""Bound from the sandbox's host dir: the agent's socket is the control plane's only way in."""
 SOCKET_NAME = "agent.sock"
+GLOBAL_DIR = "/opt/opencode/global"
+"""Where the agent looks for the operator's global tools dir (upstream's `~/.config/opencode`)."""
+CODE_DIR = "/run/code"
+"""The session's code snapshot, a tmpfs of its own (see code_mount for why)."""
+CODE_MODE = 0o755
+"""Root-owned and not world-writable: a tmpfs defaults to 1777, which would let tools plant code there."""
+WORKSPACE_MOUNT_OPTIONS = "nodev,nosuid,noatime"
+"""A size-limited workspace's filesystem (workspace_disk)."""
+RELAY_DIR = "/run/ocsb"
+"""Swarm: where each node's relay sees the node's sandbox dirs (in the relay's container, not a sandbox)."""
+
+ENV_SOCKET = "AGENT_SOCKET"
+ENV_WORKSPACE = "AGENT_WORKSPACE"
+ENV_CODE_DIR = "AGENT_CODE_DIR"
+"""The agent refuses to snapshot there unless no tool process can write it."""
+ENV_OUTPUT_BUDGET = "AGENT_OUTPUT_BUDGET_BYTES"
+
+
+def agent_env() -> dict[str, str]:
+    """The environment every provider gives the agent (a provider may add its own)."""
+    return {ENV_SOCKET: f"{AGENT_DIR}/{SOCKET_NAME}", ENV_WORKSPACE: WORKSPACE, ENV_CODE_DIR: CODE_DIR}
+
+
+# -- the sandbox's dir on the host -------------------------------------------------------------------
+
+LABELS_FILE = "labels.json"
 _MAX_UNIX_PATH = 107
 
 

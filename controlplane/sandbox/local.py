@@ -24,7 +24,7 @@ from controlplane.core.seam.provider import (
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.layout import SandboxDirs
+from controlplane.sandbox.layout import LABEL_INSTANCE, LABEL_SESSION, SandboxDirs
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 
@@ -49,7 +49,7 @@ class LocalSandboxProvider(SandboxProvider):
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
         sandbox_id = secrets.token_hex(6)
-        path = self._dirs.create(sandbox_id, {"ocsb.instance": self._instance, "ocsb.session": session_id})
+        path = self._dirs.create(sandbox_id, {LABEL_INSTANCE: self._instance, LABEL_SESSION: session_id})
         workspace = path / "workspace"
         workspace.mkdir()
         config = AgentConfig(

@@ -8,10 +8,7 @@ import subprocess
 from pathlib import Path
 
 from controlplane.errors import SandboxStartError
-
-MOUNT_OPTIONS = "nodev,nosuid,noatime"
-TOOL_OWNER = "1000:1000"
-"""The image's tool user owns the empty filesystem's root (Docker's copy-up sets the same)."""
+from controlplane.sandbox.layout import TOOL_OWNER, WORKSPACE_MOUNT_OPTIONS
 
 
 class WorkspaceDisks:
@@ -31,6 +28,7 @@ class WorkspaceDisks:
         try:
             with path.open("wb") as image:
                 image.truncate(self.size_mb << 20)  # sparse: only what is written takes host disk
+            # The tool user owns the root, as Docker's copy-up would make it.
             _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E",
                   f"root_owner={TOOL_OWNER},lazy_itable_init=1,lazy_journal_init=1", str(path)])
             # The workspace starts empty, as a plain volume does: no lost+found for tools to list.
@@ -39,7 +37,7 @@ class WorkspaceDisks:
         except BaseException:
             self.release(sandbox_id)
             raise
-        return {"type": "ext4", "device": device, "o": MOUNT_OPTIONS}
+        return {"type": "ext4", "device": device, "o": WORKSPACE_MOUNT_OPTIONS}
 
     def release(self, sandbox_id: str) -> None:
         """Detaches the image's loop devices (lazily when still mounted) and deletes it; idempotent."""

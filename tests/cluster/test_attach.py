@@ -11,7 +11,7 @@ from typing import Any
 import docker
 import pytest
 
-from controlplane.sandbox.swarm import SwarmSandboxProvider
+from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
 from tests.cluster.support import Cluster, swarm_plane
 from tests.planes import short_tmp
 

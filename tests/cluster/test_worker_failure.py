@@ -18,7 +18,7 @@ from tests.cluster.test_swarm import node_of
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 FAIL_WITHIN_S = 10.0
 """From the start of the worker daemon's shutdown (its relay, under an init, ends at the SIGTERM): three
-missed relay pings 0.5 s apart and one reaper round (1 s); about 2 s here."""
+missed relay pings 0.5 s apart, then the session manager ends the session it holds at once; about 2 s here."""
 
 
 async def test_sessions_of_a_dead_worker_fail_at_once_and_can_be_recreated(cluster: Cluster) -> None:

@@ -21,7 +21,8 @@ from controlplane.config import load_settings
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError
 from controlplane.sandbox import code_mount
-from controlplane.sandbox.docker import GLOBAL_DIR, verify_hardening
+from controlplane.sandbox.docker import verify_hardening
+from controlplane.sandbox.layout import GLOBAL_DIR
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp

@@ -10,7 +10,7 @@ from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox import code_mount
 from controlplane.sandbox.docker import verify_hardening
-from controlplane.sandbox.swarm_service import verify_service_hardening
+from controlplane.sandbox.swarm.service import verify_service_hardening
 
 
 def hardened(tmpfs: dict[str, str]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ local socket path or a local Docker daemon.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -172,8 +172,23 @@ class PoolStats:
     misses: int
 
 
+@dataclass(frozen=True)
+class LostSandbox:
+    """A provider's report that one of its sandboxes is gone, found by watching rather than by a failing call."""
+
+    sandbox_id: str
+    session_id: str
+    """The session the provider's records say claimed it; "" for a pool sandbox or one it has no record of."""
+    reason: str
+    """The whole sentence (`sandbox X is lost: its task is no longer running`): it becomes the session's status."""
+
+
+LostListener = Callable[[LostSandbox], Awaitable[None]]
+
+
 class SandboxProvider(abc.ABC):
-    """Creates, hands out, adopts and destroys sandboxes."""
+    """Creates, hands out, adopts and destroys sandboxes. It reports what becomes of them (`on_lost`); what
+    becomes of their sessions is the session manager's to decide."""
 
     @abc.abstractmethod
     async def start(self, live: Mapping[str, str]) -> ReconcileReport:
@@ -213,3 +228,9 @@ class SandboxProvider(abc.ABC):
 
     @abc.abstractmethod
     def pool_stats(self) -> PoolStats: ...
+
+    def on_lost(self, listener: LostListener) -> None:
+        """Subscribes `listener` to the sandboxes this provider finds lost on its own (a watcher noticing a dead
+        node, not a call failing). Each report is made once, after the provider has let go of the sandbox.
+        Here (providers that watch nothing and report only what `start` finds): nothing is ever reported."""
+        del listener  # never called: these providers' losses show in `start`'s report or in a failing `get`

@@ -14,10 +14,10 @@ from typing import Protocol
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.config import project_files
-from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import workspace_archive
+from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
+from controlplane.core.sessions import archive_intake
 from controlplane.core.sessions.events import EventBus
-from controlplane.core.sessions.liveness import still_answers
+from controlplane.core.sessions.liveness import fail_stored, still_answers
 from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.errors import (
     ControlPlaneError,
@@ -32,8 +32,6 @@ from controlplane.telemetry import attributes, spans
 log = logging.getLogger(__name__)
 TOUCH_WRITE_INTERVAL_S = 1.0
 """Activity is kept in memory and written to the store at most this often per session."""
-INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
-"""Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
 
 
 class SessionStore(Protocol):
@@ -88,6 +86,7 @@ class SessionManager:
         self._background = TrackedTasks()
         self._end_listeners: list[Callable[[str], None]] = []
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
+        provider.on_lost(self._sandbox_lost)
 
     def on_end(self, listener: Callable[[str], None]) -> None:
         """Calls `listener(session_id)` whenever a session is deleted or fails."""
@@ -158,10 +157,14 @@ class SessionManager:
         # Everything the request alone can be refused for is checked before anything exists: a refused
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = self._resources(spec.resources)
-        project = await self._check_archive(spec.workspace_archive)
+        policy = self._policy
+        project = await archive_intake.project_of(
+            spec.workspace_archive, policy.max_archive_bytes, policy.max_archive_entries,
+            policy.max_archive_expanded_bytes,
+        )
         read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
-        inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
+        inline = not project and len(spec.config_json) <= archive_intake.INLINE_CHECK_BYTES
         config_json, caller_config = read() if inline else await asyncio.to_thread(read)
         agent = spec.agent or project_files.default_agent(config_json)
         if not spec.agent:
@@ -215,35 +218,6 @@ class SessionManager:
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
                          sandboxID=session.sandbox_id)
         return replace(session)
-
-    async def _check_archive(self, archive: bytes) -> dict[str, bytes]:
-        """The archive's project config files (project_files), once it is known to be acceptable."""
-        if not archive:
-            return {}
-        if len(archive) > self._policy.max_archive_bytes:
-            raise ResourceExhaustedError(
-                f"workspace archive is {len(archive)} bytes; the limit is {self._policy.max_archive_bytes}"
-            )
-        policy = self._policy
-        check = functools.partial(
-            workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
-            keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
-            keep_total=project_files.MAX_PROJECT_BYTES,
-        )
-        kept = await self._archive_pass(archive, check)
-        references = project_files.file_references(kept) - kept.keys()
-        if references:  # `{file:...}` in a config file: one more pass for the files it names
-            kept |= await self._archive_pass(archive, functools.partial(check, keep=references.__contains__))
-        return kept
-
-    async def _archive_pass(
-        self, archive: bytes, check: Callable[[], workspace_archive.ArchiveStats],
-    ) -> dict[str, bytes]:
-        if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
-            stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
-        else:
-            stats = check()
-        return stats.kept
 
     async def create_child(self, parent_id: str, agent: str, title: str) -> Session:
         """A READY session on the parent's sandbox (no new container), ended with its parent."""
@@ -328,6 +302,15 @@ class SessionManager:
             return
         if self._live.get(root.id) is root:
             await self._end(root, SessionState.FAILED, reason)
+
+    async def _sandbox_lost(self, lost: LostSandbox) -> None:
+        """The provider found the sandbox gone: its session fails with the provider's reason, as when a call finds
+        it gone (one this plane does not hold is failed in the shared store: `fail_stored`)."""
+        held = self._live.get(lost.session_id)
+        if held is None:
+            await fail_stored(self._store, lost)
+        elif held.sandbox_id == lost.sandbox_id and held.state == SessionState.READY:
+            await self._end(held, SessionState.FAILED, lost.reason)
 
     # -- internals ------------------------------------------------------------------------------
 

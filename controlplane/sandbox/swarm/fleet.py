@@ -1,4 +1,4 @@
-"""The Swarm provider's relays: one global relay service per control-plane instance (swarm_relay, shipped as
+"""The Swarm provider's relays: one global relay service per control-plane instance (relay.py, shipped as
 a Swarm config with its TLS material as secrets) and, per node, a client that pings it and reaches the
 agents on that node through it."""
 
@@ -19,16 +19,22 @@ from docker.types import ConfigReference, Mount, SecretReference
 
 from controlplane.config import SwarmProviderConfig
 from controlplane.errors import SandboxError, SandboxStartError
-from controlplane.sandbox import swarm_relay
-from controlplane.sandbox.docker import LABEL_INSTANCE, LABEL_MANAGED
-from controlplane.sandbox.swarm_channel import RelayClient, RelayPki
-from controlplane.sandbox.swarm_service import LABEL_ROLE
+from controlplane.sandbox.layout import (
+    CAP_DROP,
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_RELAY_HASH,
+    LABEL_ROLE,
+    RELAY_DIR,
+    engine_name,
+)
+from controlplane.sandbox.swarm.channel import RelayClient, RelayPki
 
 # The provider's logger: relay failures are part of its story (and tests read that logger's records).
 log = logging.getLogger("controlplane.sandbox.swarm")
 
-LABEL_RELAY_HASH = "ocsb.relay-hash"
-RELAY_DIR = "/run/ocsb"
+RELAY_SCRIPT = Path(__file__).with_name("relay.py")
+"""Shipped to the nodes as a file, not imported here: it is stdlib only and runs on the sandbox image's Python."""
 RELAY_SPEC = 2
 """Part of the relay service's hash: bump it when the service spec changes, so running relays are replaced."""
 
@@ -59,7 +65,7 @@ class RelayFleet:
 
     def _inputs(self) -> tuple[bytes, dict[str, bytes], str]:
         assert self.pki is not None
-        script = Path(swarm_relay.__file__).read_bytes()
+        script = RELAY_SCRIPT.read_bytes()
         secret_files = {
             "cert": self.pki.server_cert.read_bytes(),
             "key": self.pki.server_key.read_bytes(),
@@ -73,7 +79,7 @@ class RelayFleet:
 
     def ensure_service(self) -> None:
         script, secret_files, relay_hash = self._inputs()
-        name = f"ocsb-{self._instance}-relay"
+        name = engine_name(self._instance, "relay")
         labels = {LABEL_MANAGED: "true", LABEL_INSTANCE: self._instance, LABEL_ROLE: "relay",
                   LABEL_RELAY_HASH: relay_hash}
         existing = self._api.services(filters={"name": name})
@@ -96,7 +102,7 @@ class RelayFleet:
             mounts=[Mount(RELAY_DIR, self._config.node_root, type="bind")],
             configs=[ConfigReference(config["ID"], f"{name}-{relay_hash}", filename="/ocsb/relay.py",
                                      uid="0", gid="0", mode=0o444)],
-            secrets=secrets_refs, read_only=True, cap_drop=["ALL"],
+            secrets=secrets_refs, read_only=True, cap_drop=list(CAP_DROP),
             # Not PID 1, so SIGTERM ends it at once: a node's daemon shutting down loses its relay (and
             # its sessions are reported lost) in a second or two instead of at the 10 s kill.
             init=True,

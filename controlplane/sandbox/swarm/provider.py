@@ -1,13 +1,12 @@
-"""Sandboxes as one-replica Docker Swarm services, placed by Swarm's scheduler on any node.
+"""The Swarm provider: places, watches, adopts and removes sandboxes, and reports the ones it loses.
 
 Per session: a service `ocsb-<instance>-<id>` (restart none, limits and reservations, all caps
 dropped but the agent's three, read-only root, tmpfs /tmp and /workspace) attached only to its own
 `--internal` overlay network of the same name, so it has no route out and nothing to talk to.
 Services have no no-new-privileges option: the agent is started under PR_SET_NO_NEW_PRIVS instead,
-which every tool process inherits. The agent's channel: swarm_channel (control plane) -> mutual
-TLS -> swarm_relay (a global service, one per node) -> the agent's Unix socket on that node.
-The task template and its fail-closed check are in swarm_service, the relay service and its per-node
-clients in swarm_relay_fleet; this module places, watches, adopts and removes sandboxes.
+which every tool process inherits. The agent's channel: channel (control plane) -> mutual TLS ->
+relay (a global service, one per node) -> the agent's Unix socket on that node. The task template and
+its fail-closed check are in service, the relay service and its per-node clients in fleet.
 """
 
 from __future__ import annotations
@@ -18,9 +17,9 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import docker
 import docker.errors
@@ -28,6 +27,8 @@ import docker.errors
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import (
+    LostListener,
+    LostSandbox,
     PoolStats,
     ReconcileReport,
     Sandbox,
@@ -36,24 +37,28 @@ from controlplane.core.seam.provider import (
     SandboxRecord,
     SandboxState,
 )
-from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.docker import (
+from controlplane.sandbox.engine_calls import after, in_thread
+from controlplane.sandbox.layout import (
     AGENT_DIR,
     LABEL_IMAGE,
     LABEL_INSTANCE,
     LABEL_MANAGED,
+    LABEL_ROLE,
     LABEL_SANDBOX,
     LABEL_SESSION,
+    LABEL_TENANT,
+    engine_name,
 )
-from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.swarm_channel import LocalForward
-from controlplane.sandbox.swarm_relay_fleet import RelayFleet
-from controlplane.sandbox.swarm_service import LABEL_ROLE, LABEL_TENANT, sandbox_template, verify_service_hardening
+from controlplane.sandbox.swarm.channel import LocalForward
+from controlplane.sandbox.swarm.fleet import RelayFleet
+from controlplane.sandbox.swarm.service import sandbox_template, verify_service_hardening
 
-log = logging.getLogger(__name__)
+# The package's logger, as before the split: operators (and tests) read the Swarm provider's story there.
+log = logging.getLogger("controlplane.sandbox.swarm")
 
 _FAILED_TASK_STATES = {"failed", "rejected", "shutdown", "complete", "orphaned", "remove"}
 _NETWORK_REMOVE_S = 30.0
@@ -69,15 +74,6 @@ class _Remote:
     async def close(self) -> None:
         await self.sandbox.agent.close()
         await self.forward.close()
-
-
-@runtime_checkable
-class _SessionRows(Protocol):
-    """The store's session rows: the ledger the app passes is the store, which has them."""
-
-    async def get_session(self, session_id: str) -> Session | None: ...
-
-    async def put_session(self, s: Session) -> None: ...
 
 
 @dataclass
@@ -115,13 +111,17 @@ class SwarmSandboxProvider(SandboxProvider):
         """Other control planes' sandboxes this one has reached (see `attach`); their owners manage them."""
         self._attaching = asyncio.Lock()
         self._lost: dict[str, str] = {}
+        self._lost_listeners: list[LostListener] = []
+        self._reporting = TrackedTasks()
+        """Loss reports being handled: apart from the watcher, whose rounds must not wait for a session to end
+        (that removes the sandbox's service and network, which can take a while on a dead node)."""
         self._watcher: asyncio.Task[None] | None = None
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
 
     # -- naming ---------------------------------------------------------------------------------
 
     def _name(self, sandbox_id: str) -> str:
-        return f"ocsb-{self._instance}-{sandbox_id}"
+        return engine_name(self._instance, sandbox_id)
 
     def _labels(self, sandbox_id: str, session_id: str = "", tenant: str = "") -> dict[str, str]:
         labels = {
@@ -167,6 +167,7 @@ class SwarmSandboxProvider(SandboxProvider):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._pool.close()
+        await self._reporting.wait()
         await self._cleanups.wait()
         for remote in [*self._live.values(), *self._attached.values()]:
             await remote.close()
@@ -186,6 +187,9 @@ class SwarmSandboxProvider(SandboxProvider):
 
     def pool_stats(self) -> PoolStats:
         return self._pool.stats()
+
+    def on_lost(self, listener: LostListener) -> None:
+        self._lost_listeners.append(listener)
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
         if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
@@ -428,23 +432,20 @@ class SwarmSandboxProvider(SandboxProvider):
                 if registry is self._live:  # an attached one is its owner's to report
                     log.warning("sandbox %s lost: %s", sandbox_id, reason)
                     self._lost[sandbox_id] = reason
-                    await self._report_lost(sandbox_id, f"sandbox {sandbox_id} is lost: {reason}")
+                    self._reporting.start(self._report_lost(sandbox_id, f"sandbox {sandbox_id} is lost: {reason}"))
 
     async def _report_lost(self, sandbox_id: str, reason: str) -> None:
-        """Marks the sandbox's READY session FAILED in the store right away: the session manager's reaper
-        (like every control plane sharing the store) then ends it as if another plane had, instead of waiting
-        for the session's next use to find out."""
-        if not isinstance(self._ledger, _SessionRows):
+        """Tells the listeners (the session manager) right away, with the session the ledger says claimed the
+        sandbox, instead of leaving its session to find out at its next use."""
+        if not self._lost_listeners:
             return
         try:
             records = await self._ledger.list_sandboxes(self._instance)
             session_id = next((r.session_id for r in records if r.id == sandbox_id and r.state == "claimed"), "")
-            session = await self._ledger.get_session(session_id) if session_id else None
-            if session is None or session.state != SessionState.READY or session.sandbox_id != sandbox_id:
-                return
-            await self._ledger.put_session(replace(session, state=SessionState.FAILED, status_message=reason))
+            for listener in self._lost_listeners:
+                await listener(LostSandbox(sandbox_id, session_id, reason))
         except Exception:  # the next use still finds the sandbox lost
-            log.exception("could not report sandbox %s lost to the store", sandbox_id)
+            log.exception("could not report sandbox %s lost", sandbox_id)
 
     # -- reconciliation -------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-SOCKET_NAME = "agent.sock"
+SOCKET_NAME = "agent.sock"  # layout.SOCKET_NAME: this file ships alone and imports only the stdlib
 MAX_LINE = 64 * 1024
 CHUNK = 256 * 1024
 

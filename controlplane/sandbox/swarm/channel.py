@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.errors import ConfigError, SandboxError
-from controlplane.sandbox.swarm_relay import splice
+from controlplane.sandbox.swarm.relay import splice
 
 _MAX_UNIX_PATH = 107
 CONNECT_TIMEOUT_S = 5.0

@@ -12,10 +12,18 @@ from controlplane.config import SwarmProviderConfig
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
 from controlplane.sandbox import code_mount
-from controlplane.sandbox.docker import AGENT_CAPS, AGENT_DIR, WORKSPACE
+from controlplane.sandbox.layout import (
+    AGENT_CAPS,
+    AGENT_DIR,
+    CAP_DROP,
+    CODE_DIR,
+    CODE_MODE,
+    WORKSPACE,
+    agent_env,
+    limit_problems,
+    privilege_problems,
+)
 
-LABEL_ROLE = "ocsb.role"
-LABEL_TENANT = "ocsb.tenant"
 NO_NEW_PRIVS = (
     "import ctypes, os, sys\n"
     "if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:\n"  # PR_SET_NO_NEW_PRIVS
@@ -39,16 +47,15 @@ def sandbox_template(
     memory = resources.memory_mb * 1024 * 1024
     spec = docker.types.ContainerSpec(
         config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
-        env={"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
-             code_mount.CODE_ENV: code_mount.CODE_DIR},
+        env={**agent_env()},  # a copy typed as docker-py asks
         mounts=[
             Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
             Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
-            Mount(code_mount.CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
-                  tmpfs_mode=code_mount.CODE_MODE),
+            Mount(CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
+                  tmpfs_mode=CODE_MODE),
             Mount(AGENT_DIR, agent_dir, type="bind"),
         ],
-        read_only=True, init=True, cap_drop=["ALL"], cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
+        read_only=True, init=True, cap_drop=list(CAP_DROP), cap_add=list(AGENT_CAPS), stop_grace_period=2_000_000_000,
     )
     task_resources = docker.types.Resources(
         cpu_limit=int(resources.cpu * 1e9), mem_limit=memory,
@@ -69,23 +76,14 @@ def verify_service_hardening(service: dict[str, Any], resources: Resources, netw
     template = service["Spec"]["TaskTemplate"]
     container = template["ContainerSpec"]
     limits = (template.get("Resources") or {}).get("Limits") or {}
-    problems = []
-    if container.get("CapabilityDrop") != ["ALL"]:
-        problems.append(f"capabilities not all dropped ({container.get('CapabilityDrop')})")
-    if not set(container.get("CapabilityAdd") or []) <= {*AGENT_CAPS, *(f"CAP_{c}" for c in AGENT_CAPS)}:
-        problems.append(f"unexpected capabilities {container.get('CapabilityAdd')}")
+    problems = privilege_problems(container.get("CapabilityDrop"), container.get("CapabilityAdd"))
     if container.get("ReadOnly") is not True:
         problems.append("root filesystem is writable")
     if container.get("Command") != AGENT_COMMAND:
         problems.append("the agent would start without no_new_privs")
     if container.get("Privileges"):
         problems.append(f"privileges set: {container.get('Privileges')}")
-    if limits.get("Pids") != resources.pids:
-        problems.append(f"pids limit is {limits.get('Pids')}, wanted {resources.pids}")
-    if limits.get("MemoryBytes") != resources.memory_mb * 1024 * 1024:
-        problems.append(f"memory limit is {limits.get('MemoryBytes')}, wanted {resources.memory_mb} MiB")
-    if limits.get("NanoCPUs") != int(resources.cpu * 1e9):
-        problems.append(f"cpu limit is {limits.get('NanoCPUs')}, wanted {resources.cpu}")
+    problems += limit_problems(limits.get("Pids"), limits.get("MemoryBytes"), limits.get("NanoCPUs"), resources)
     if (template.get("RestartPolicy") or {}).get("Condition") != "none":
         problems.append("restart policy is not none")
     networks = [n.get("Target") for n in template.get("Networks") or []]

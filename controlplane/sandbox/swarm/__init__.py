@@ -1,0 +1,8 @@
+"""Sandboxes as one-replica Docker Swarm services, placed by Swarm's scheduler on any node.
+
+provider: places, watches, adopts and removes sandboxes, and reports the ones it loses.
+service:  a sandbox's task template and the fail-closed check of what the engine stored.
+fleet:    the relay service of one control plane and its per-node clients.
+relay:    the relay program itself (stdlib only), shipped to every node as a Swarm config.
+channel:  the control plane's side of the agent channel: relay PKI, relay client, local forwarders.
+"""
