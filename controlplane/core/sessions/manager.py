@@ -9,16 +9,17 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.config import project_files
 from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import workspace_archive
+from controlplane.core.sessions import admission
+from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import still_answers
-from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.models import Session, SessionState
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -32,8 +33,6 @@ from controlplane.telemetry import attributes, spans
 log = logging.getLogger(__name__)
 TOUCH_WRITE_INTERVAL_S = 1.0
 """Activity is kept in memory and written to the store at most this often per session."""
-INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
-"""Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
 
 
 class SessionStore(Protocol):
@@ -44,28 +43,6 @@ class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> Session | None: ...
 
     async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
-
-
-@dataclass(frozen=True)
-class SessionPolicy:
-    defaults: Resources
-    maximum: Resources
-    idle_timeout_s: float
-    max_lifetime_s: float
-    reap_interval_s: float
-    max_archive_bytes: int
-    max_archive_entries: int = 50_000
-    max_archive_expanded_bytes: int = 1 << 30
-    """What a workspace archive may expand to; the sandbox agent's own extraction limit is the same."""
-
-
-@dataclass(frozen=True)
-class CreateSpec:
-    agent: str = ""
-    workspace_archive: bytes = b""
-    config_json: str = ""
-    labels: dict[str, str] | None = None
-    resources: Resources | None = None
 
 
 class SessionManager:
@@ -157,11 +134,11 @@ class SessionManager:
     async def _create(self, tenant: str, spec: CreateSpec) -> Session:
         # Everything the request alone can be refused for is checked before anything exists: a refused
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
-        resources = self._resources(spec.resources)
-        project = await self._check_archive(spec.workspace_archive)
+        resources = admission.resources(self._policy, spec.resources)
+        project = await admission.check_archive(self._policy, spec.workspace_archive)
         read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
-        inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
+        inline = not project and len(spec.config_json) <= admission.INLINE_ARCHIVE_CHECK_BYTES
         config_json, caller_config = read() if inline else await asyncio.to_thread(read)
         agent = spec.agent or project_files.default_agent(config_json)
         if not spec.agent:
@@ -215,35 +192,6 @@ class SessionManager:
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
                          sandboxID=session.sandbox_id)
         return replace(session)
-
-    async def _check_archive(self, archive: bytes) -> dict[str, bytes]:
-        """The archive's project config files (project_files), once it is known to be acceptable."""
-        if not archive:
-            return {}
-        if len(archive) > self._policy.max_archive_bytes:
-            raise ResourceExhaustedError(
-                f"workspace archive is {len(archive)} bytes; the limit is {self._policy.max_archive_bytes}"
-            )
-        policy = self._policy
-        check = functools.partial(
-            workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
-            keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
-            keep_total=project_files.MAX_PROJECT_BYTES,
-        )
-        kept = await self._archive_pass(archive, check)
-        references = project_files.file_references(kept) - kept.keys()
-        if references:  # `{file:...}` in a config file: one more pass for the files it names
-            kept |= await self._archive_pass(archive, functools.partial(check, keep=references.__contains__))
-        return kept
-
-    async def _archive_pass(
-        self, archive: bytes, check: Callable[[], workspace_archive.ArchiveStats],
-    ) -> dict[str, bytes]:
-        if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
-            stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
-        else:
-            stats = check()
-        return stats.kept
 
     async def create_child(self, parent_id: str, agent: str, title: str) -> Session:
         """A READY session on the parent's sandbox (no new container), ended with its parent."""
@@ -330,21 +278,6 @@ class SessionManager:
             await self._end(root, SessionState.FAILED, reason)
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _resources(self, asked: Resources | None) -> Resources:
-        d, m = self._policy.defaults, self._policy.maximum
-        r = Resources(
-            cpu=asked.cpu if asked and asked.cpu else d.cpu,
-            memory_mb=asked.memory_mb if asked and asked.memory_mb else d.memory_mb,
-            pids=asked.pids if asked and asked.pids else d.pids,
-        )
-        if r.cpu < 0.01 or r.cpu > m.cpu:
-            raise InvalidArgumentError(f"resources.cpu must be between 0.01 and {m.cpu}, got {r.cpu}")
-        if r.memory_mb < 32 or r.memory_mb > m.memory_mb:
-            raise InvalidArgumentError(f"resources.memory_mb must be between 32 and {m.memory_mb}, got {r.memory_mb}")
-        if r.pids < 16 or r.pids > m.pids:
-            raise InvalidArgumentError(f"resources.pids must be between 16 and {m.pids}, got {r.pids}")
-        return r
 
     def _touch(self, session_id: str) -> None:
         now = self._clock()
