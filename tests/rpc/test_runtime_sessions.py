@@ -43,6 +43,18 @@ async def test_a_call_outliving_its_session_stays_reachable_until_it_ends() -> N
     assert "ses_a" not in kept
 
 
+async def test_a_call_made_ready_while_its_session_ended_is_held_until_it_ends() -> None:
+    kept = RuntimeSessions()
+    state = kept.of("ses_a")
+    kept.end("ses_a")  # the session ended while a call was getting ready with `state`
+    assert "ses_a" not in kept
+    call = running("ses_a", "c1")
+    kept.add_call(state, call)
+    assert kept.call("ses_a", "c1") is call  # abortable like any other
+    kept.call_ended(call)
+    assert "ses_a" not in kept
+
+
 async def test_a_call_ending_after_its_id_was_taken_again_leaves_the_new_one() -> None:
     kept = RuntimeSessions()
     old, new = running("ses_a", "c1"), running("ses_a", "c1")

@@ -105,6 +105,12 @@ class RuntimeSessions:
         state = self._by_id.get(session_id)
         return state.calls.get(call_id) if state is not None else None
 
+    def add_call(self, kept: RuntimeSession, running: RunningCall) -> None:
+        """Holds `running` until it ends. `kept` is the share the call was made ready with: if its session ended
+        meanwhile (and `kept` was dropped), it is held again until the call is over, so that the call stays
+        abortable and nothing outlives it."""
+        self._by_id.setdefault(running.session_id, kept).calls[running.call_id] = running
+
     def call_ended(self, running: RunningCall) -> None:
         state = self._by_id.get(running.session_id)
         if state is not None and state.calls.get(running.call_id) is running:

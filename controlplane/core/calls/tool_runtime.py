@@ -245,7 +245,7 @@ class ToolRuntime:
             on_sandbox_lost=functools.partial(self._sessions.report_lost, session_id),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), AbortSignal())
-        kept.calls[call_id] = running
+        self._sessions_kept.add_call(kept, running)
         request = CallRequest(session_id, tool, asked.args_json, call_id, asked.message_id)
         bus = self.bus
 
