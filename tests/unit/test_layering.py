@@ -5,6 +5,9 @@ so a rule holds before anything runs."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +22,9 @@ OUTER = ("controlplane.sandbox", "controlplane.store", "controlplane.rpc", "cont
 SHARED = ("opencode_semantics",)
 """The dependency-free package both sides ship (the wildcard matcher, JavaScript value semantics, frontmatter):
 core may use it, it is not the agent."""
-CORE_FORBIDDEN = (*TRANSPORT, *OUTER, "sandbox_agent", "sandbox")
+TRANSPORT_TELEMETRY = ("controlplane.telemetry.remote", "controlplane.telemetry.grpc_server")
+"""The telemetry that reads the agent's spans off gRPC: core records spans (telemetry.spans), it carries none."""
+CORE_FORBIDDEN = (*TRANSPORT, *OUTER, *TRANSPORT_TELEMETRY, "sandbox_agent", "sandbox")
 
 KNOWN_CORE_EXCEPTIONS = {
     # The agent's frontmatter parser moves into the shared `opencode_semantics` package (issue 23, point 3);
@@ -81,6 +86,23 @@ def test_every_known_core_exception_still_happens() -> None:
     """An exception that no longer happens is taken off the list, so that it cannot come back unnoticed."""
     found = offenders(CONTROLPLANE / "core", CORE_FORBIDDEN, SHARED)
     assert {known for known in KNOWN_CORE_EXCEPTIONS if known not in found} == set()
+
+
+def test_core_loads_no_transport_provider_or_store_even_indirectly() -> None:
+    """Every core module imported in a fresh interpreter: nothing it pulls in, at any depth, is transport or an
+    outer layer (the static tests above see only core's own import lines)."""
+    program = (
+        "import importlib, json, pkgutil, sys\n"
+        "import controlplane.core as core\n"
+        "for found in pkgutil.walk_packages(core.__path__, 'controlplane.core.'):\n"
+        "    importlib.import_module(found.name)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    loaded = json.loads(subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout)
+    assert "controlplane.core.calls.tool_runtime" in loaded
+    assert [name for name in loaded if is_within(name, (*TRANSPORT, *OUTER, *TRANSPORT_TELEMETRY, "sandbox"))] == []
 
 
 def test_the_store_knows_no_provider_transport_or_agent() -> None:
