@@ -22,8 +22,9 @@ from controlplane.core.permissions.asks import ApprovalStore, PermissionGate
 from controlplane.core.permissions.audit import AuditLog
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
+from controlplane.core.sessions.admission import SessionPolicy
 from controlplane.core.sessions.events import BusEvent, EventBus
-from controlplane.core.sessions.manager import SessionManager, SessionPolicy
+from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.services import TodoStore
 from controlplane.egress import EgressPolicy

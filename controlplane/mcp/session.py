@@ -14,7 +14,7 @@ from controlplane.mcp.tools import mcp_tool_infos
 
 
 class SessionMcp:
-    """Implements `core.tool_runtime.McpSource` for one session."""
+    """Implements `core.calls.runtime_sessions.McpSource` for one session."""
 
     def __init__(self, servers: McpServers, problems: list[tuple[str, str]]) -> None:
         self._servers = servers

@@ -5,7 +5,7 @@ from __future__ import annotations
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.core.seam.messages import CommandSpec, ExecEvent, Exited, Output, Started
-from controlplane.core.sessions.manager import CreateSpec
+from controlplane.core.sessions.admission import CreateSpec
 from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.errors import InvalidArgumentError
 from controlplane.v1 import sandbox_pb2, session_pb2

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from controlplane.core.calls.runtime_sessions import RunningCall
 from controlplane.core.calls.tool import Attachment, ToolSource
 from controlplane.core.calls.tool_events import (
     CallEvent,
@@ -23,7 +24,7 @@ from controlplane.core.calls.tool_events import (
     SubCallEvent,
     SubtaskRequested,
 )
-from controlplane.core.calls.tool_runtime import RunningCall, ToolRuntime
+from controlplane.core.calls.tool_runtime import ClientCall, ToolRuntime
 from controlplane.core.permissions.asks import Reply
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc.auth import Authenticator
@@ -165,9 +166,10 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
             c = first.call
             if not c.session_id or not c.tool:
                 raise InvalidArgumentError("call.session_id and call.tool are required")
-            running = await self._runtime.start_call(
-                tenant.name, c.session_id, c.tool, c.args_json, c.call_id, c.message_id, c.agent
-            )
+            running = await self._runtime.start_call(ClientCall(
+                tenant.name, c.session_id, c.tool, c.args_json, call_id=c.call_id, message_id=c.message_id,
+                agent=c.agent,
+            ))
             pump = asyncio.ensure_future(self._relay(requests, running, tenant.name))
             seq = 0
             while (event := await running.events.get()) is not None:

@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from controlplane.core.permissions.asks import ApprovalStore
 from controlplane.core.permissions.audit import AuditEntry
-from controlplane.core.permissions.permission import Rule
-from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.seam.provider import SandboxLedger, SandboxRecord
+from controlplane.core.sessions.manager import SessionStore
 from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
+from controlplane.core.sessions.services import TodoStore
 from controlplane.errors import ConfigError
 
 SQLITE_FILE = "controlplane.db"
@@ -72,8 +74,9 @@ class AuditSink(Protocol):
     async def add_audit(self, entries: list[AuditEntry]) -> None: ...
 
 
-class Store(AuditSink, Protocol):
-    """Tenants, sessions, sandbox records, "always" approvals, todos and the audit record."""
+class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, Protocol):
+    """Tenants, sessions, sandbox records, "always" approvals, todos and the audit record: the core's ports
+    (each declared once, by the core that uses it) and what only the composition root and the API need."""
 
     async def aclose(self) -> None: ...
 
@@ -83,31 +86,7 @@ class Store(AuditSink, Protocol):
         """sha256(token) -> tenant."""
         ...
 
-    async def put_session(self, s: Session) -> None: ...
-
-    async def touch_session(self, session_id: str, at: float) -> None: ...
-
-    async def get_session(self, session_id: str) -> Session | None: ...
-
-    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
-
-    async def load_approvals(self, session_id: str) -> list[Rule]: ...
-
-    async def add_approvals(self, session_id: str, rules: list[Rule]) -> None: ...
-
-    async def get_todos(self, session_id: str) -> list[dict[str, Any]]: ...
-
-    async def put_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None: ...
-
     async def audit_entries(self, tenant: str, session_id: str = "") -> list[AuditEntry]: ...
-
-    async def put_sandbox(self, record: SandboxRecord) -> None: ...
-
-    async def claim_sandbox(self, sandbox_id: str, session_id: str) -> None: ...
-
-    async def forget_sandbox(self, sandbox_id: str) -> None: ...
-
-    async def list_sandboxes(self, instance: str) -> list[SandboxRecord]: ...
 
 
 def check_url(url: str) -> str:

@@ -16,11 +16,12 @@ import posixpath
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from controlplane.core.calls.abort import AbortSignal
 from controlplane.core.calls.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.calls.hooks import DEFAULT_TIMEOUT_S as HOOK_TIMEOUT_S
+from controlplane.core.calls.runtime_sessions import McpSource, RunningCall, RuntimeSession, RuntimeSessions
 from controlplane.core.calls.subtasks import CallerScope, Subtasks, bound
 from controlplane.core.calls.tool import InitContext, SandboxCalls, ToolError, ToolInfo, ToolSource
 from controlplane.core.calls.tool_events import (
@@ -70,27 +71,24 @@ class ToolListing:
     load_errors: list[tuple[str, str]] = field(default_factory=list)
 
 
-class McpSource(Protocol):
-    """A session's connected MCP servers (see controlplane.mcp.session)."""
-
-    def tools(self) -> list[ToolInfo]: ...
-
-    def load_errors(self) -> list[tuple[str, str]]: ...
-
-    async def close(self) -> None: ...
-
-
 McpFactory = Callable[[str, "SandboxAgent"], Awaitable[McpSource | None]]
 """(the session's opencode.json, its sandbox's agent) -> its MCP servers, connected; None without any."""
 
 
-@dataclass
-class RunningCall:
+@dataclass(frozen=True)
+class ClientCall:
+    """One tool call as a client asks for it (ExecuteTool's first message), before the runtime knows the
+    session: whose it is, where it runs, what it runs, and under which agent."""
+
+    tenant: str
     session_id: str
-    call_id: str
-    events: asyncio.Queue[CallEvent | None]
-    abort: asyncio.Event
-    task: asyncio.Task[None] | None = None
+    tool: str
+    args_json: str
+    call_id: str = ""
+    """Empty: the runtime gives the call an ascending id."""
+    message_id: str = ""
+    agent: str = ""
+    """Empty: the session's agent."""
 
 
 class ToolRuntime:
@@ -101,8 +99,6 @@ class ToolRuntime:
         mcp: McpFactory | None = None, todos: TodoStore | None = None,
     ) -> None:
         self._mcp_factory = mcp
-        self._mcp: dict[str, asyncio.Future[McpSource | None]] = {}
-        """Per session: its MCP servers, connected once on first use."""
         self._sessions = sessions
         self._registry = registry
         self._executor = executor
@@ -111,13 +107,7 @@ class ToolRuntime:
         self.bus = bus or EventBus()
         self._policy = policy or OperatorPolicy()
         self._env_permission = (env or {}).get("OPENCODE_PERMISSION")
-        self._calls: dict[tuple[str, str], RunningCall] = {}
-        self._homes: dict[str, str] = {}
-        """Per session: the tool user's HOME in its sandbox (saved outputs and plans live under it)."""
-        self._agents: dict[str, tuple[tuple[str, str, tuple[str, ...]], dict[str, permission.Agent]]] = {}
-        """Per session: the agents, and the configs (the session's, the caller's) and skill dirs they were made from."""
-        self._custom: dict[str, CustomListing] = {}
-        """Per session: the custom and plugin tools its sandbox loaded at the last look."""
+        self._sessions_kept = RuntimeSessions()
         self.subtasks = Subtasks(sessions, self.bus, self)
         self.questions = QuestionBroker(self.bus)
         self._todos = todos or MemoryTodos()
@@ -133,12 +123,13 @@ class ToolRuntime:
                          agent_name: str) -> ToolListing:
         stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        custom = await self._custom_listing(stored, sandbox, refresh=True)
+        kept = self._sessions_kept.of(session_id)
+        custom = await self._custom_listing(kept, stored, sandbox, refresh=True)
         session = configured(stored, custom)
-        agent = await self._agent(session, sandbox, agent_name, custom)
-        policy = self._policy.rules(tenant, home=await self._home(session.id, sandbox))
-        mcp = await self._mcp_source(session, sandbox)
-        caller = self._caller_scope(tenant, session, agent)
+        agent = await self._agent(kept, session, sandbox, agent_name, custom)
+        policy = self._policy.rules(tenant, home=await self._home(kept, sandbox))
+        mcp = await self._mcp_source(kept, session, sandbox)
+        caller = self._caller_scope(kept, tenant, session, agent)
         registry = self._registry.for_session(_config(session.config_json))
         offered = [bound(t, caller) for t in _with_extra(registry.tools(provider_id, model_id), custom, mcp)]
         ruleset, ceiling, switched_off = self._session_rules(session, agent)
@@ -187,8 +178,9 @@ class ToolRuntime:
         session's sandbox (its `task` children share it); audited and published as `tools.reloaded`."""
         stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        before = self._custom.get(session_id) or await self._custom_listing(stored, sandbox, refresh=True)
-        mcp_before = await self._mcp_source(configured(stored, before), sandbox)
+        kept = self._sessions_kept.of(session_id)
+        before = kept.custom or await self._custom_listing(kept, stored, sandbox, refresh=True)
+        mcp_before = await self._mcp_source(kept, configured(stored, before), sandbox)
         old = tool_reload.tool_signatures(before, mcp_before.tools() if mcp_before else [])
         audit = self._executor.audit
         try:
@@ -196,15 +188,13 @@ class ToolRuntime:
         except ControlPlaneError as exc:
             await audit.record(AuditEntry(tenant, session_id, "reload", "", "", "error", detail=str(exc)))
             raise
-        for sharing in [sid for sid in {*self._custom, *self._agents, *self._mcp} if self._shares(sid, stored)]:
+        for sharing in [sid for sid in self._sessions_kept.ids() if self._shares(sid, stored)]:
             # What was kept from the old code goes: the next look lists (and connects) the new code.
-            self._custom.pop(sharing, None)
-            self._agents.pop(sharing, None)
-            connecting = self._mcp.pop(sharing, None)
-            if connecting is not None:
-                connecting.add_done_callback(_close_mcp)
-        after = await self._custom_listing(stored, sandbox, refresh=True)
-        mcp_after = await self._mcp_source(configured(stored, after), sandbox)
+            sharer = self._sessions_kept.get(sharing)
+            if sharer is not None:
+                sharer.drop_code()
+        after = await self._custom_listing(kept, stored, sandbox, refresh=True)
+        mcp_after = await self._mcp_source(kept, configured(stored, after), sandbox)
         new = tool_reload.tool_signatures(after, mcp_after.tools() if mcp_after else [])
         errors = [*after.load_errors, *(mcp_after.load_errors() if mcp_after else [])]
         report = tool_reload.compare(old, new, files, errors)
@@ -221,31 +211,31 @@ class ToolRuntime:
 
     # -- calls ----------------------------------------------------------------------------------
 
-    async def start_call(self, tenant: str, session_id: str, tool: str, args_json: str, call_id: str,
-                         message_id: str, agent_name: str) -> RunningCall:
+    async def start_call(self, asked: ClientCall) -> RunningCall:
+        tenant, session_id, tool = asked.tenant, asked.session_id, asked.tool
         stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        custom = await self._custom_listing(stored, sandbox, refresh=session_id not in self._custom)
+        kept = self._sessions_kept.of(session_id)
+        custom = await self._custom_listing(kept, stored, sandbox, refresh=kept.custom is None)
         session = configured(stored, custom)
-        agent = await self._agent(session, sandbox, agent_name, custom)
-        call_id = call_id or ascending("call")
-        key = (session_id, call_id)
-        if key in self._calls:
+        agent = await self._agent(kept, session, sandbox, asked.agent, custom)
+        call_id = asked.call_id or ascending("call")
+        if call_id in kept.calls:
             raise FailedPreconditionError(f"call {call_id!r} is already running in session {session_id}")
-        mcp = await self._mcp_source(session, sandbox)
+        mcp = await self._mcp_source(kept, session, sandbox)
         registry = self._registry.for_session(_config(session.config_json))
         tools = self._executable(custom, mcp, registry)
         if tool not in tools and tool.lower() not in tools:
-            custom = await self._custom_listing(stored, sandbox, refresh=True)  # a tool file added since
+            custom = await self._custom_listing(kept, stored, sandbox, refresh=True)  # a tool file added since
             refreshed = configured(stored, custom)
             if refreshed.config_json != session.config_json:
                 session = refreshed
-                agent = await self._agent(session, sandbox, agent_name, custom)
+                agent = await self._agent(kept, session, sandbox, asked.agent, custom)
                 registry = self._registry.for_session(_config(session.config_json))
             tools = self._executable(custom, mcp, registry)
-        caller = self._caller_scope(tenant, session, agent)
+        caller = self._caller_scope(kept, tenant, session, agent)
         tools = {tool_id: bound(info, caller) for tool_id, info in tools.items()}
-        home = await self._home(session_id, sandbox)
+        home = await self._home(kept, sandbox)
         ruleset, ceiling, _ = self._session_rules(session, agent)
         scope = CallScope(
             session_id=session_id, agent=agent.name, ruleset=ruleset, ceiling=ceiling, tools=tools,
@@ -255,8 +245,8 @@ class ToolRuntime:
             on_sandbox_lost=functools.partial(self._sessions.report_lost, session_id),
         )
         running = RunningCall(session_id, call_id, asyncio.Queue(), AbortSignal())
-        self._calls[key] = running
-        request = CallRequest(session_id, tool, args_json, call_id, message_id)
+        self._sessions_kept.add_call(kept, running)
+        request = CallRequest(session_id, tool, asked.args_json, call_id, asked.message_id)
         bus = self.bus
 
         def emit(event: CallEvent) -> None:
@@ -273,7 +263,7 @@ class ToolRuntime:
             try:
                 await self._executor.execute(scope, request, emit, running.abort)
             finally:
-                self._calls.pop(key, None)
+                self._sessions_kept.call_ended(running)
                 running.events.put_nowait(None)
 
         running.task = asyncio.ensure_future(drive())
@@ -282,22 +272,25 @@ class ToolRuntime:
     # -- subtasks (the `task` tool's child sessions) ----------------------------------------------
 
     def announce(self, session_id: str, call_id: str, event: CallEvent) -> None:
-        running = self._calls.get((session_id, call_id))
+        running = self._sessions_kept.call(session_id, call_id)
         if running is not None:
             running.events.put_nowait(event)
 
     def abort_calls(self, session_id: str) -> list[asyncio.Task[None]]:
         aborted = []
-        for (owner, _), running in list(self._calls.items()):
-            if owner == session_id and running.task is not None:
+        kept = self._sessions_kept.get(session_id)
+        for running in list(kept.calls.values()) if kept is not None else []:
+            if running.task is not None:
                 running.abort.set()
                 aborted.append(running.task)
         return aborted
 
-    def _caller_scope(self, tenant: str, session: Session, agent: permission.Agent) -> CallerScope:
-        listing = self._custom.get(session.id)
-        skills = tuple(listing.skills) if listing is not None else ()
-        return CallerScope(tenant, session, self._agents[session.id][1], agent, self.subtasks, skills)
+    def _caller_scope(
+        self, kept: RuntimeSession, tenant: str, session: Session, agent: permission.Agent,
+    ) -> CallerScope:
+        skills = tuple(kept.custom.skills) if kept.custom is not None else ()
+        assert kept.agents is not None, "made by _agent before any scope"
+        return CallerScope(tenant, session, kept.agents[1], agent, self.subtasks, skills)
 
     @staticmethod
     def _session_rules(
@@ -313,7 +306,7 @@ class ToolRuntime:
 
     async def cancel(self, tenant: str, session_id: str, call_id: str) -> bool:
         await self._sessions.get(tenant, session_id)  # NotFound for another tenant's session
-        running = self._calls.get((session_id, call_id))
+        running = self._sessions_kept.call(session_id, call_id)
         if running is None:
             return False
         running.abort.set()
@@ -371,32 +364,36 @@ class ToolRuntime:
             tools.setdefault(tool_id, tool)
         return tools
 
-    async def _mcp_source(self, session: Session, sandbox: Sandbox) -> McpSource | None:
+    async def _mcp_source(self, kept: RuntimeSession, session: Session, sandbox: Sandbox) -> McpSource | None:
         if self._mcp_factory is None:
             return None
-        connecting = self._mcp.get(session.id)
+        connecting = kept.mcp
         if connecting is None:
-            connecting = self._mcp[session.id] = asyncio.ensure_future(
-                self._mcp_factory(session.config_json, sandbox.agent)
-            )
+            connecting = kept.mcp = asyncio.ensure_future(self._mcp_factory(session.config_json, sandbox.agent))
         return await asyncio.shield(connecting)
 
-    async def _custom_listing(self, session: Session, sandbox: Sandbox, *, refresh: bool) -> CustomListing:
-        if not refresh and session.id in self._custom:
-            return self._custom[session.id]
+    @staticmethod
+    async def _custom_listing(
+        kept: RuntimeSession, session: Session, sandbox: Sandbox, *, refresh: bool,
+    ) -> CustomListing:
+        if not refresh and kept.custom is not None:
+            return kept.custom
         listing = await sandbox.agent.list_custom_tools(session.config_json, {})
-        self._custom[session.id] = listing
+        kept.custom = listing
         return listing
 
-    async def _home(self, session_id: str, sandbox: Sandbox) -> str:
-        home = self._homes.get(session_id)
+    @staticmethod
+    async def _home(kept: RuntimeSession, sandbox: Sandbox) -> str:
+        home = kept.home
         if home is None:
-            home = self._homes[session_id] = (await sandbox.agent.health()).tool_home
+            home = kept.home = (await sandbox.agent.health()).tool_home
         return home
 
-    async def _agent(self, session: Session, sandbox: Sandbox, name: str, custom: CustomListing) -> permission.Agent:
-        home = await self._home(session.id, sandbox)
-        cached = self._agents.get(session.id)
+    async def _agent(
+        self, kept: RuntimeSession, session: Session, sandbox: Sandbox, name: str, custom: CustomListing,
+    ) -> permission.Agent:
+        home = await self._home(kept, sandbox)
+        cached = kept.agents
         key = (session.config_json, _caller_config(session), tuple(custom.skill_dirs))
         if cached is not None and cached[0] == key:
             agents = cached[1]
@@ -409,7 +406,7 @@ class ToolRuntime:
             agents = rule_layers.session_agents(
                 _config(session.config_json), None if caller == session.config_json else _config(caller), setting,
             )
-            self._agents[session.id] = (key, agents)
+            kept.agents = (key, agents)
         wanted = name or session.agent or "build"
         agent = agents.get(wanted)
         if agent is None:
@@ -417,13 +414,8 @@ class ToolRuntime:
         return agent
 
     def _forget_session(self, session_id: str) -> None:
-        """Drops what was kept for an ended session; its pending asks fail."""
-        self._agents.pop(session_id, None)
-        self._homes.pop(session_id, None)
-        self._custom.pop(session_id, None)
-        connecting = self._mcp.pop(session_id, None)
-        if connecting is not None:
-            connecting.add_done_callback(_close_mcp)
+        """Drops what was kept for an ended session (its running calls as they finish); its pending asks fail."""
+        self._sessions_kept.end(session_id)
         self.gate.forget_session(session_id)
         self.subtasks.forget_session(session_id)
         self.questions.forget_session(session_id)
@@ -459,19 +451,6 @@ def _with_extra(builtins: list[ToolInfo], listing: CustomListing, mcp: McpSource
     for tool in mcp.tools() if mcp is not None else []:
         tools[tool.id] = tool
     return list(tools.values())
-
-
-def _close_mcp(connecting: asyncio.Future[McpSource | None]) -> None:
-    if connecting.cancelled() or connecting.exception() is not None:
-        return
-    source = connecting.result()
-    if source is not None:
-        task = asyncio.ensure_future(source.close())
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
-
-
-_closing: set[asyncio.Task[None]] = set()
 
 
 def _caller_config(session: Session) -> str:

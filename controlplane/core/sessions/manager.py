@@ -9,16 +9,17 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.config import project_files
 from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import archive_intake
+from controlplane.core.sessions import admission
+from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import fail_stored, still_answers
-from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.models import Session, SessionState
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -42,28 +43,6 @@ class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> Session | None: ...
 
     async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
-
-
-@dataclass(frozen=True)
-class SessionPolicy:
-    defaults: Resources
-    maximum: Resources
-    idle_timeout_s: float
-    max_lifetime_s: float
-    reap_interval_s: float
-    max_archive_bytes: int
-    max_archive_entries: int = 50_000
-    max_archive_expanded_bytes: int = 1 << 30
-    """What a workspace archive may expand to; the sandbox agent's own extraction limit is the same."""
-
-
-@dataclass(frozen=True)
-class CreateSpec:
-    agent: str = ""
-    workspace_archive: bytes = b""
-    config_json: str = ""
-    labels: dict[str, str] | None = None
-    resources: Resources | None = None
 
 
 class SessionManager:
@@ -156,15 +135,11 @@ class SessionManager:
     async def _create(self, tenant: str, spec: CreateSpec) -> Session:
         # Everything the request alone can be refused for is checked before anything exists: a refused
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
-        resources = self._resources(spec.resources)
-        policy = self._policy
-        project = await archive_intake.project_of(
-            spec.workspace_archive, policy.max_archive_bytes, policy.max_archive_entries,
-            policy.max_archive_expanded_bytes,
-        )
+        resources = admission.resources(self._policy, spec.resources)
+        project = await admission.check_archive(self._policy, spec.workspace_archive)
         read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
-        inline = not project and len(spec.config_json) <= archive_intake.INLINE_CHECK_BYTES
+        inline = not project and len(spec.config_json) <= admission.INLINE_ARCHIVE_CHECK_BYTES
         config_json, caller_config = read() if inline else await asyncio.to_thread(read)
         agent = spec.agent or project_files.default_agent(config_json)
         if not spec.agent:
@@ -313,21 +288,6 @@ class SessionManager:
             await self._end(held, SessionState.FAILED, lost.reason)
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _resources(self, asked: Resources | None) -> Resources:
-        d, m = self._policy.defaults, self._policy.maximum
-        r = Resources(
-            cpu=asked.cpu if asked and asked.cpu else d.cpu,
-            memory_mb=asked.memory_mb if asked and asked.memory_mb else d.memory_mb,
-            pids=asked.pids if asked and asked.pids else d.pids,
-        )
-        if r.cpu < 0.01 or r.cpu > m.cpu:
-            raise InvalidArgumentError(f"resources.cpu must be between 0.01 and {m.cpu}, got {r.cpu}")
-        if r.memory_mb < 32 or r.memory_mb > m.memory_mb:
-            raise InvalidArgumentError(f"resources.memory_mb must be between 32 and {m.memory_mb}, got {r.memory_mb}")
-        if r.pids < 16 or r.pids > m.pids:
-            raise InvalidArgumentError(f"resources.pids must be between 16 and {m.pids}, got {r.pids}")
-        return r
 
     def _touch(self, session_id: str) -> None:
         now = self._clock()

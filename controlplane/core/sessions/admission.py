@@ -1,0 +1,84 @@
+"""What a create request may ask for: resources within the policy's bounds and a workspace archive within
+its limits, checked before anything exists, so that a refused create leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from controlplane.core.config import project_files
+from controlplane.core.sessions import workspace_archive
+from controlplane.core.sessions.models import Resources
+from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
+
+INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
+"""Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    defaults: Resources
+    maximum: Resources
+    idle_timeout_s: float
+    max_lifetime_s: float
+    reap_interval_s: float
+    max_archive_bytes: int
+    max_archive_entries: int = 50_000
+    max_archive_expanded_bytes: int = 1 << 30
+    """What a workspace archive may expand to; the sandbox agent's own extraction limit is the same."""
+
+
+@dataclass(frozen=True)
+class CreateSpec:
+    agent: str = ""
+    workspace_archive: bytes = b""
+    config_json: str = ""
+    labels: dict[str, str] | None = None
+    resources: Resources | None = None
+
+
+def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:
+    """The resources a session gets: what it asked for, the policy's defaults for what it left out."""
+    d, m = policy.defaults, policy.maximum
+    r = Resources(
+        cpu=asked.cpu if asked and asked.cpu else d.cpu,
+        memory_mb=asked.memory_mb if asked and asked.memory_mb else d.memory_mb,
+        pids=asked.pids if asked and asked.pids else d.pids,
+    )
+    if r.cpu < 0.01 or r.cpu > m.cpu:
+        raise InvalidArgumentError(f"resources.cpu must be between 0.01 and {m.cpu}, got {r.cpu}")
+    if r.memory_mb < 32 or r.memory_mb > m.memory_mb:
+        raise InvalidArgumentError(f"resources.memory_mb must be between 32 and {m.memory_mb}, got {r.memory_mb}")
+    if r.pids < 16 or r.pids > m.pids:
+        raise InvalidArgumentError(f"resources.pids must be between 16 and {m.pids}, got {r.pids}")
+    return r
+
+
+async def check_archive(policy: SessionPolicy, archive: bytes) -> dict[str, bytes]:
+    """The archive's project config files (project_files), once it is known to be acceptable."""
+    if not archive:
+        return {}
+    if len(archive) > policy.max_archive_bytes:
+        raise ResourceExhaustedError(
+            f"workspace archive is {len(archive)} bytes; the limit is {policy.max_archive_bytes}"
+        )
+    check = functools.partial(
+        workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
+        keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
+        keep_total=project_files.MAX_PROJECT_BYTES,
+    )
+    kept = await _archive_pass(archive, check)
+    references = project_files.file_references(kept) - kept.keys()
+    if references:  # `{file:...}` in a config file: one more pass for the files it names
+        kept |= await _archive_pass(archive, functools.partial(check, keep=references.__contains__))
+    return kept
+
+
+async def _archive_pass(archive: bytes, check: Callable[[], workspace_archive.ArchiveStats]) -> dict[str, bytes]:
+    if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
+        stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
+    else:
+        stats = check()
+    return stats.kept
