@@ -13,8 +13,8 @@ import pytest
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
 from controlplane.core.seam.provider import LostSandbox, SandboxRecord, SandboxState
-from controlplane.core.sessions.events import BusEvent
 from controlplane.core.sessions.admission import SessionPolicy
+from controlplane.core.sessions.events import BusEvent
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.errors import SandboxLostError
