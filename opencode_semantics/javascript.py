@@ -21,7 +21,8 @@ MAX_SAFE_INTEGER = 2**53 - 1
 JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff" + "".join(
     chr(c) for c in range(0x2000, 0x200B)
 )
-"""What `String.prototype.trim` removes (WhiteSpace and LineTerminator)."""
+"""What `String.prototype.trim` removes and a regex `\\s` matches (WhiteSpace and LineTerminator); Python's
+`str.strip()` differs a little."""
 
 
 class Undefined(enum.Enum):
