@@ -41,7 +41,7 @@ lint: venv
 	$(PY) -m ruff check .
 
 type: venv
-	$(PY) -m mypy controlplane sandbox-image/sandbox_agent tests
+	$(PY) -m mypy controlplane opencode_semantics sandbox-image/sandbox_agent tests
 
 # PostgreSQL's server binaries are one apt install on a fresh machine and each test run starts its own
 # throwaway server (~1.5 s), so `make test` includes the postgres tests whenever the package can be

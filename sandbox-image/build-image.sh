@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the sandbox image from Dockerfile.sandbox and prints its reference. The tag is a hash of
-# every input (Dockerfile, agent sources, pins, base image id), so a rebuild with nothing changed
-# only re-tags `ocsb-sandbox:latest` and takes seconds. BASE_IMAGE overrides the registry-free base;
+# every input (Dockerfile, .dockerignore, agent sources, the shared opencode_semantics package, pins,
+# base image id), so a rebuild with nothing changed only re-tags `ocsb-sandbox:latest` and takes
+# seconds. BASE_IMAGE overrides the registry-free base;
 # OCSB_IMAGE_TAG names the moving tag instead of `ocsb-sandbox:latest` (parallel checkouts, each with its own).
 set -euo pipefail
 
@@ -15,7 +16,7 @@ bun_version=$(cat sandbox-image/bun-version)
 
 hash=$( {
   echo "$base_id"
-  find Dockerfile.sandbox sandbox-image/requirements.txt sandbox-image/bun-version \
+  find Dockerfile.sandbox .dockerignore opencode_semantics sandbox-image/requirements.txt sandbox-image/bun-version \
        sandbox-image/node/package.json sandbox-image/node/package-lock.json \
        sandbox-image/sandbox sandbox-image/sandbox_agent sandbox-image/toolhost sandbox-image/pyhost \
        -type f ! -path '*/__pycache__/*' ! -name '*.pyc' | LC_ALL=C sort | xargs sha256sum

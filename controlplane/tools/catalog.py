@@ -1,4 +1,8 @@
-"""Every built-in tool this platform implements, by id, built from the operator's settings."""
+"""Every built-in tool this platform implements, by id, built from the operator's settings.
+
+The ids and modules are the shared catalogue's (`opencode_semantics.tools`), which the sandbox agent loads its
+side from too.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,10 @@ from controlplane import egress
 from controlplane.core.calls.tool import ToolInfo
 from controlplane.core.definitions.registry import BUILTIN_ORDER, EXTRA_ORDER
 from controlplane.tools import codesearch, webfetch, websearch
+from opencode_semantics.tools import BUILTIN_TOOLS
 
-_MODULES = {
-    "invalid": "invalid", "bash": "bash", "read": "read", "glob": "glob", "grep": "grep", "edit": "edit",
-    "write": "write", "apply_patch": "apply_patch", "list": "list", "multiedit": "multiedit", "skill": "skill",
-    "lsp": "lsp", "task": "task", "todowrite": "todowrite", "todoread": "todoread", "question": "question",
-    "batch": "batch", "plan_exit": "plan_exit",
-}
+_CONFIGURED = {"webfetch", "websearch", "codesearch"}
+"""Built from the operator's settings (egress, search) rather than a module's fixed `TOOL`."""
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,9 @@ class ToolSettings:
 def implemented(settings: ToolSettings | None = None) -> dict[str, ToolInfo]:
     settings = settings or ToolSettings()
     tools: dict[str, ToolInfo] = {}
-    for tool_id, module in _MODULES.items():
-        tool: ToolInfo = importlib.import_module(f"controlplane.tools.{module}").TOOL
-        tools[tool_id] = tool
+    for tool in BUILTIN_TOOLS:
+        if tool.id not in _CONFIGURED:
+            tools[tool.id] = importlib.import_module(f"controlplane.tools.{tool.module}").TOOL
     tools["webfetch"] = webfetch.make_tool(settings.egress)
     tools["websearch"] = websearch.make_tool(settings.search, settings.egress)
     tools["codesearch"] = codesearch.make_tool(settings.search, settings.egress)

@@ -15,9 +15,9 @@ from controlplane.core.calls.tool import (
     ToolInfo,
     ToolResult,
 )
-from controlplane.core.definitions.validation import js_json, js_keys
 from controlplane.core.sessions.services import TodoStore
 from controlplane.tools.describe import description
+from opencode_semantics.javascript import json_stringify
 
 
 class TodoItem(BaseModel):
@@ -39,16 +39,7 @@ def todo_store(ctx: ToolContext) -> TodoStore:
 def todo_result(todos: list[dict[str, Any]]) -> ToolResult:
     """Upstream's shape: `JSON.stringify(todos, null, 2)`, titled by the todos not completed."""
     left = sum(1 for t in todos if t.get("status") != "completed")
-    return ToolResult(title=f"{left} todos", output=js_json(_js_object_order(todos)), metadata={"todos": todos})
-
-
-def _js_object_order(value: Any) -> Any:
-    """`value` with every object's keys in JavaScript's order (array-index keys first)."""
-    if isinstance(value, dict):
-        return {k: _js_object_order(value[k]) for k in js_keys(value)}
-    if isinstance(value, list):
-        return [_js_object_order(v) for v in value]
-    return value
+    return ToolResult(title=f"{left} todos", output=json_stringify(todos, indent=2), metadata={"todos": todos})
 
 
 def _as_sent(todos: list[dict[str, Any]], raw: Any) -> list[dict[str, Any]]:

@@ -1,54 +1,21 @@
 """Asks the call's permission rules allow, settled in the agent without a round trip to the control plane.
 
-The matcher must agree with the control plane's (`controlplane/core/permissions/wildcard.py`, which the image cannot
-import); tests/unit/test_agent_permission_parity.py holds the two to the same answers.
+The wildcard is the control plane's own (`opencode_semantics.wildcard`, shipped in the image), so both decide alike;
+tests/unit/test_agent_permission_rules.py holds these rules to the control plane's evaluation of them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from functools import lru_cache
 
+from opencode_semantics.wildcard import match
 from sandbox.v1 import agent_pb2
 
-_SPECIALS = re.compile(r"[.+^${}()|\[\]\\]")
-_OPTIONAL_TAIL = " .*"
 _STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
 
 
 def _stricter(first: str, second: str) -> str:
     return second if _STRICTNESS[second] > _STRICTNESS[first] else first
-
-
-def match(text: str, pattern: str) -> bool:
-    """OpenCode's wildcard: `*` and `?` over UTF-16 code units, anchored, backslashes read as `/`."""
-    return _compile(pattern).fullmatch(_utf16(text.replace("\\", "/"))) is not None
-
-
-@lru_cache(maxsize=1024)
-def _compile(pattern: str) -> re.Pattern[str]:
-    escaped = _SPECIALS.sub(lambda m: "\\" + m.group(0), _utf16(pattern.replace("\\", "/")))
-    escaped = escaped.replace("*", ".*").replace("?", ".")
-    # "ls *" also matches a bare "ls"; "ls*" keeps matching "lstmeval".
-    if escaped.endswith(_OPTIONAL_TAIL):
-        escaped = escaped[: -len(_OPTIONAL_TAIL)] + "( .*)?"
-    return re.compile(escaped, re.DOTALL)
-
-
-def _utf16(s: str) -> str:
-    if s.isascii() or max(s) <= "\uffff":
-        return s
-    out: list[str] = []
-    for ch in s:
-        cp = ord(ch)
-        if cp > 0xFFFF:
-            cp -= 0x10000
-            out.append(chr(0xD800 + (cp >> 10)))
-            out.append(chr(0xDC00 + (cp & 0x3FF)))
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 class LocalRules:

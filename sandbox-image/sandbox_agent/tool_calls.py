@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opencode_semantics.tools import BY_ID
 from sandbox.v1 import agent_pb2
 from sandbox_agent import tracing
 from sandbox_agent.custom.manager import CustomTools
@@ -32,11 +33,6 @@ from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, Tool
 from sandbox_agent.tools.paths import with_real_spellings
 from sandbox_agent.tools.runner import ToolRunner
 
-BUILTIN_TOOLS = {
-    "bash": "bash", "read": "read", "write": "write", "edit": "edit", "multiedit": "multiedit",
-    "apply_patch": "apply_patch", "glob": "glob", "grep": "grep", "list": "list", "skill": "skill",
-    "lsp": "lsp",
-}
 MAX_METADATA_JSON = 4 * 1024 * 1024
 """A result's metadata larger than this is replaced by a note: with the output's head it must fit one message."""
 METADATA_BACKLOG = 16
@@ -46,10 +42,10 @@ MAX_RESULT_BYTES = 48 * 1024 * 1024
 
 
 def load_tool(tool_id: str) -> ToolRun:
-    module_name = BUILTIN_TOOLS.get(tool_id)
-    if module_name is None:
+    tool = BY_ID.get(tool_id)
+    if tool is None or tool.runs_in != "sandbox":
         raise ToolError(f"the sandbox has no built-in tool named {tool_id!r}")
-    module = importlib.import_module(f"sandbox_agent.tools.{module_name}")
+    module = importlib.import_module(f"sandbox_agent.tools.{tool.module}")
     run: ToolRun = module.run
     return run
 

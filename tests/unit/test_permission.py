@@ -21,11 +21,11 @@ from controlplane.core.permissions.permission import (
     evaluate,
     expand_home,
     from_config,
-    js_key_order,
     merge,
 )
-from controlplane.core.permissions.wildcard import match
 from controlplane.errors import ConfigError
+from opencode_semantics.javascript import js_keys
+from opencode_semantics.wildcard import match
 
 HOME = "/home/u"
 OUT = "/home/u/.local/share/opencode/tool-output"
@@ -161,7 +161,7 @@ def test_from_config_bare_string() -> None:
 def test_from_config_orders_integer_keys_first_like_js() -> None:
     rules = from_config({"bash": {"*": "ask", "10": "allow", "2": "deny", "01": "allow"}}, home=HOME)
     assert [r.pattern for r in rules] == ["2", "10", "*", "01"]
-    assert js_key_order(["b", "4294967295", "4294967294", "a", "0"]) == ["0", "4294967294", "b", "4294967295", "a"]
+    assert js_keys(["b", "4294967295", "4294967294", "a", "0"]) == ["0", "4294967294", "b", "4294967295", "a"]
 
 
 @pytest.mark.parametrize(

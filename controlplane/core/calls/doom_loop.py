@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from controlplane.core.permissions.permission import js_stringify
+from opencode_semantics.javascript import json_stringify
 
 REPEATS = 3
 MAX_TRACKED = 10_000
@@ -23,7 +23,7 @@ class DoomLoopDetector:
         key = (session_id, message_id)
         recent = self._recent.pop(key, None) or deque(maxlen=REPEATS)
         self._recent[key] = recent  # re-inserted: most recently used last
-        recent.append((tool, js_stringify(args)))
+        recent.append((tool, json_stringify(args)))
         if len(self._recent) > MAX_TRACKED:
             del self._recent[next(iter(self._recent))]
         return len(recent) == REPEATS and len(set(recent)) == 1

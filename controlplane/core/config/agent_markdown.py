@@ -4,7 +4,7 @@ its prompt, read as upstream reads them.
 gray-matter (js-yaml 3) parses upstream's frontmatter. PyYAML's safe loader reads the same YAML but for its
 booleans: YAML 1.1's `yes`, `no`, `on` and `off` are strings to js-yaml, so they are here too. A file whose
 frontmatter is not valid YAML gets the second reading upstream gives it (an unquoted value holding a colon
-becomes text), shared with the skills' parser.
+becomes text), shared with the skills' parser in the sandbox (`opencode_semantics.frontmatter`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from controlplane.core.config.config_text import MAX_DEPTH
-from controlplane.core.definitions.validation import js_number
 from controlplane.errors import InvalidArgumentError
-from sandbox_agent.custom.frontmatter import second_reading, split_matter
+from opencode_semantics.frontmatter import second_reading, split_matter
+from opencode_semantics.javascript import js_number
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _VALUE_TAG = "tag:yaml.org,2002:value"  # YAML 1.1's `=`, a plain string to js-yaml

@@ -14,12 +14,10 @@ from typing import Any
 
 from controlplane.core.calls.tool import InitContext, ToolDefinition, ToolInfo, ToolSource
 from controlplane.errors import ConfigError
+from opencode_semantics.tools import LISTED_IDS, UNLISTED_IDS
 
-BUILTIN_ORDER = (
-    "invalid", "question", "bash", "read", "glob", "grep", "edit", "write", "task", "webfetch", "todowrite",
-    "websearch", "codesearch", "skill", "apply_patch", "lsp", "batch", "plan_exit",
-)
-EXTRA_ORDER = ("list", "multiedit", "todoread")
+BUILTIN_ORDER = LISTED_IDS
+EXTRA_ORDER = UNLISTED_IDS
 """Defined but not registered by upstream; enabled only through `extra`."""
 
 _QUESTION_CLIENTS = frozenset({"app", "cli", "desktop"})

@@ -27,8 +27,9 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from opencode_semantics.javascript import MAX_SAFE_INTEGER, UNDEFINED
+
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-MAX_SAFE_INTEGER = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,8 @@ class Coerce:
 COERCE = Coerce()
 
 
-class Missing(enum.Enum):
-    """JavaScript's `undefined`: a key absent from the arguments."""
-
-    MISSING = enum.auto()
-
-
-MISSING = Missing.MISSING
+MISSING = UNDEFINED
+"""A key absent from the arguments: JavaScript's `undefined`."""
 
 
 @dataclass(frozen=True)

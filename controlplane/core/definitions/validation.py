@@ -2,7 +2,8 @@
 
 `validate` walks the zod equivalent of the parameters model (see `schema.py`): checks run in zod's
 order, issues carry zod's keys in zod's order, and the message embeds `String(zodError)` (the
-issues as 2-space-indented JSON, numbers in JavaScript's notation). Unlike `z.object`, undeclared
+issues as 2-space-indented JSON, numbers in JavaScript's notation: `opencode_semantics.javascript`,
+which also gives `z.coerce`'s `Number()`). Unlike `z.object`, undeclared
 keys are kept in the result (a platform decision; see `tool.py`).
 """
 
@@ -10,9 +11,7 @@ from __future__ import annotations
 
 import copy
 import enum
-import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,6 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from controlplane.core.calls.tool import ToolError
 from controlplane.core.definitions.schema import (
-    MAX_SAFE_INTEGER,
     MISSING,
     AnyNode,
     ArrayNode,
@@ -37,6 +35,16 @@ from controlplane.core.definitions.schema import (
     UnionNode,
     ValuesNode,
     object_node,
+)
+from opencode_semantics.javascript import (
+    MAX_SAFE_INTEGER,
+    is_number,
+    js_keys,
+    js_number,
+    js_parsed,
+    js_string,
+    js_to_number,
+    json_stringify,
 )
 
 FormatError = Callable[[ValidationError], str]
@@ -79,25 +87,7 @@ class Issue:
 
 def zod_error_string(issues: list[Issue]) -> str:
     """`String(zodError)`: `JSON.stringify(issues, null, 2)`."""
-    return js_json([i.final() for i in issues], indent=2)
-
-
-def js_parsed(value: Any) -> Any:
-    """`value` as JavaScript's `JSON.parse` holds it: an integer beyond the safe range becomes the nearest double.
-
-    Upstream never sees 12345678901234567890, only 12345678901234567000: what it echoes (todowrite's output, a
-    `read` offset in a message) and the bounds it checks are about that double, so ours must be too.
-    """
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        try:
-            return float(value)
-        except OverflowError:  # past the largest double: JSON.parse gives Infinity
-            return math.inf if value > 0 else -math.inf
-    if isinstance(value, list):
-        return [js_parsed(v) for v in value]
-    if isinstance(value, dict):
-        return {k: js_parsed(v) for k, v in value.items()}
-    return value
+    return json_stringify([i.final() for i in issues], indent=2)
 
 
 def _validation_error(model: type[BaseModel], args: Any, issues: list[Issue]) -> ValidationError:
@@ -251,9 +241,9 @@ def _length_checks(value: Any, minimum: int | None, maximum: int | None) -> list
 def _run_number(node: NumberNode, value: Any) -> Result:
     if node.coerce:
         value = js_to_number(value)
-    if not _is_number(value) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         issue = _invalid_type("number", value)
-        if _is_number(value):
+        if is_number(value):
             issue.body["received"] = "NaN" if math.isnan(value) else "Infinity"
         return value, [issue]
     issues: list[Issue] = []
@@ -314,7 +304,7 @@ def _same_value_zero(a: Any, b: Any) -> bool:
     """JavaScript's Set membership: no cross-type equality (True is not 1), NaN equals NaN."""
     if isinstance(b, enum.Enum):
         b = b.value
-    if _is_number(a) and _is_number(b):
+    if is_number(a) and is_number(b):
         return bool(a == b or (math.isnan(a) and math.isnan(b)))
     return type(a) is type(b) and a == b
 
@@ -340,7 +330,7 @@ def _parsed_type(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if _is_number(value):
+    if is_number(value):
         return "NaN" if math.isnan(value) else "number"
     if isinstance(value, str):
         return "string"
@@ -349,157 +339,8 @@ def _parsed_type(value: Any) -> str:
     return "object"
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _primitive(value: Any) -> str:
     """zod's `stringifyPrimitive`: strings in bare double quotes (no escaping), the rest as `${v}`."""
     if isinstance(value, str):
         return f'"{value}"'
     return js_string(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# JavaScript semantics used by the messages and by z.coerce
-
-
-def js_number(x: float) -> str:
-    """`Number.prototype.toString()`: shortest round-trip digits, JavaScript's notation thresholds."""
-    if isinstance(x, int) and not isinstance(x, bool):
-        if abs(x) < 10**21:
-            return str(x)
-        x = float(x)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    if x == 0:
-        return "0"
-    sign = "-" if x < 0 else ""
-    digits, n = _shortest_digits(abs(x))
-    k = len(digits)
-    if k <= n <= 21:
-        return sign + digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return sign + digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return sign + "0." + "0" * (-n) + digits
-    e = n - 1
-    exponent = f"e{'+' if e >= 0 else '-'}{abs(e)}"
-    return sign + (digits if k == 1 else digits[0] + "." + digits[1:]) + exponent
-
-
-def _shortest_digits(x: float) -> tuple[str, int]:
-    """Digits (no leading/trailing zeros) and n such that x = 0.d1d2... * 10**n."""
-    text = repr(x)
-    mantissa, _, exp_part = text.partition("e")
-    exp = int(exp_part) if exp_part else 0
-    whole, _, frac = mantissa.partition(".")
-    digits = (whole + frac).lstrip("0")
-    lead_zeros = len(whole + frac) - len((whole + frac).lstrip("0"))
-    n = len(whole) - lead_zeros + exp
-    return digits.rstrip("0") or "0", n
-
-
-def js_keys(obj: dict[str, Any]) -> list[str]:
-    """`Object.keys` order: array-index keys ("0", "7", ...) ascending first, then the rest as inserted."""
-    index = sorted((k for k in obj if _is_array_index(k)), key=int)
-    return index + [k for k in obj if not _is_array_index(k)]
-
-
-def _is_array_index(key: str) -> bool:
-    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0") and int(key) < 2**32 - 1
-
-
-def js_string(value: Any) -> str:
-    """`String(v)` for JSON values (arrays join their items with commas, null items as empty)."""
-    if value is MISSING:
-        return "undefined"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if _is_number(value):
-        return js_number(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list | tuple):
-        return ",".join("" if v is None or v is MISSING else js_string(v) for v in value)
-    return "[object Object]"
-
-
-# What JavaScript's `String.prototype.trim` removes (WhiteSpace and LineTerminator).
-_JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff" + "".join(
-    chr(c) for c in range(0x2000, 0x200B)
-)
-_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_RADIX = {
-    "0x": (16, re.compile(r"[0-9a-fA-F]+")),
-    "0o": (8, re.compile(r"[0-7]+")),
-    "0b": (2, re.compile(r"[01]+")),
-}
-
-
-def js_to_number(value: Any) -> float:
-    """JavaScript's `Number(v)` for JSON values (what `z.coerce.number()` applies first)."""
-    if value is MISSING:
-        return math.nan
-    if value is None or value is False:
-        return 0
-    if value is True:
-        return 1
-    if _is_number(value):
-        return float(value) if isinstance(value, float) else value
-    if isinstance(value, list | tuple):
-        return _string_to_number(js_string(value))
-    if isinstance(value, str):
-        return _string_to_number(value)
-    return math.nan
-
-
-def _string_to_number(text: str) -> float:
-    text = text.strip(_JS_WHITESPACE)
-    if not text:
-        return 0
-    prefix = text[:2].lower()
-    if prefix in _RADIX:
-        radix, pattern = _RADIX[prefix]
-        return int(text[2:], radix) if pattern.fullmatch(text[2:]) else math.nan
-    if text in ("Infinity", "+Infinity"):
-        return math.inf
-    if text == "-Infinity":
-        return -math.inf
-    if _DECIMAL.fullmatch(text):
-        return float(text)
-    return math.nan
-
-
-def js_json(value: Any, indent: int = 2, _level: int = 0) -> str:
-    """`JSON.stringify(value, null, indent)` for JSON data (JavaScript number notation)."""
-    pad = " " * (indent * (_level + 1))
-    end = " " * (indent * _level)
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        items = [f"{pad}{_js_quote(str(k))}: {js_json(v, indent, _level + 1)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + end + "}"
-    if isinstance(value, list | tuple):
-        if not value:
-            return "[]"
-        return "[\n" + ",\n".join(pad + js_json(v, indent, _level + 1) for v in value) + "\n" + end + "]"
-    if value is None or value is MISSING:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if _is_number(value):
-        return js_number(value) if math.isfinite(value) else "null"
-    return _js_quote(value if isinstance(value, str) else str(value))
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _js_quote(text: str) -> str:
-    """A JSON string literal as JavaScript writes it: non-ASCII kept, lone surrogates escaped."""
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))

@@ -29,11 +29,11 @@ from controlplane.core.permissions import permission
 from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.permissions.permission import STRICTNESS, Rule, Ruleset, strictest
 from controlplane.core.permissions.rule_layers import CEILING_SOURCE
-from controlplane.core.permissions.wildcard import match
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.ids import ascending
 from controlplane.errors import NotFoundError
 from controlplane.telemetry import attributes, spans
+from opencode_semantics.wildcard import match
 
 log = logging.getLogger(__name__)
 

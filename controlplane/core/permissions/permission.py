@@ -5,18 +5,15 @@ Also the built-in agents' default rulesets and the three refusal messages a mode
 
 from __future__ import annotations
 
-import json
-import math
 import posixpath
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
 from controlplane.core.calls.tool import ToolError
-from controlplane.core.definitions.validation import js_keys, js_number
-from controlplane.core.permissions.wildcard import match
 from controlplane.errors import ConfigError
+from opencode_semantics.javascript import js_keys, json_stringify
+from opencode_semantics.wildcard import match
 
 Action: TypeAlias = Literal["allow", "deny", "ask"]
 ACTIONS: tuple[Action, ...] = ("allow", "deny", "ask")
@@ -114,23 +111,6 @@ def disabled_layered(tool_ids: Iterable[str], ruleset: Iterable[Rule], policy: I
 
 # --- configuration -------------------------------------------------------------------------------
 
-_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")
-
-
-def js_key_order(keys: Iterable[str]) -> list[str]:
-    """Keys in JavaScript object order: array-index keys ascending first, then insertion order.
-
-    Upstream parses config into JS objects, so `{"*": .., "10": .., "2": ..}` iterates as 2, 10, *.
-    """
-    keys = list(keys)
-    indexes = sorted((k for k in keys if _is_array_index(k)), key=int)
-    return indexes + [k for k in keys if not _is_array_index(k)]
-
-
-def _is_array_index(key: str) -> bool:
-    return _ARRAY_INDEX.fullmatch(key) is not None and int(key) < 2**32 - 1
-
-
 def expand_home(pattern: str, home: str) -> str:
     # A `$HOME` prefix is replaced even when more letters follow (`$HOMEX` → `<home>X`), as upstream.
     if pattern.startswith("~/"):
@@ -157,14 +137,14 @@ def from_config(cfg: Mapping[str, Any] | str, *, home: str, action_only: frozens
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"permission must be an action or an object, not {type(cfg).__name__}")
     rules: Ruleset = []
-    for key in js_key_order(cfg):
+    for key in js_keys(cfg):
         value = cfg[key]
         if isinstance(value, str):
             rules.append(Rule(key, "*", _action(key, value), bare=True))
         elif isinstance(value, Mapping) and key not in action_only:
             rules += [
                 Rule(key, expand_home(pattern, home), _action(f"{key}.{pattern}", value[pattern]))
-                for pattern in js_key_order(value)
+                for pattern in js_keys(value)
             ]
         elif isinstance(value, Mapping):
             raise ConfigError(f"permission.{key} must be one of allow, deny, ask (it takes no patterns)")
@@ -192,32 +172,8 @@ def denied_message(rules: Iterable[Rule]) -> str:
     """`rules`: the asking call's whole merged ruleset, which upstream lists (not only the denied permission's)."""
     return (
         "The user has specified a rule which prevents you from using this specific tool call. "
-        f"Here are some of the relevant rules {js_stringify([r.to_json() for r in rules])}"
+        f"Here are some of the relevant rules {json_stringify([r.to_json() for r in rules])}"
     )
-
-
-def js_stringify(value: object) -> str:
-    """`JSON.stringify` for plain data: compact, non-ASCII kept, lone surrogates escaped.
-
-    Objects list array-index keys first and numbers print as JavaScript does (`1.0` is `1`), since
-    the doom-loop check compares two calls' arguments by this text, as upstream compares theirs.
-    """
-    if isinstance(value, Mapping):
-        keys = {str(k): k for k in value}
-        return "{" + ",".join(f"{_js_quote(k)}:{js_stringify(value[keys[k]])}" for k in js_keys(keys)) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(js_stringify(item) for item in value) + "]"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return js_number(value if abs(value) <= 2**53 else float(value))  # JSON.parse reads a double
-    if isinstance(value, float):
-        return js_number(value) if math.isfinite(value) else "null"
-    if isinstance(value, str):
-        return _js_quote(value)
-    return json.dumps(value)
-
-
-def _js_quote(text: str) -> str:
-    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group(0)):04x}", json.dumps(text, ensure_ascii=False))
 
 
 class RejectedError(ToolError):
@@ -367,7 +323,7 @@ def builtin_agents(
         name: Agent(name, _MODES[name], ruleset, _DESCRIPTIONS.get(name), hidden=name in HIDDEN_AGENTS)
         for name, ruleset in base.items()
     }
-    for name in js_key_order(agent_config or {}):
+    for name in js_keys(agent_config or {}):
         cfg = (agent_config or {})[name]
         if cfg.get("disable"):
             agents.pop(name, None)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opencode_semantics.javascript import js_keys
 from sandbox_agent.custom.discovery import flag, walk_up
 from sandbox_agent.custom.files import LoadError
 from sandbox_agent.custom.frontmatter import FrontmatterError, parse_frontmatter
@@ -113,12 +114,7 @@ class _SkillSet:
             self.by_name[skill.name] = skill
 
     def ordered(self) -> list[Skill]:
-        indices = sorted((name for name in self.by_name if _is_array_index(name)), key=int)
-        return [self.by_name[n] for n in indices] + [s for n, s in self.by_name.items() if not _is_array_index(n)]
-
-
-def _is_array_index(name: str) -> bool:
-    return name.isascii() and name.isdigit() and str(int(name)) == name and int(name) < 2**32 - 1
+        return [self.by_name[name] for name in js_keys(self.by_name)]
 
 
 def _strings(value: object) -> list[str]:

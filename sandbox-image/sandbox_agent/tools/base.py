@@ -11,11 +11,9 @@ on the loop's thread), and every program through `ctx.run(...)`.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sandbox_agent.errors import AgentError
@@ -189,25 +187,3 @@ class ToolContext:
 
 
 ToolRun = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput]]
-
-
-def js_number(value: object) -> str:
-    """`value` as JavaScript's String(number) writes it: 5 not 5.0, 1e+21, 1.5e-7, Infinity."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int) and abs(value) < 2**53:
-        return str(value)
-    number = float(value)
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
-    if number == 0:
-        return "0"
-    text = repr(number)
-    if 1e-6 <= abs(number) < 1e21:
-        # The shortest round-trip digits, zero-filled: 2**60 is "1152921504606847000" in JS.
-        return format(Decimal(text).normalize(), "f")
-    mantissa, _, exponent = text.partition("e")
-    power = int(exponent)
-    return f"{mantissa}e{'+' if power > 0 else '-'}{abs(power)}"

@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opencode_semantics.javascript import js_number
 from sandbox_agent.errors import SpawnError
 from sandbox_agent.process import Chunk, Execution, Exit
 from sandbox_agent.process_tree import cgroup_counter
 from sandbox_agent.saved_outputs import OutputDir, Spool, SpooledText
-from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput, js_number
+from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.bash_scan import Scan, scan
 from sandbox_agent.tools.paths import resolve
 

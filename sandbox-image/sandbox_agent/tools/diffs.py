@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import difflib
 
+from opencode_semantics.javascript import JS_WHITESPACE
+
 CONTEXT = 4
 NO_NEWLINE = "\\ No newline at end of file"
 _HEADER_RULE = "=" * 67
 _MYERS_BUDGET = 1_000_000
 """Diagonal steps Myers may take before the diff falls back to difflib (about a second)."""
-JS_WHITESPACE = ("\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-                 "\u2028\u2029\u202f\u205f\u3000\ufeff")
-"""What JavaScript's `trim()` and `\\s` count as white space (Python's `str.strip()` differs a little)."""
 
 
 def _tokens(text: str) -> list[str]:

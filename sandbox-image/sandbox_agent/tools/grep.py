@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from opencode_semantics.javascript import JS_WHITESPACE
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.collation import utf16_length, utf16_prefix
 from sandbox_agent.tools.glob import defined, mtimes_ms
@@ -16,8 +17,6 @@ NO_FILES = "No files found"
 _NEWLINE = re.compile(r"\r?\n")
 _LEADING_INT = re.compile(r"[ \t\n\v\f\r\u00a0\ufeff]*([+-]?[0-9]+)")
 # What JavaScript's String.prototype.trim() removes.
-_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-            "\u2028\u2029\u202f\u205f\u3000\ufeff"
 
 
 async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -37,7 +36,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     result = await ctx.run(argv, cwd=ctx.directory)
     stdout = result.stdout.decode("utf-8", errors="replace")
     # rg exits 1 for no match and 2 for errors (an invalid regex too), possibly after printing matches.
-    if result.exit_code == 1 or (result.exit_code == 2 and not stdout.strip(_JS_SPACE)):
+    if result.exit_code == 1 or (result.exit_code == 2 and not stdout.strip(JS_WHITESPACE)):
         return _empty(pattern)
     if result.exit_code not in (0, 2):
         raise ToolError(f"ripgrep failed: {result.stderr.decode('utf-8', errors='replace')}")
@@ -79,7 +78,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
 def _parse(stdout: str) -> list[tuple[str, str, str]]:
     """`path|line|text` records; the text keeps any further `|`. Like upstream, the whole output is trimmed."""
     rows: list[tuple[str, str, str]] = []
-    for record in _NEWLINE.split(stdout.strip(_JS_SPACE)):
+    for record in _NEWLINE.split(stdout.strip(JS_WHITESPACE)):
         path, _, rest = record.partition("|")
         number, sep, text = rest.partition("|")
         if not path or not number or not sep:

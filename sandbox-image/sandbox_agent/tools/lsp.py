@@ -8,13 +8,12 @@ whose per-server answers are returned as they are, nulls included).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
+from opencode_semantics.javascript import json_stringify
 from sandbox_agent.lsp.client import LspClient, LspError
 from sandbox_agent.lsp.servers import ProcessStarter, ServerSpec, SessionServers, session_servers, specs_for
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
@@ -26,7 +25,6 @@ ABORTED = "Tool execution aborted"
 WORKSPACE_SYMBOL_KINDS = frozenset({5, 12, 6, 11, 13, 14, 23, 10})
 """Class, Function, Method, Interface, Variable, Constant, Struct, Enum."""
 WORKSPACE_SYMBOL_LIMIT = 10
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -216,16 +214,7 @@ OPERATIONS: dict[str, Callable[[_Query], Awaitable[list[Any]]]] = {
 
 
 def to_json(value: Any) -> str:
-    """`JSON.stringify(value, null, 2)`: integral floats print as integers, lone surrogates escaped."""
-    text = json.dumps(_js_numbers(value), indent=2, ensure_ascii=False)
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """`JSON.stringify(value, null, 2)`, as upstream prints a language server's answer."""
+    return json_stringify(value, indent=2)
 
 
-def _js_numbers(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return int(value)
-    if isinstance(value, list):
-        return [_js_numbers(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _js_numbers(item) for key, item in value.items()}
-    return value

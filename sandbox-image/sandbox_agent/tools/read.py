@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from opencode_semantics.javascript import js_number
 from sandbox_agent.tools.base import (
     IO_NOW_BYTES,
     Attachment,
     ToolContext,
     ToolError,
     ToolOutput,
-    js_number,
     stat_or_none,
 )
 from sandbox_agent.tools.collation import locale_key, utf16_length, utf16_prefix

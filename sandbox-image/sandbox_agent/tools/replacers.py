@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from opencode_semantics.javascript import JS_WHITESPACE
 from sandbox_agent.tools.base import ToolError
-from sandbox_agent.tools.diffs import JS_WHITESPACE
 
 NOT_FOUND = ("Could not find oldString in the file. It must match exactly, including whitespace, indentation, "
              "and line endings.")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sandbox_agent.tools import bash
-from sandbox_agent.tools.base import ToolContext, ToolError, js_number
+from sandbox_agent.tools.base import ToolContext, ToolError
 from sandbox_agent.tools.bash import cap_output
 
 from .conftest import Asked, Recorder
@@ -303,14 +303,3 @@ def test_cap_output_counts_utf16_units() -> None:
     assert cap_output(emoji * 15001) == emoji * 15000 + "\n\n..."
     assert cap_output("a" + emoji * 15000) == "a" + emoji * 14999 + "\ufffd\n\n..."
     assert cap_output("x" * 30001) == "x" * 30000 + "\n\n..."
-
-
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(5, "5"), (-5, "-5"), (5.0, "5"), (-1.5, "-1.5"), (0.1, "0.1"), (-0.0, "0"), (1e21, "1e+21"),
-     (1.5e-7, "1.5e-7"), (1e-6, "0.000001"), (1e16, "10000000000000000"), (2**60, "1152921504606847000"),
-     (1500.25, "1500.25"), (2**53 - 1, "9007199254740991"),
-     (123456789012345678, "123456789012345680")],
-)
-def test_js_number(value: float, text: str) -> None:
-    assert js_number(value) == text

@@ -1,46 +1,15 @@
-"""The sandbox agent's copy of the permission matcher decides exactly as the control plane's."""
+"""The agent's LocalRules decide a call's asks exactly as the control plane's permission evaluation does."""
 
 from __future__ import annotations
 
 import random
 
-import pytest
-
-from controlplane.core.permissions import wildcard
 from controlplane.core.permissions.asks import LocalRules as CpLocalRules
 from controlplane.core.permissions.asks import _snapshot
 from controlplane.core.permissions.permission import ACTIONS, Rule, evaluate, from_config, strictest
 from controlplane.sandbox.rule_encoding import encode_rules
 from sandbox.v1 import agent_pb2
-from sandbox_agent import permission_rules
 from sandbox_agent.permission_rules import LocalRules
-
-PATTERNS = [
-    "*", "?", "", "ls", "ls *", "ls*", "git *", "git push *", "*.env", "*.env.*", "*.env.example", "a?c", "a*c",
-    "/tmp/*", "/tmp/home/.local/share/opencode/tool-output/*", "C:\\Users\\*", "a.b", "a+b", "(x)", "[ab]", "{a,b}",
-    "^x$", "a|b", "x\\y", "$HOME", "~/x", "😀", "?😀", "😀?", "é*", "rm -rf *", "echo *", " *", "* ", "a\nb", "*\n",
-]
-TEXTS = [
-    "", "ls", "ls ", "ls -la", "lstmeval", "git", "git push origin", "git  push", ".env", "a.env", "a.env.local",
-    "a.env.example", "abc", "ac", "abbc", "a\nc", "/tmp/x", "/tmp/", "/tmp", "C:/Users/me", "C:\\Users\\me", "a.b",
-    "axb", "a+b", "aab", "(x)", "x", "[ab]", "a", "{a,b}", "^x$", "a|b", "x/y", "x\\y", "$HOME", "~/x", "😀", "a😀",
-    "😀a", "é", "éa", "rm -rf /", "echo hi", "echo", " ", "a\nb", "x\n", "\n",
-]
-
-
-@pytest.mark.parametrize("pattern", PATTERNS)
-def test_the_matchers_agree_on_every_text(pattern: str) -> None:
-    for text in TEXTS + PATTERNS:
-        assert permission_rules.match(text, pattern) == wildcard.match(text, pattern), (text, pattern)
-
-
-def test_the_matchers_agree_on_random_strings() -> None:
-    rng = random.Random(20261122)
-    alphabet = "ab*? .\\/😀é\n$()[]{}+|^-"
-    for _ in range(5000):
-        pattern = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
-        assert permission_rules.match(text, pattern) == wildcard.match(text, pattern), (text, pattern)
 
 
 def _encoded(rules: CpLocalRules) -> list[agent_pb2.PermissionRule]:
