@@ -26,11 +26,9 @@ TRANSPORT_TELEMETRY = ("controlplane.telemetry.remote", "controlplane.telemetry.
 """The telemetry that reads the agent's spans off gRPC: core records spans (telemetry.spans), it carries none."""
 CORE_FORBIDDEN = (*TRANSPORT, *OUTER, *TRANSPORT_TELEMETRY, "sandbox_agent", "sandbox")
 
-KNOWN_CORE_EXCEPTIONS = {
-    # The agent's frontmatter parser moves into the shared `opencode_semantics` package (issue 23, point 3);
-    # when it has, agent_markdown imports it from there and this entry goes (the test below says so).
-    ("controlplane/core/config/agent_markdown.py", "sandbox_agent.custom.frontmatter"),
-}
+KNOWN_CORE_EXCEPTIONS: set[tuple[str, str]] = set()
+"""(core file, import) pairs allowed for now; each must still happen (see below) so it cannot linger. None today:
+the last one, agent_markdown's import of the agent's frontmatter parser, went with opencode_semantics."""
 
 
 def package_of(path: Path) -> list[str]:
