@@ -78,7 +78,7 @@ class BuiltinRun(abc.ABC):
 
     def take_allowed(self) -> list[AllowedAsk]:
         """The asks the agent allowed by the call's `rules` since the last look; the caller audits them before
-        it handles the event that came with them. None for an agent that sends every ask up."""
+        it handles the event that came with them. Always empty for an agent that sends every ask up."""
         return []
 
 
