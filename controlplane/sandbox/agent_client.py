@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -15,6 +12,7 @@ from controlplane.core.calls.spooled import Spooled
 from controlplane.core.calls.tool import ToolError
 from controlplane.core.permissions.asks import LocalRules
 from controlplane.core.seam.messages import (
+    AllowedAsk,
     BuiltinCall,
     CodeChanges,
     CommandSpec,
@@ -32,15 +30,8 @@ from controlplane.core.seam.messages import (
     UploadSummary,
 )
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
-from controlplane.errors import (
-    ControlPlaneError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-    NotFoundError,
-    ResourceExhaustedError,
-    SandboxError,
-    SandboxLostError,
-)
+from controlplane.errors import ControlPlaneError, InvalidArgumentError
+from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
@@ -54,78 +45,6 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 200),
 ]
 UPLOAD_CHUNK = 1024 * 1024
-_END = object()
-
-
-def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneError:
-    return _status_error(exc.code(), exc.details() or "", sandbox_id)
-
-
-AGENT_FAULTS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED,
-                grpc.StatusCode.DATA_LOSS, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.ALREADY_EXISTS,
-                grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ABORTED)
-"""Statuses an agent that is still there ends a call with (an exception it did not expect): that call failed,
-the sandbox did not. Only a dead channel (UNAVAILABLE, a cancelled or timed-out stream) may mean it is gone."""
-
-
-def _status_error(code: grpc.StatusCode, details: str, sandbox_id: str) -> ControlPlaneError:
-    """Agent statuses are a closed set; an unexpected failure fails the call; anything else may mean the sandbox is
-    gone (the session manager checks that it really is before failing the session)."""
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidArgumentError(details)
-    if code == grpc.StatusCode.FAILED_PRECONDITION:
-        return FailedPreconditionError(details)
-    if code == grpc.StatusCode.NOT_FOUND:
-        return NotFoundError(details)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return ResourceExhaustedError(details)
-    if code in AGENT_FAULTS:
-        return SandboxError(f"the sandbox agent failed this call ({code.name}: {details})")
-    return SandboxLostError(f"sandbox {sandbox_id} is not answering ({code.name}: {details})")
-
-
-class _AgentCall:
-    """A bidirectional agent call: its requests come from `outbox` until `_END` is put there."""
-
-    def __init__(
-        self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object], sandbox_id: str,
-        traced: AgentCallSpan,
-    ) -> None:
-        self._call = call
-        self._outbox = outbox
-        self._sandbox_id = sandbox_id
-        self._traced = traced
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-
-class GrpcExecStream(_AgentCall, ExecStream):
-
-    async def events(self) -> AsyncIterator[ExecEvent]:
-        try:
-            async for event in self._call:
-                domain = _exec_event(event, self._traced)
-                if domain is not None:
-                    yield domain
-                    if isinstance(domain, Exited):
-                        return
-        except grpc.aio.AioRpcError as exc:
-            self._traced.finish(error=exc)
-            raise map_agent_error(exc, self._sandbox_id) from exc
-        finally:
-            self._traced.finish()
-            self._outbox.put_nowait(_END)
-        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the command without an exit status")
-
-    async def write_stdin(self, data: bytes) -> None:
-        await self._outbox.put(agent_pb2.ExecRequest(stdin=data))
-
-    async def close_stdin(self) -> None:
-        await self._outbox.put(agent_pb2.ExecRequest(close_stdin=agent_pb2.CloseStdin()))
-
-    async def abort(self, reason: str) -> None:
-        await self._outbox.put(agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
 
 
 def _exec_event(event: agent_pb2.ExecEvent, traced: AgentCallSpan) -> ExecEvent | None:
@@ -142,64 +61,8 @@ def _exec_event(event: agent_pb2.ExecEvent, traced: AgentCallSpan) -> ExecEvent 
     return None
 
 
-class _SharedCall:
-    """One call on a `_SharedStream`: its events in order until its last, with the errors its own RPC would give."""
-
-    _what, _end = "call", "an end"
-    """How the lost-sandbox error names the call and what it lacked."""
-
-    def __init__(self, stream: _SharedStream, request: Any, sandbox_id: str, traced: AgentCallSpan) -> None:
-        self._stream = stream
-        self._number, self._inbox = stream.start(request, traced)
-        self._sandbox_id = sandbox_id
-        self._traced = traced
-
-    def _domain(self, event: Any) -> Any:
-        """The domain form of one of the call's events, or None to skip it."""
-        raise NotImplementedError
-
-    def _is_last(self, domain: Any) -> bool:
-        raise NotImplementedError
-
-    def _refused(self, item: Any) -> ControlPlaneError:
-        raise NotImplementedError
-
-    async def _events(self) -> AsyncIterator[Any]:
-        finished = False
-        try:
-            while True:
-                item = await self._inbox.get()
-                if isinstance(item, grpc.aio.AioRpcError):
-                    self._traced.finish(error=item)
-                    raise map_agent_error(item, self._sandbox_id) from item
-                if item is None or item.error:
-                    finished = True  # the agent's side of the call is over: nothing to cancel
-                    if item is not None:
-                        raise self._refused(item)
-                    break
-                domain = self._domain(item.event) if item.HasField("event") else None
-                if domain is not None:
-                    if self._is_last(domain):
-                        # Settled before the yield: a consumer that stops at the last event leaves this
-                        # generator to be closed later, and that must not cancel a call that is over.
-                        finished = True
-                        yield domain
-                        return
-                    yield domain
-                if item.done:
-                    finished = True
-                    break
-        finally:
-            self._traced.finish()
-            self._stream.forget(self._number, cancel=not finished)
-        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the {self._what} without {self._end}")
-
-    def cancel(self) -> None:
-        self._stream.forget(self._number, cancel=True)
-
-
-class StreamedExec(_SharedCall, ExecStream):
-    """A command on the agent's ExecMany stream: the same events and errors as over its own Exec."""
+class StreamedExec(SharedCall, ExecStream):
+    """A command on the agent's ExecMany stream."""
 
     _what, _end = "command", "an exit status"
 
@@ -210,7 +73,7 @@ class StreamedExec(_SharedCall, ExecStream):
         return isinstance(domain, Exited)
 
     def _refused(self, item: agent_pb2.ExecManyEvent) -> ControlPlaneError:
-        return _refusal(item.code, item.error, self._sandbox_id)
+        return refusal(item.code, item.error, self._sandbox_id)
 
     def events(self) -> AsyncIterator[ExecEvent]:
         return self._events()
@@ -225,28 +88,21 @@ class StreamedExec(_SharedCall, ExecStream):
         self._stream.send(self._number, agent_pb2.ExecRequest(abort=agent_pb2.Abort(reason=reason)))
 
 
-def _refusal(code: str, message: str, sandbox_id: str) -> ControlPlaneError:
-    """What a call refused on a shared stream raises: the error its own RPC's status would have mapped to."""
-    status = getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
-    if not isinstance(status, grpc.StatusCode):
-        status = grpc.StatusCode.UNKNOWN
-    return _status_error(status, message, sandbox_id)
+class StreamedBuiltinRun(SharedCall, BuiltinRun):
+    """A tool call on the agent's RunTools stream; the asks the agent settled by the call's rules come with
+    its events (`take_allowed`)."""
 
+    _what, _end = "tool call", "a result"
+    _allowed: list[AllowedAsk] | None = None
 
-class ReportsAllowed:
-    """A tool call whose agent may settle rule-allowed asks itself and report them with its events."""
-
-    _allowed: list[agent_pb2.AllowedAsk] | None = None
-
-    def take_allowed(self) -> list[agent_pb2.AllowedAsk]:
-        """The asks the agent allowed by the call's rules since the last look."""
+    def take_allowed(self) -> list[AllowedAsk]:
         allowed, self._allowed = self._allowed or [], None
         return allowed
 
-    def _domain_event(self, event: agent_pb2.RunToolEvent, traced: AgentCallSpan) -> RunEvent | None:
-        """The domain form of one agent event (None for a kind this side does not know)."""
+    def _domain(self, event: agent_pb2.RunToolEvent) -> RunEvent | None:
         if event.allowed:
-            self._allowed = (self._allowed or []) + list(event.allowed)
+            self._allowed = (self._allowed or []) + [
+                AllowedAsk(a.permission, list(a.patterns), list(a.checks), a.opaque) for a in event.allowed]
         kind = event.WhichOneof("event")
         if kind == "ask":
             a = event.ask
@@ -257,7 +113,7 @@ class ReportsAllowed:
             return RunMetadata(m.title if m.has_title else None, _json(m.metadata_json) if m.metadata_json else None)
         if kind == "result":
             r = event.result
-            traced.finish(event.spans)
+            self._traced.finish(event.spans)
             attachments = [(x.mime, x.url, x.filename) for x in r.attachments]
             spooled = None
             if r.HasField("spooled"):
@@ -265,104 +121,9 @@ class ReportsAllowed:
                 spooled = Spooled(s.path, s.total_bytes, s.total_lines, s.tail, s.error, s.capped)
             return RunResult(r.title, r.output, _json(r.metadata_json), attachments, spooled)
         if kind == "failed":
-            traced.finish(event.spans)
+            self._traced.finish(event.spans)
             return RunFailed(event.failed.message)
         return None
-
-
-class GrpcBuiltinRun(_AgentCall, ReportsAllowed, BuiltinRun):
-
-    async def events(self) -> AsyncIterator[RunEvent]:
-        try:
-            async for event in self._call:
-                domain = self._domain_event(event, self._traced)
-                if domain is not None:
-                    yield domain
-                    if isinstance(domain, RunResult | RunFailed):
-                        return
-        except grpc.aio.AioRpcError as exc:
-            self._traced.finish(error=exc)
-            raise map_agent_error(exc, self._sandbox_id) from exc
-        finally:
-            self._traced.finish()
-            self._outbox.put_nowait(_END)
-        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the tool call without a result")
-
-    async def answer(self, ask_id: int, allowed: bool, message: str = "") -> None:
-        reply = agent_pb2.AskReply(ask_id=ask_id, allowed=allowed, message=message)
-        await self._outbox.put(agent_pb2.RunToolRequest(ask_reply=reply))
-
-    async def abort(self, reason: str) -> None:
-        await self._outbox.put(agent_pb2.RunToolRequest(abort=agent_pb2.Abort(reason=reason)))
-
-
-class _SharedStream:
-    """One long-lived agent call (RunTools, ExecMany) carrying many numbered calls, each with its own inbox.
-
-    Its requests and events have the same shape on both RPCs: `call`, `request`, `cancel`, `trace` up;
-    `call`, `event`, `done`, `error` down.
-    """
-
-    def __init__(self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object],
-                 request_type: type[Any]) -> None:
-        self._outbox = outbox
-        self._request_type = request_type
-        self._inboxes: dict[int, asyncio.Queue[Any]] = {}
-        self._numbers = itertools.count(1)
-        self._call = call
-        self._reader = asyncio.ensure_future(self._read())
-        self.open = True
-
-    @classmethod
-    def of(cls, rpc: Callable[[AsyncIterator[Any]], grpc.aio.StreamStreamCall[Any, Any]],
-           request_type: type[Any]) -> _SharedStream:
-        outbox: asyncio.Queue[object] = asyncio.Queue()
-        return cls(rpc(_drain(outbox, request_type)), outbox, request_type)
-
-    def start(self, request: Any, traced: AgentCallSpan) -> tuple[int, asyncio.Queue[Any]]:
-        """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""
-        number = next(self._numbers)
-        inbox = self._inboxes[number] = asyncio.Queue()
-        self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata)))
-        return number, inbox
-
-    def send(self, number: int, request: Any) -> None:
-        if number in self._inboxes:
-            self._outbox.put_nowait(self._request_type(call=number, request=request))
-
-    def forget(self, number: int, *, cancel: bool) -> None:
-        if self._inboxes.pop(number, None) is not None and cancel and self.open:
-            self._outbox.put_nowait(self._request_type(call=number, cancel=True))
-
-    async def _read(self) -> None:
-        ended: grpc.aio.AioRpcError | None = None
-        try:
-            async for event in self._call:
-                inbox = self._inboxes.get(event.call)
-                if inbox is not None:
-                    inbox.put_nowait(event)
-        except grpc.aio.AioRpcError as exc:
-            ended = exc
-        finally:
-            self.close()
-            inboxes, self._inboxes = self._inboxes, {}
-            for inbox in inboxes.values():
-                inbox.put_nowait(ended)
-
-    def close(self) -> None:
-        if self.open:
-            self.open = False
-            self._outbox.put_nowait(_END)
-            self._call.cancel()
-
-
-class StreamedBuiltinRun(_SharedCall, ReportsAllowed, BuiltinRun):
-    """A tool call on the agent's RunTools stream: the same events and errors as over its own RunTool."""
-
-    _what, _end = "tool call", "a result"
-
-    def _domain(self, event: agent_pb2.RunToolEvent) -> RunEvent | None:
-        return self._domain_event(event, self._traced)
 
     def _is_last(self, domain: RunEvent) -> bool:
         return isinstance(domain, RunResult | RunFailed)
@@ -386,12 +147,6 @@ def _json(text: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-async def _drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterator[Any]:
-    while (item := await outbox.get()) is not _END:
-        assert isinstance(item, kind)
-        yield item
-
-
 class GrpcSandboxAgent(SandboxAgent):
     """Talks to one agent over a gRPC channel (a Unix socket on one host)."""
 
@@ -401,17 +156,14 @@ class GrpcSandboxAgent(SandboxAgent):
         self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = agent_pb2_grpc.SandboxAgentStub(self._channel)
         self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
-        self._features: frozenset[str] = frozenset()
-        """What the agent's Health said it offers beyond the base protocol (an older image offers nothing)."""
-        self._tool_stream: _SharedStream | None = None
-        self._exec_stream: _SharedStream | None = None
+        self._tool_stream: SharedStream | None = None
+        self._exec_stream: SharedStream | None = None
 
     async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
         try:
             r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
-        self._features = frozenset(r.features)
         return AgentHealth(
             r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running, r.tool_home
         )
@@ -425,40 +177,24 @@ class GrpcSandboxAgent(SandboxAgent):
             )
         )
         traced = AgentCallSpan("Exec", self.sandbox_id)
-        if "exec_many" in self._features:
-            if self._exec_stream is None or not self._exec_stream.open:
-                self._exec_stream = _SharedStream.of(self._stub.ExecMany, agent_pb2.ExecManyRequest)
-            return StreamedExec(self._exec_stream, start, self.sandbox_id, traced)
-        outbox: asyncio.Queue[object] = asyncio.Queue()
-        outbox.put_nowait(start)
-        call = self._stub.Exec(_drain(outbox, agent_pb2.ExecRequest), metadata=traced.metadata)
-        return GrpcExecStream(call, outbox, self.sandbox_id, traced)
+        if self._exec_stream is None or not self._exec_stream.open:
+            self._exec_stream = SharedStream.of(self._stub.ExecMany, agent_pb2.ExecManyRequest)
+        return StreamedExec(self._exec_stream, start, self.sandbox_id, traced)
 
-    async def run_builtin(self, call: BuiltinCall, rules: LocalRules | None = None, *,
-                          path_rules: LocalRules | None = None) -> BuiltinRun:
-        """`rules`: the agent settles the asks they allow itself (see `GrpcBuiltinRun.take_allowed`) and
-        leaves out what their denies cover; `path_rules` (without `rules`): only the latter."""
-        outbox: asyncio.Queue[object] = asyncio.Queue()
+    async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
         start = agent_pb2.ToolStart(
             tool=call.tool, args_json=json.dumps(call.args), session_id=call.session_id,
             message_id=call.message_id, call_id=call.call_id, agent=call.agent,
             extra_json=json.dumps(call.extra), env=call.env, custom=call.custom,
         )
-        if rules is not None and (rules.ceiling is None or "rule_ceiling" in self._features):
-            start.rules.CopyFrom(self._encoded(rules))
-        elif (filtering := path_rules or rules) is not None:
-            # An agent without rule_ceiling still leaves out what the rules deny (it never allows with them).
-            start.path_rules.CopyFrom(self._encoded(filtering))
-        if "run_tools" in self._features:
-            # One long-lived stream for every call: a new RPC per call costs more than the call's messages.
-            if self._tool_stream is None or not self._tool_stream.open:
-                self._tool_stream = _SharedStream.of(self._stub.RunTools, agent_pb2.RunToolsRequest)
-            traced = AgentCallSpan("RunTool", self.sandbox_id)
-            return StreamedBuiltinRun(self._tool_stream, agent_pb2.RunToolRequest(start=start), self.sandbox_id, traced)
-        outbox.put_nowait(agent_pb2.RunToolRequest(start=start))
+        if call.rules is not None:
+            start.rules.CopyFrom(self._encoded(call.rules))
+        elif call.path_rules is not None:
+            start.path_rules.CopyFrom(self._encoded(call.path_rules))
         traced = AgentCallSpan("RunTool", self.sandbox_id)
-        stream = self._stub.RunTool(_drain(outbox, agent_pb2.RunToolRequest), metadata=traced.metadata)
-        return GrpcBuiltinRun(stream, outbox, self.sandbox_id, traced)
+        if self._tool_stream is None or not self._tool_stream.open:
+            self._tool_stream = SharedStream.of(self._stub.RunTools, agent_pb2.RunToolsRequest)
+        return StreamedBuiltinRun(self._tool_stream, agent_pb2.RunToolRequest(start=start), self.sandbox_id, traced)
 
     def _encoded(self, rules: LocalRules) -> agent_pb2.PermissionRules:
         """Encoded once per rule snapshot (a session's rules rarely change between calls)."""

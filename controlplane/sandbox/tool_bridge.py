@@ -9,10 +9,8 @@ from typing import Any
 from controlplane.core.calls.abort import on_abort
 from controlplane.core.calls.hooks import DEFAULT_TIMEOUT_S
 from controlplane.core.calls.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
-from controlplane.core.permissions.asks import CallAsks
 from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
-from controlplane.core.seam.provider import BuiltinRun, SandboxAgent
-from controlplane.sandbox.agent_client import GrpcSandboxAgent, ReportsAllowed
+from controlplane.core.seam.provider import SandboxAgent
 
 SAVE_MESSAGE_BYTES = 32 * 1024 * 1024
 """The most of a full output the control plane sends to be saved (the agent's channel carries 64 MiB)."""
@@ -35,20 +33,15 @@ class AgentToolCalls(SandboxCalls):
         return await self._agent.run_plugin_hook(name, input_, output, DEFAULT_TIMEOUT_S)
 
     async def _run(self, tool: str, args: dict[str, Any], ctx: ToolContext, *, custom: bool) -> ToolResult:
+        rules = await ctx.rules.local_rules() if ctx.rules is not None else None
+        # With asks all going up, the agent still leaves out what a deny covers (grep, glob, list).
+        path_rules = await ctx.rules.path_rules() if ctx.rules is not None and rules is None else None
         call = BuiltinCall(
             tool=tool, args=args, session_id=ctx.session_id, message_id=ctx.message_id, call_id=ctx.call_id,
             agent=ctx.agent, extra={**self._extra, **ctx.extra}, env={**self._env, **ctx.env}, custom=custom,
+            rules=rules, path_rules=path_rules,
         )
-        asks = ctx.ask if isinstance(ctx.ask, CallAsks) else None
-        rules = await asks.local_rules() if asks is not None and isinstance(self._agent, GrpcSandboxAgent) else None
-        if rules is not None:
-            assert isinstance(self._agent, GrpcSandboxAgent)
-            run: BuiltinRun = await self._agent.run_builtin(call, rules)
-        elif asks is not None and isinstance(self._agent, GrpcSandboxAgent):
-            # Asks all go up, but the agent still leaves out what a deny covers (grep, glob, list).
-            run = await self._agent.run_builtin(call, path_rules=await asks.path_rules())
-        else:
-            run = await self._agent.run_builtin(call)
+        run = await self._agent.run_builtin(call)
 
         forwarding: set[asyncio.Task[None]] = set()
 
@@ -64,11 +57,11 @@ class AgentToolCalls(SandboxCalls):
             # The loop runs on past the last event: the events end right after it, and a generator left
             # suspended would be closed later by a task of its own.
             async for event in run.events():
-                if rules is not None and asks is not None and isinstance(run, ReportsAllowed):
+                if rules is not None and ctx.rules is not None:
                     # Asks the agent allowed itself are audited before whatever came after them.
                     for allowed in run.take_allowed():
-                        await asks.allowed_elsewhere(allowed.permission, list(allowed.patterns), rules,
-                                                     list(allowed.checks), allowed.opaque)
+                        await ctx.rules.allowed_elsewhere(allowed.permission, allowed.patterns, rules,
+                                                          allowed.checks, allowed.opaque)
                 if isinstance(event, RunAsk):
                     try:
                         await ctx.ask(PermissionAsk(event.permission, event.patterns, event.always, event.metadata,

@@ -104,7 +104,6 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             running=len(self._running) + self._tools.running,
             tool_home=self._config.tool_home,
-            features=["run_tools", "exec_many", "rule_ceiling"],
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:
@@ -121,15 +120,6 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             kill_grace_s=grace,
             merge_stderr=start.merge_stderr,
         )
-
-    async def Exec(
-        self, request_iterator: AsyncIterator[agent_pb2.ExecRequest], context: Any
-    ) -> AsyncIterator[agent_pb2.ExecEvent]:
-        try:
-            async for event in self._exec(request_iterator, context.invocation_metadata()):
-                yield event
-        except AgentError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.status), str(exc))
 
     async def ExecMany(
         self, request_iterator: AsyncIterator[agent_pb2.ExecManyRequest], context: Any
@@ -182,16 +172,6 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                 # The client went away (cancel, deadline, lost channel): that is an abort.
                 self._spawn_background(execution.stop(reason="client cancelled"))
             self._running.discard(execution)
-
-    async def RunTool(
-        self, request_iterator: AsyncIterator[agent_pb2.RunToolRequest], context: Any
-    ) -> AsyncIterator[agent_pb2.RunToolEvent]:
-        try:
-            trace = tracing.recorder_from_metadata(context.invocation_metadata())
-            async for event in self._tools.run(request_iterator, trace):
-                yield event
-        except AgentError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     async def RunTools(
         self, request_iterator: AsyncIterator[agent_pb2.RunToolsRequest], context: Any

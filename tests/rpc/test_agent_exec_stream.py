@@ -1,4 +1,4 @@
-"""Commands multiplexed on the agent's ExecMany stream behave as one Exec each (real in-process agent)."""
+"""Commands on the agent's ExecMany stream: each with its own events, stdin, abort and errors (in-process agent)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from controlplane.core.seam.messages import CommandSpec, ExecEvent, Exited, Output, Started
 from controlplane.core.seam.provider import ExecStream
 from controlplane.errors import FailedPreconditionError, SandboxLostError
-from controlplane.sandbox.agent_client import GrpcExecStream, GrpcSandboxAgent, StreamedExec
+from controlplane.sandbox.agent_client import GrpcSandboxAgent, StreamedExec
 from tests.rpc.test_agent_tool_stream import Agent, _sleeping, agent
 
 __all__ = ["agent"]  # the fixture, shared with the RunTools tests
@@ -24,15 +24,14 @@ def stdout_of(events: list[ExecEvent]) -> bytes:
     return b"".join(e.data for e in events if isinstance(e, Output) and e.stream == "stdout")
 
 
-async def test_commands_share_one_stream_once_health_offers_it(agent: Agent) -> None:
+async def test_commands_share_one_stream(agent: Agent) -> None:
     client, _, _ = agent
-    before = await client.exec(CommandSpec(argv=["echo", "old"]))
-    assert isinstance(before, GrpcExecStream)  # nothing known of the agent yet: one Exec per command
-    assert stdout_of(await collect(before)) == b"old\n"
-    await client.health()
+    first = await client.exec(CommandSpec(argv=["echo", "first"]))  # no Health needed first
+    assert stdout_of(await collect(first)) == b"first\n"
     streams = [await client.exec(CommandSpec(command=f"echo {i}; sleep 0.0{i}; echo err{i} >&2; exit {i}"))
                for i in range(8)]
     assert all(isinstance(stream, StreamedExec) for stream in streams)
+    assert len({id(stream._stream) for stream in [first, *streams] if isinstance(stream, StreamedExec)}) == 1
     results = await asyncio.gather(*(collect(stream) for stream in streams))
     for i, events in enumerate(results):
         assert isinstance(events[0], Started)
@@ -45,7 +44,6 @@ async def test_commands_share_one_stream_once_health_offers_it(agent: Agent) -> 
 
 async def test_stdin_abort_and_refusals_travel_per_command(agent: Agent) -> None:
     client, _, _ = agent
-    await client.health()
     cat = await client.exec(CommandSpec(argv=["cat"], stdin=True))
     await cat.write_stdin(b"through the shared stream\n")
     await cat.close_stdin()
@@ -68,7 +66,6 @@ async def test_stdin_abort_and_refusals_travel_per_command(agent: Agent) -> None
 
 async def test_cancelling_one_command_kills_it_and_spares_the_others(agent: Agent) -> None:
     client, _, workspace = agent
-    await client.health()
     marker = workspace / "slept"
     doomed = await client.exec(CommandSpec(command=f"echo started; sleep 31; touch {marker}"))
     kept = await client.exec(CommandSpec(command="sleep 0.3; echo kept"))
@@ -90,7 +87,6 @@ async def test_cancelling_one_command_kills_it_and_spares_the_others(agent: Agen
 
 async def test_an_agent_shutting_down_ends_every_command_then_the_stream_is_lost(agent: Agent) -> None:
     client, stop, _ = agent
-    await client.health()
     streams = [await client.exec(CommandSpec(argv=["sleep", "5"])) for _ in range(3)]
     iterators = [stream.events() for stream in streams]
     for events in iterators:

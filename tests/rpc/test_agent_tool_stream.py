@@ -1,4 +1,4 @@
-"""Tool calls multiplexed on the agent's RunTools stream behave as one RunTool each (real in-process agent)."""
+"""Tool calls on the agent's RunTools stream: each with its own asks, result, cancel and errors (in-process agent)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from controlplane.core.permissions.permission import Rule
 from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunEvent, RunFailed, RunMetadata, RunResult
 from controlplane.core.seam.provider import BuiltinRun
 from controlplane.errors import SandboxLostError
-from controlplane.sandbox.agent_client import GrpcBuiltinRun, GrpcSandboxAgent, StreamedBuiltinRun, _SharedStream
+from controlplane.sandbox.agent_client import GrpcSandboxAgent, StreamedBuiltinRun
+from controlplane.sandbox.agent_streams import SharedStream
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 from tests.planes import short_tmp
@@ -57,14 +59,13 @@ async def collect(run: BuiltinRun, allow: bool = True) -> list[RunEvent]:
 Agent = tuple[GrpcSandboxAgent, asyncio.Event, Path]
 
 
-async def test_calls_share_one_stream_once_health_offers_it(agent: Agent) -> None:
+async def test_calls_share_one_stream(agent: Agent) -> None:
     client, _, _ = agent
-    before = await client.run_builtin(bash("echo old"))
-    assert isinstance(before, GrpcBuiltinRun)  # nothing known of the agent yet: one RunTool per call
-    assert isinstance((await collect(before))[-1], RunResult)
-    await client.health()
+    first = await client.run_builtin(bash("echo first"))  # no Health needed first
+    assert isinstance((await collect(first))[-1], RunResult)
     runs = [await client.run_builtin(bash(f"echo {i}; sleep 0.0{i}; echo done{i}", f"c{i}")) for i in range(8)]
     assert all(isinstance(run, StreamedBuiltinRun) for run in runs)
+    assert len({id(run._stream) for run in [first, *runs] if isinstance(run, StreamedBuiltinRun)}) == 1
     results = await asyncio.gather(*(collect(run) for run in runs))
     for i, events in enumerate(results):
         assert [type(e) for e in events[:1]] == [RunAsk]
@@ -75,12 +76,11 @@ async def test_calls_share_one_stream_once_health_offers_it(agent: Agent) -> Non
 
 async def test_refusals_and_rule_allowed_asks_on_the_stream(agent: Agent) -> None:
     client, _, _ = agent
-    await client.health()
     refused = await collect(await client.run_builtin(bash("echo no")), allow=False)
     assert isinstance(refused[-1], RunFailed)
     assert refused[-1].message == "no"
     rules = _snapshot([Rule("*", "*", "allow"), Rule("bash", "rm *", "deny")], [], [])
-    run = await client.run_builtin(bash("echo yes"), rules)
+    run = await client.run_builtin(replace(bash("echo yes"), rules=rules))
     events = await collect(run)
     assert not any(isinstance(e, RunAsk) for e in events)
     assert isinstance(events[-1], RunResult)
@@ -89,14 +89,13 @@ async def test_refusals_and_rule_allowed_asks_on_the_stream(agent: Agent) -> Non
     assert [(a.permission, list(a.patterns), list(a.checks), a.opaque) for a in run.take_allowed()] == [
         ("bash", ["echo yes"], [], False)]
     assert run.take_allowed() == []
-    denied = await collect(await client.run_builtin(bash("rm -f nothing"), rules), allow=False)
+    denied = await collect(await client.run_builtin(replace(bash("rm -f nothing"), rules=rules)), allow=False)
     assert isinstance(denied[0], RunAsk)
     assert denied[0].patterns == ["rm -f nothing"]
 
 
 async def test_cancelling_one_call_stops_it_and_spares_the_others(agent: Agent) -> None:
     client, _, workspace = agent
-    await client.health()
     marker = workspace / "slept"
     doomed = await client.run_builtin(bash(f"echo started; sleep 30; touch {marker}"))
     kept = await client.run_builtin(bash("sleep 0.3; echo kept", "k"))
@@ -128,15 +127,14 @@ async def test_a_consumer_that_stops_at_the_result_cancels_nothing(agent: Agent,
     """The executor returns at the result and leaves the generator to be closed later: that close must not send
     the agent a cancel for a call that is over (one wasted message each way per call)."""
     client, _, _ = agent
-    await client.health()
     cancels: list[bool] = []
-    forget = _SharedStream.forget
+    forget = SharedStream.forget
 
-    def spy(self: _SharedStream, number: int, *, cancel: bool) -> None:
+    def spy(self: SharedStream, number: int, *, cancel: bool) -> None:
         cancels.append(cancel)
         forget(self, number, cancel=cancel)
 
-    monkeypatch.setattr(_SharedStream, "forget", spy)
+    monkeypatch.setattr(SharedStream, "forget", spy)
     for command in ("echo one", "exit 3"):
         run = await client.run_builtin(bash(command))
         seen = run.events()
@@ -158,7 +156,6 @@ async def test_a_consumer_that_stops_at_the_result_cancels_nothing(agent: Agent,
 
 async def test_a_lost_agent_fails_every_call_on_the_stream(agent: Agent) -> None:
     client, stop, _ = agent
-    await client.health()
     runs = [await client.run_builtin(bash("sleep 5", f"c{i}")) for i in range(3)]
     streams = [run.events() for run in runs]
     for run, events in zip(runs, streams, strict=True):

@@ -223,7 +223,7 @@ class ToolExecutor:
         ctx = ToolContext(
             session_id=scope.session_id, message_id=call.message_id, call_id=call.call_id, agent=scope.agent,
             ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort, env=env,
-            services=self._call_services(scope, call, raw_args, emit, abort),
+            services=self._call_services(scope, call, raw_args, emit, abort), rules=ask,
         )
         result = await definition.execute(args, ctx)
         # Upstream truncates inside a tool's own execute, so after-hooks see the truncated output and its

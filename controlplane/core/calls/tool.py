@@ -12,7 +12,7 @@ import asyncio
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,6 +20,9 @@ from controlplane.core.calls.spooled import Spooled
 from controlplane.core.definitions.schema import parameters_schema
 from controlplane.core.sessions.services import SessionServices
 from controlplane.errors import ControlPlaneError
+
+if TYPE_CHECKING:  # asks.py builds on this module: only its type is needed here
+    from controlplane.core.permissions.asks import LocalRules
 
 
 class ToolSource(enum.Enum):
@@ -63,6 +66,24 @@ class PermissionAsk:
     """Some command's name is known only when it runs: the strictest rule for `permission` decides too."""
 
 
+class CallRules(Protocol):
+    """The rules behind a call's `ask` (implemented by the permission gate's CallAsks), for a sandbox agent
+    that settles the asks they allow near the tool instead of a round trip per ask."""
+
+    async def local_rules(self) -> LocalRules | None:
+        """The rules the agent may settle allowed asks by; None when every ask must go up (a hook sees them)."""
+        ...
+
+    async def path_rules(self) -> LocalRules:
+        """The rules the agent only leaves out denied paths by (it never allows with them)."""
+        ...
+
+    async def allowed_elsewhere(self, permission: str, patterns: list[str], rules: LocalRules,
+                                checks: list[str] | None = None, opaque: bool = False) -> None:
+        """Audits and traces an ask the agent allowed by `rules`, as the gate does a rule-allowed ask."""
+        ...
+
+
 class SandboxCalls(Protocol):
     """What a tool may do with its session's sandbox (implemented by the executor)."""
 
@@ -98,6 +119,9 @@ class ToolContext:
     """Extra environment for commands the tool runs (the `shell.env` hook's output)."""
     services: SessionServices = field(default_factory=SessionServices)
     """What control-plane tools use beyond the call itself (todos, questions, sub-calls)."""
+    rules: CallRules | None = None
+    """The rules that decide `ask`, when rules do (the executor's calls): without them every ask of a
+    sandbox tool goes up to `ask`."""
 
 
 @dataclass(frozen=True)

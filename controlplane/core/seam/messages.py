@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from controlplane.core.calls.spooled import Spooled
+
+if TYPE_CHECKING:  # asks.py reaches this module through the session manager: only its type is needed here
+    from controlplane.core.permissions.asks import LocalRules
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,12 @@ class BuiltinCall:
     env: dict[str, str] = field(default_factory=dict)
     custom: bool = False
     """Run by the sandbox's tool host (a custom or plugin tool), not the built-in of that id."""
+    rules: LocalRules | None = None
+    """The agent settles the asks these rules allow itself (reporting them: `BuiltinRun.take_allowed`) and
+    leaves out what their denies cover (grep, glob, list)."""
+    path_rules: LocalRules | None = None
+    """Set instead of `rules` when every ask must go up (a `permission.ask` hook wants to see them): the
+    agent only leaves out what these rules deny, and never allows by them."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,16 @@ class RunAsk:
     """PermissionAsk.checks."""
     opaque: bool = False
     """PermissionAsk.opaque."""
+
+
+@dataclass(frozen=True)
+class AllowedAsk:
+    """An ask the agent settled itself by the call's `rules`, reported so it is audited as if the gate had."""
+
+    permission: str
+    patterns: list[str]
+    checks: list[str] = field(default_factory=list)
+    opaque: bool = False
 
 
 @dataclass(frozen=True)

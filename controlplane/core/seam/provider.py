@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from controlplane.core.seam.messages import (
+    AllowedAsk,
     BuiltinCall,
     CodeChanges,
     CommandSpec,
@@ -75,6 +76,11 @@ class BuiltinRun(abc.ABC):
     @abc.abstractmethod
     def cancel(self) -> None: ...
 
+    def take_allowed(self) -> list[AllowedAsk]:
+        """The asks the agent allowed by the call's `rules` since the last look; the caller audits them before
+        it handles the event that came with them. Always empty for an agent that sends every ask up."""
+        return []
+
 
 class SandboxAgent(abc.ABC):
     """The channel to one sandbox's agent."""
@@ -88,7 +94,8 @@ class SandboxAgent(abc.ABC):
     async def exec(self, spec: CommandSpec) -> ExecStream: ...
 
     @abc.abstractmethod
-    async def run_builtin(self, call: BuiltinCall) -> BuiltinRun: ...
+    async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
+        """Starts the call; its `rules` or `path_rules` say what the agent may settle or leave out itself."""
 
     @abc.abstractmethod
     async def save_output(self, name: str, content: bytes) -> str:

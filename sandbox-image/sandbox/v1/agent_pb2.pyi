@@ -66,7 +66,6 @@ class HealthResponse(_message.Message):
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
     TOOL_HOME_FIELD_NUMBER: _builtins.int
-    FEATURES_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     agent_pid: _builtins.int
     agent_uid: _builtins.int
@@ -78,10 +77,6 @@ class HealthResponse(_message.Message):
     """Commands and tool calls currently running."""
     tool_home: _builtins.str
     """HOME of the tool user; saved tool outputs live under it."""
-    @_builtins.property
-    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Optional protocol features this agent offers ("run_tools")."""
-
     def __init__(
         self,
         *,
@@ -93,11 +88,10 @@ class HealthResponse(_message.Message):
         uptime_ms: _builtins.int = ...,
         running: _builtins.int = ...,
         tool_home: _builtins.str = ...,
-        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "features", b"features", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -400,14 +394,14 @@ class ExecManyRequest(_message.Message):
     call: _builtins.int
     """The control plane's number for the call, unique on the stream."""
     cancel: _builtins.bool
-    """The control plane is gone for this call (as if its Exec were cancelled): an abort."""
+    """The control plane is gone for this call: an abort."""
     @_builtins.property
     def request(self) -> Global___ExecRequest:
-        """What Exec would receive: `start` first, then stdin, close_stdin or abort."""
+        """One of the command's requests: `start` first, then stdin, close_stdin or abort."""
 
     @_builtins.property
     def trace(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Trace context of the call (with its `start`), as Exec carries it in gRPC metadata."""
+        """Trace context of the call (with its `start`): the W3C headers its spans in the agent hang from."""
 
     def __init__(
         self,
@@ -440,7 +434,9 @@ class ExecManyEvent(_message.Message):
     A message may carry both its last event and `done`.
     """
     error: _builtins.str
-    """Why the call was refused, with the gRPC status name Exec would have ended with."""
+    """Why the command was refused, with the name of the gRPC status that says what kind of refusal
+    (INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ...).
+    """
     code: _builtins.str
     @_builtins.property
     def event(self) -> Global___ExecEvent: ...
@@ -741,14 +737,14 @@ class RunToolsRequest(_message.Message):
     call: _builtins.int
     """The control plane's number for the call, unique on the stream."""
     cancel: _builtins.bool
-    """The control plane is gone for this call (as if its RunTool were cancelled)."""
+    """The control plane is gone for this call: an abort."""
     @_builtins.property
     def request(self) -> Global___RunToolRequest:
-        """What RunTool would receive: `start` first, then ask replies and aborts."""
+        """One of the call's requests: `start` first, then ask replies and aborts."""
 
     @_builtins.property
     def trace(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Trace context of the call (with its `start`), as RunTool carries it in gRPC metadata."""
+        """Trace context of the call (with its `start`): the W3C headers its spans in the agent hang from."""
 
     def __init__(
         self,
@@ -780,7 +776,7 @@ class RunToolsEvent(_message.Message):
     with `error`). A message may carry both its last event and `done`.
     """
     error: _builtins.str
-    """The call was refused as RunTool refuses with INVALID_ARGUMENT."""
+    """Why the call was refused (a malformed call: the control plane raises INVALID_ARGUMENT)."""
     @_builtins.property
     def event(self) -> Global___RunToolEvent: ...
     def __init__(
@@ -1421,7 +1417,8 @@ Global___RunPluginHookResponse: _TypeAlias = RunPluginHookResponse  # noqa: Y015
 @_typing.final
 class SpanRecord(_message.Message):
     """A finished span recorded inside the sandbox. The sandbox has no network: its spans travel back in
-    the responses of the calls that carried a W3C `traceparent` in their metadata, and the control
+    the responses of the calls that carried a W3C `traceparent` (in their metadata, or a shared stream's
+    call in its `trace`), and the control
     plane hands them to its exporter (shifting them into the local call's interval if clocks differ).
     """
 

@@ -39,11 +39,6 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.HealthRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.HealthResponse.FromString,
                 _registered_method=True)
-        self.Exec = channel.stream_stream(
-                '/sandbox.v1.SandboxAgent/Exec',
-                request_serializer=sandbox_dot_v1_dot_agent__pb2.ExecRequest.SerializeToString,
-                response_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecEvent.FromString,
-                _registered_method=True)
         self.ExecMany = channel.stream_stream(
                 '/sandbox.v1.SandboxAgent/ExecMany',
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.ExecManyRequest.SerializeToString,
@@ -58,11 +53,6 @@ class SandboxAgentStub:
                 '/sandbox.v1.SandboxAgent/DownloadWorkspace',
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceResponse.FromString,
-                _registered_method=True)
-        self.RunTool = channel.stream_stream(
-                '/sandbox.v1.SandboxAgent/RunTool',
-                request_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolRequest.SerializeToString,
-                response_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolEvent.FromString,
                 _registered_method=True)
         self.RunTools = channel.stream_stream(
                 '/sandbox.v1.SandboxAgent/RunTools',
@@ -101,18 +91,12 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Exec(self, request_iterator, context):
-        """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
-        abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def ExecMany(self, request_iterator, context):
-        """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
-        Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
-        when HealthResponse.features lists "exec_many".
+        """Runs commands, many over one long-lived stream (a new RPC per command costs more than its
+        messages). Each request and event names its call. A command's first request must be `start`;
+        later ones may carry stdin, close it or abort; `cancel` (or the end of this stream) aborts it
+        too. Its events arrive in order, ending with `exited`; a command refused before it starts ends
+        with `done` and the status it failed with in `code` and `error`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,21 +116,12 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def RunTool(self, request_iterator, context):
-        """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
-        sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
-        metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
-        Cancelling the RPC is an abort.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def RunTools(self, request_iterator, context):
-        """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
-        messages). Each request and event names its call; a call behaves exactly as over RunTool, and
-        `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
-        HealthResponse.features lists "run_tools".
+        """Runs built-in tools (bash, read, edit, ...), many calls over one long-lived stream; each request
+        and event names its call. A call's first request must be `start`. The agent sends each
+        permission the tool needs as `ask` and waits for the matching `ask_reply`; live metadata arrives
+        as `metadata`; the call ends with exactly one `result` or `failed`. `cancel` (or the end of
+        this stream) aborts it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,11 +167,6 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.HealthRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.HealthResponse.SerializeToString,
             ),
-            'Exec': grpc.stream_stream_rpc_method_handler(
-                    servicer.Exec,
-                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecRequest.FromString,
-                    response_serializer=sandbox_dot_v1_dot_agent__pb2.ExecEvent.SerializeToString,
-            ),
             'ExecMany': grpc.stream_stream_rpc_method_handler(
                     servicer.ExecMany,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.ExecManyRequest.FromString,
@@ -211,11 +181,6 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.DownloadWorkspace,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceResponse.SerializeToString,
-            ),
-            'RunTool': grpc.stream_stream_rpc_method_handler(
-                    servicer.RunTool,
-                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.RunToolRequest.FromString,
-                    response_serializer=sandbox_dot_v1_dot_agent__pb2.RunToolEvent.SerializeToString,
             ),
             'RunTools': grpc.stream_stream_rpc_method_handler(
                     servicer.RunTools,
@@ -270,33 +235,6 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/Health',
             sandbox_dot_v1_dot_agent__pb2.HealthRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.HealthResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Exec(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/sandbox.v1.SandboxAgent/Exec',
-            sandbox_dot_v1_dot_agent__pb2.ExecRequest.SerializeToString,
-            sandbox_dot_v1_dot_agent__pb2.ExecEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -378,33 +316,6 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/DownloadWorkspace',
             sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.DownloadWorkspaceResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def RunTool(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/sandbox.v1.SandboxAgent/RunTool',
-            sandbox_dot_v1_dot_agent__pb2.RunToolRequest.SerializeToString,
-            sandbox_dot_v1_dot_agent__pb2.RunToolEvent.FromString,
             options,
             channel_credentials,
             insecure,

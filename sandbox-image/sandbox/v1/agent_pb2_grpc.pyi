@@ -36,30 +36,23 @@ class SandboxAgentStub:
     def __new__(cls, channel: _aio.Channel) -> SandboxAgentAsyncStub: ...
     Health: _grpc.UnaryUnaryMultiCallable[_agent_pb2.HealthRequest, _agent_pb2.HealthResponse]
     """Liveness plus the facts the control plane checks before handing the sandbox out."""
-    Exec: _grpc.StreamStreamMultiCallable[_agent_pb2.ExecRequest, _agent_pb2.ExecEvent]
-    """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
-    abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
-    """
     ExecMany: _grpc.StreamStreamMultiCallable[_agent_pb2.ExecManyRequest, _agent_pb2.ExecManyEvent]
-    """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
-    Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
-    when HealthResponse.features lists "exec_many".
+    """Runs commands, many over one long-lived stream (a new RPC per command costs more than its
+    messages). Each request and event names its call. A command's first request must be `start`;
+    later ones may carry stdin, close it or abort; `cancel` (or the end of this stream) aborts it
+    too. Its events arrive in order, ending with `exited`; a command refused before it starts ends
+    with `done` and the status it failed with in `code` and `error`.
     """
     UploadWorkspace: _grpc.StreamUnaryMultiCallable[_agent_pb2.UploadWorkspaceRequest, _agent_pb2.UploadWorkspaceResponse]
     """Extracts a tar stream into the workspace (as the unprivileged tool user)."""
     DownloadWorkspace: _grpc.UnaryStreamMultiCallable[_agent_pb2.DownloadWorkspaceRequest, _agent_pb2.DownloadWorkspaceResponse]
     """Streams the workspace (or a path inside it) back as a tar archive."""
-    RunTool: _grpc.StreamStreamMultiCallable[_agent_pb2.RunToolRequest, _agent_pb2.RunToolEvent]
-    """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
-    sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
-    metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
-    Cancelling the RPC is an abort.
-    """
     RunTools: _grpc.StreamStreamMultiCallable[_agent_pb2.RunToolsRequest, _agent_pb2.RunToolsEvent]
-    """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
-    messages). Each request and event names its call; a call behaves exactly as over RunTool, and
-    `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
-    HealthResponse.features lists "run_tools".
+    """Runs built-in tools (bash, read, edit, ...), many calls over one long-lived stream; each request
+    and event names its call. A call's first request must be `start`. The agent sends each
+    permission the tool needs as `ask` and waits for the matching `ask_reply`; live metadata arrives
+    as `metadata`; the call ends with exactly one `result` or `failed`. `cancel` (or the end of
+    this stream) aborts it.
     """
     SaveToolOutput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
@@ -81,30 +74,23 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Health: _aio.UnaryUnaryMultiCallable[_agent_pb2.HealthRequest, _agent_pb2.HealthResponse]  # type: ignore[assignment]
     """Liveness plus the facts the control plane checks before handing the sandbox out."""
-    Exec: _aio.StreamStreamMultiCallable[_agent_pb2.ExecRequest, _agent_pb2.ExecEvent]  # type: ignore[assignment]
-    """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
-    abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
-    """
     ExecMany: _aio.StreamStreamMultiCallable[_agent_pb2.ExecManyRequest, _agent_pb2.ExecManyEvent]  # type: ignore[assignment]
-    """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
-    Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
-    when HealthResponse.features lists "exec_many".
+    """Runs commands, many over one long-lived stream (a new RPC per command costs more than its
+    messages). Each request and event names its call. A command's first request must be `start`;
+    later ones may carry stdin, close it or abort; `cancel` (or the end of this stream) aborts it
+    too. Its events arrive in order, ending with `exited`; a command refused before it starts ends
+    with `done` and the status it failed with in `code` and `error`.
     """
     UploadWorkspace: _aio.StreamUnaryMultiCallable[_agent_pb2.UploadWorkspaceRequest, _agent_pb2.UploadWorkspaceResponse]  # type: ignore[assignment]
     """Extracts a tar stream into the workspace (as the unprivileged tool user)."""
     DownloadWorkspace: _aio.UnaryStreamMultiCallable[_agent_pb2.DownloadWorkspaceRequest, _agent_pb2.DownloadWorkspaceResponse]  # type: ignore[assignment]
     """Streams the workspace (or a path inside it) back as a tar archive."""
-    RunTool: _aio.StreamStreamMultiCallable[_agent_pb2.RunToolRequest, _agent_pb2.RunToolEvent]  # type: ignore[assignment]
-    """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
-    sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
-    metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
-    Cancelling the RPC is an abort.
-    """
     RunTools: _aio.StreamStreamMultiCallable[_agent_pb2.RunToolsRequest, _agent_pb2.RunToolsEvent]  # type: ignore[assignment]
-    """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
-    messages). Each request and event names its call; a call behaves exactly as over RunTool, and
-    `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
-    HealthResponse.features lists "run_tools".
+    """Runs built-in tools (bash, read, edit, ...), many calls over one long-lived stream; each request
+    and event names its call. A call's first request must be `start`. The agent sends each
+    permission the tool needs as `ask` and waits for the matching `ask_reply`; live metadata arrives
+    as `metadata`; the call ends with exactly one `result` or `failed`. `cancel` (or the end of
+    this stream) aborts it.
     """
     SaveToolOutput: _aio.UnaryUnaryMultiCallable[_agent_pb2.SaveToolOutputRequest, _agent_pb2.SaveToolOutputResponse]  # type: ignore[assignment]
     """Stores a tool's full (untruncated) output where the tool user's `read` and `grep` reach it."""
@@ -131,24 +117,16 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         """Liveness plus the facts the control plane checks before handing the sandbox out."""
 
     @_abc_1.abstractmethod
-    def Exec(
-        self,
-        request_iterator: _MaybeAsyncIterator[_agent_pb2.ExecRequest],
-        context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ExecEvent], _abc.AsyncIterator[_agent_pb2.ExecEvent]]:
-        """Runs one command. The first request must be `start`; later ones may carry stdin, close it or
-        abort. Cancelling the RPC is an abort too. Events arrive in order, ending with `exited`.
-        """
-
-    @_abc_1.abstractmethod
     def ExecMany(
         self,
         request_iterator: _MaybeAsyncIterator[_agent_pb2.ExecManyRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.ExecManyEvent], _abc.AsyncIterator[_agent_pb2.ExecManyEvent]]:
-        """Many Exec calls over one long-lived stream, as RunTools carries RunTool calls. A call whose
-        Exec would fail with a status ends with `done` and that status in `code` and `error`. Offered
-        when HealthResponse.features lists "exec_many".
+        """Runs commands, many over one long-lived stream (a new RPC per command costs more than its
+        messages). Each request and event names its call. A command's first request must be `start`;
+        later ones may carry stdin, close it or abort; `cancel` (or the end of this stream) aborts it
+        too. Its events arrive in order, ending with `exited`; a command refused before it starts ends
+        with `done` and the status it failed with in `code` and `error`.
         """
 
     @_abc_1.abstractmethod
@@ -168,27 +146,16 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         """Streams the workspace (or a path inside it) back as a tar archive."""
 
     @_abc_1.abstractmethod
-    def RunTool(
-        self,
-        request_iterator: _MaybeAsyncIterator[_agent_pb2.RunToolRequest],
-        context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_pb2.RunToolEvent], _abc.AsyncIterator[_agent_pb2.RunToolEvent]]:
-        """Runs one built-in tool (bash, read, edit, ...). The first request must be `start`. The agent
-        sends each permission the tool needs as `ask` and waits for the matching `ask_reply`; live
-        metadata arrives as `metadata`; the call ends with exactly one `result` or `failed`.
-        Cancelling the RPC is an abort.
-        """
-
-    @_abc_1.abstractmethod
     def RunTools(
         self,
         request_iterator: _MaybeAsyncIterator[_agent_pb2.RunToolsRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_agent_pb2.RunToolsEvent], _abc.AsyncIterator[_agent_pb2.RunToolsEvent]]:
-        """Many RunTool calls over one long-lived stream (a new RPC per call costs more than the call's
-        messages). Each request and event names its call; a call behaves exactly as over RunTool, and
-        `cancel` (or the end of this stream) is what cancelling its RunTool would be. Offered when
-        HealthResponse.features lists "run_tools".
+        """Runs built-in tools (bash, read, edit, ...), many calls over one long-lived stream; each request
+        and event names its call. A call's first request must be `start`. The agent sends each
+        permission the tool needs as `ask` and waits for the matching `ask_reply`; live metadata arrives
+        as `metadata`; the call ends with exactly one `result` or `failed`. `cancel` (or the end of
+        this stream) aborts it.
         """
 
     @_abc_1.abstractmethod

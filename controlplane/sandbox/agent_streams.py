@@ -1,0 +1,187 @@
+"""The agent's shared streams (RunTools, ExecMany): many numbered calls over one long-lived RPC each.
+
+A new RPC per call costs more than the call's own messages, so every tool call and every command of a
+sandbox rides one of two streams; each call still gets exactly the events and errors it would have had
+over an RPC of its own. Also here: how the agent's statuses become the control plane's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from controlplane.errors import (
+    ControlPlaneError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    SandboxError,
+    SandboxLostError,
+)
+from controlplane.telemetry.remote import AgentCallSpan
+
+END = object()
+"""Put in a stream's outbox: its requests end there."""
+
+AGENT_FAULTS = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNIMPLEMENTED,
+                grpc.StatusCode.DATA_LOSS, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.ALREADY_EXISTS,
+                grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ABORTED)
+"""Statuses an agent that is still there ends a call with (an exception it did not expect): that call failed,
+the sandbox did not. Only a dead channel (UNAVAILABLE, a cancelled or timed-out stream) may mean it is gone."""
+
+
+def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneError:
+    return status_error(exc.code(), exc.details() or "", sandbox_id)
+
+
+def status_error(code: grpc.StatusCode, details: str, sandbox_id: str) -> ControlPlaneError:
+    """Agent statuses are a closed set; an unexpected failure fails the call; anything else may mean the sandbox is
+    gone (the session manager checks that it really is before failing the session)."""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgumentError(details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return FailedPreconditionError(details)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFoundError(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return ResourceExhaustedError(details)
+    if code in AGENT_FAULTS:
+        return SandboxError(f"the sandbox agent failed this call ({code.name}: {details})")
+    return SandboxLostError(f"sandbox {sandbox_id} is not answering ({code.name}: {details})")
+
+
+def refusal(code: str, message: str, sandbox_id: str) -> ControlPlaneError:
+    """What a call the agent refused on a shared stream raises: the error of the status it names."""
+    status = getattr(grpc.StatusCode, code, grpc.StatusCode.UNKNOWN)
+    if not isinstance(status, grpc.StatusCode):
+        status = grpc.StatusCode.UNKNOWN
+    return status_error(status, message, sandbox_id)
+
+
+async def drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterator[Any]:
+    """A stream's requests: what is put in `outbox` until END."""
+    while (item := await outbox.get()) is not END:
+        assert isinstance(item, kind)
+        yield item
+
+
+class SharedStream:
+    """One long-lived agent call (RunTools, ExecMany) carrying many numbered calls, each with its own inbox.
+
+    Its requests and events have the same shape on both RPCs: `call`, `request`, `cancel`, `trace` up;
+    `call`, `event`, `done`, `error` down.
+    """
+
+    def __init__(self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object],
+                 request_type: type[Any]) -> None:
+        self._outbox = outbox
+        self._request_type = request_type
+        self._inboxes: dict[int, asyncio.Queue[Any]] = {}
+        self._numbers = itertools.count(1)
+        self._call = call
+        self._reader = asyncio.ensure_future(self._read())
+        self.open = True
+
+    @classmethod
+    def of(cls, rpc: Callable[[AsyncIterator[Any]], grpc.aio.StreamStreamCall[Any, Any]],
+           request_type: type[Any]) -> SharedStream:
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        return cls(rpc(drain(outbox, request_type)), outbox, request_type)
+
+    def start(self, request: Any, traced: AgentCallSpan) -> tuple[int, asyncio.Queue[Any]]:
+        """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""
+        number = next(self._numbers)
+        inbox = self._inboxes[number] = asyncio.Queue()
+        self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata)))
+        return number, inbox
+
+    def send(self, number: int, request: Any) -> None:
+        if number in self._inboxes:
+            self._outbox.put_nowait(self._request_type(call=number, request=request))
+
+    def forget(self, number: int, *, cancel: bool) -> None:
+        if self._inboxes.pop(number, None) is not None and cancel and self.open:
+            self._outbox.put_nowait(self._request_type(call=number, cancel=True))
+
+    async def _read(self) -> None:
+        ended: grpc.aio.AioRpcError | None = None
+        try:
+            async for event in self._call:
+                inbox = self._inboxes.get(event.call)
+                if inbox is not None:
+                    inbox.put_nowait(event)
+        except grpc.aio.AioRpcError as exc:
+            ended = exc
+        finally:
+            self.close()
+            inboxes, self._inboxes = self._inboxes, {}
+            for inbox in inboxes.values():
+                inbox.put_nowait(ended)
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self._outbox.put_nowait(END)
+            self._call.cancel()
+
+
+class SharedCall:
+    """One call on a `SharedStream`: its events in order until its last, with the errors an RPC of its own
+    would give. Subclasses say what its events mean; the loop over them is this one for both kinds."""
+
+    _what, _end = "call", "an end"
+    """How the lost-sandbox error names the call and what it lacked."""
+
+    def __init__(self, stream: SharedStream, request: Any, sandbox_id: str, traced: AgentCallSpan) -> None:
+        self._stream = stream
+        self._number, self._inbox = stream.start(request, traced)
+        self._sandbox_id = sandbox_id
+        self._traced = traced
+
+    def _domain(self, event: Any) -> Any:
+        """The domain form of one of the call's events, or None to skip it."""
+        raise NotImplementedError
+
+    def _is_last(self, domain: Any) -> bool:
+        raise NotImplementedError
+
+    def _refused(self, item: Any) -> ControlPlaneError:
+        raise NotImplementedError
+
+    async def _events(self) -> AsyncIterator[Any]:
+        finished = False
+        try:
+            while True:
+                item = await self._inbox.get()
+                if isinstance(item, grpc.aio.AioRpcError):
+                    self._traced.finish(error=item)
+                    raise map_agent_error(item, self._sandbox_id) from item
+                if item is None or item.error:
+                    finished = True  # the agent's side of the call is over: nothing to cancel
+                    if item is not None:
+                        raise self._refused(item)
+                    break
+                domain = self._domain(item.event) if item.HasField("event") else None
+                if domain is not None:
+                    if self._is_last(domain):
+                        # Settled before the yield: a consumer that stops at the last event leaves this
+                        # generator to be closed later, and that must not cancel a call that is over.
+                        finished = True
+                        yield domain
+                        return
+                    yield domain
+                if item.done:
+                    finished = True
+                    break
+        finally:
+            self._traced.finish()
+            self._stream.forget(self._number, cancel=not finished)
+        raise SandboxLostError(f"sandbox {self._sandbox_id} ended the {self._what} without {self._end}")
+
+    def cancel(self) -> None:
+        self._stream.forget(self._number, cancel=True)
