@@ -8,19 +8,15 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from sandbox_agent import event_loop
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
-
-@pytest.fixture(scope="session")
-async def docker_plane() -> AsyncIterator[Plane]:
-    """One Docker-backed control plane shared by the Docker tests (pool of 2)."""
-    async with running_plane("docker", pool={"size": 2, "refill_concurrency": 2}) as plane:
-        yield plane
+# One Docker-backed control plane shared by the Docker tests (pool of 2).
+docker_plane = served_plane("docker", name="docker_plane", scope="session", pool={"size": 2, "refill_concurrency": 2})
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +31,12 @@ def lsp_flag() -> Iterator[None]:
         os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = before
 
 
-@pytest.fixture(scope="module")
-async def lsp_plane(lsp_flag: None) -> AsyncIterator[Plane]:
-    """A Docker plane of its own that offers the `lsp` tool (one per module: the flag is read at start)."""
-    async with running_plane("docker", pool={"size": 1, "refill_concurrency": 1}) as plane:
-        yield plane
+# A Docker plane of its own that offers the `lsp` tool (one per module: the flag is read at start).
+lsp_plane = served_plane("docker", name="lsp_plane", needs=("lsp_flag",), pool={"size": 1, "refill_concurrency": 1})
 
 
-@pytest.fixture(scope="session")
-async def local_plane() -> AsyncIterator[Plane]:
-    """A control plane whose sandboxes are in-process agents (fast, no isolation)."""
-    async with running_plane("local") as plane:
-        yield plane
+# A control plane whose sandboxes are in-process agents (fast, no isolation).
+local_plane = served_plane("local", name="local_plane", scope="session")
 
 
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])

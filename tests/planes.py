@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import docker
+import pytest
 
 from controlplane import app
 from controlplane.client import AsyncClient
@@ -71,6 +72,26 @@ async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIter
         await app.stop(plane)
         remove_instance_leftovers(instance)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def served_plane(provider: str = "local", *, name: str = "plane",
+                 scope: Literal["session", "module", "function"] = "module",
+                 needs: tuple[str, ...] = (), **overrides: Any) -> Any:
+    """The one fixture for a control plane serving gRPC on a loopback port: `plane = served_plane(...)` in a test
+    module (or conftest) defines a fixture `name` running `running_plane(provider, **overrides)`.
+
+    `needs` names fixtures set up first: those whose effect the plane reads only when it starts (environment
+    flags, OpenTelemetry's SDK provider).
+    """
+
+    @pytest.fixture(scope=scope, name=name)
+    async def served(request: pytest.FixtureRequest) -> AsyncIterator[Plane]:
+        for needed in needs:
+            request.getfixturevalue(needed)
+        async with running_plane(provider, **overrides) as plane:
+            yield plane
+
+    return served
 
 
 def instance_containers(instance: str) -> list[Any]:

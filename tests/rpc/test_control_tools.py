@@ -8,7 +8,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from controlplane.client import AsyncClient, ToolOutcome
 from controlplane.config import load_settings
 from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane, short_tmp
+from tests.planes import Plane, served_plane, short_tmp
 
 FLAGS = {"OPENCODE_EXPERIMENTAL_PLAN_MODE": "1"}
 CLEARED = ("OPENCODE_CLIENT", "OPENCODE_EXPERIMENTAL", "OPENCODE_ENABLE_EXA", "OPENCODE_EXPERIMENTAL_EXA",
@@ -74,10 +74,7 @@ def flags() -> Iterator[None]:
                 os.environ[key] = value
 
 
-@pytest.fixture(scope="module")
-async def plane(flags: None) -> AsyncIterator[Plane]:
-    async with running_plane("local") as p:
-        yield p
+plane = served_plane("local", needs=("flags",))
 
 
 def ids(listing: tool_pb2.ListToolsResponse) -> list[str]:

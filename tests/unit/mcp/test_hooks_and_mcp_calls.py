@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from controlplane.core.calls.hooks import HookBus, HookError
 from controlplane.v1 import tool_pb2
 from sandbox_agent.custom.host import HostCallError, HostFile, ToolHost
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 from tests.plugin_fixtures import hook_recorder
 from tests.unit.custom.conftest import Sandbox, bun_host, runner, sandbox  # noqa: F401 (fixtures)
 
@@ -115,10 +114,7 @@ async def test_a_project_plugins_throwing_before_hook_reports_its_own_message(
 # -- §9 and §3: MCP tools through the public API ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", plugins={"modules": [PLUGIN]}) as p:
-        yield p
+plane = served_plane("local", plugins={"modules": [PLUGIN]})
 
 
 def mcp_config(permission: dict[str, Any] | None = None) -> str:
