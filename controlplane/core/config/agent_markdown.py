@@ -20,7 +20,7 @@ import yaml
 
 from controlplane.core.config.config_text import MAX_DEPTH
 from controlplane.core.definitions.validation import js_number
-from controlplane.errors import InvalidArgumentError
+from controlplane.errors import ControlPlaneError, InvalidArgumentError
 from sandbox_agent.custom.frontmatter import second_reading, split_matter
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -84,7 +84,7 @@ class JsDate(str):
     __slots__ = ()
 
 
-class _NotYamlError(Exception):
+class _NotYamlError(ControlPlaneError):
     pass
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import re
 
+from sandbox_agent.errors import AgentError
 
-class FrontmatterError(ValueError):
+
+class FrontmatterError(AgentError):
     """The frontmatter is not in the supported YAML subset."""
 
 

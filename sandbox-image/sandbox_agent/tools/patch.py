@@ -9,6 +9,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sandbox_agent.errors import AgentError
+
 # JavaScript's String.prototype.trim() set, which differs from str.strip() (e.g. U+FEFF yes, U+001C no).
 JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
                 "\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -31,7 +33,7 @@ _PUNCTUATION = str.maketrans({
 })
 
 
-class PatchError(Exception):
+class PatchError(AgentError):
     """A malformed patch or a chunk that does not apply; `str(exc)` is upstream's Error message."""
 
 
