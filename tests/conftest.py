@@ -8,12 +8,17 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import asyncio
-from collections.abc import Callable, Iterator
+import shutil
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sandbox_agent import event_loop
-from tests.planes import Plane, served_plane
+from tests.planes import Plane, served_plane, short_tmp
+
+if TYPE_CHECKING:
+    from scripts.trace_demo_receiver import Rotel
 
 # One Docker-backed control plane shared by the Docker tests (pool of 2).
 docker_plane = served_plane("docker", name="docker_plane", scope="session", pool={"size": 2, "refill_concurrency": 2})
@@ -46,6 +51,20 @@ def either_plane(request: pytest.FixtureRequest) -> Plane:
     found: Plane = request.getfixturevalue("docker_plane" if request.param == "docker" else "local_plane")
     return found
 
+
+
+@pytest.fixture
+async def rotel() -> AsyncIterator[Rotel]:
+    """A real OpenTelemetry collector (rotel) on loopback, writing what it receives to a debug log."""
+    from scripts.trace_demo_receiver import Rotel
+
+    receiver = Rotel(short_tmp() / "rotel.log")
+    await asyncio.to_thread(receiver.start)
+    try:
+        yield receiver
+    finally:
+        await asyncio.to_thread(receiver.stop)
+        shutil.rmtree(receiver.log_path.parent, ignore_errors=True)
 
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item,

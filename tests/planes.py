@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from tests.archives import tar_of
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -92,6 +93,20 @@ def served_plane(provider: str = "local", *, name: str = "plane",
             yield plane
 
     return served
+
+
+def workspace_session(files: Mapping[str, str | bytes], *, config_json: str = "", plane: str = "docker_plane") -> Any:
+    """A module's fixture `session_id`: one session on `plane` (a fixture's name) whose workspace holds
+    `files` (and whose config is `config_json`), shared by the module's tests and deleted after them."""
+
+    @pytest.fixture(scope="module", name="session_id")
+    async def session_id(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+        served: Plane = request.getfixturevalue(plane)
+        session = await served.client.create_session(workspace_archive=tar_of(files), config_json=config_json)
+        yield session.id
+        await served.client.delete_session(session.id)
+
+    return session_id
 
 
 def instance_containers(instance: str) -> list[Any]:

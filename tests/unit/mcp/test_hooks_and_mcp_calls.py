@@ -20,7 +20,7 @@ from controlplane.v1 import tool_pb2
 from sandbox_agent.custom.host import HostCallError, HostFile, ToolHost
 from tests.planes import Plane, served_plane
 from tests.plugin_fixtures import hook_recorder
-from tests.unit.custom.conftest import Sandbox, bun_host, runner, sandbox  # noqa: F401 (fixtures)
+from tests.unit.custom.conftest import Sandbox, bun_host, sandbox  # noqa: F401 (fixtures)
 
 SERVER = str(Path(__file__).with_name("stdio_server.py"))
 PLUGIN = "tests.plugin_fixtures.hook_recorder"
