@@ -9,13 +9,13 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import pytest
 
 from sandbox_agent import event_loop
-from tests.planes import Plane, served_plane, short_tmp
+from tests.planes import Plane, environment, served_plane, short_tmp
 
 if TYPE_CHECKING:
     from scripts.trace_demo_receiver import Rotel
@@ -24,16 +24,8 @@ if TYPE_CHECKING:
 docker_plane = served_plane("docker", name="docker_plane", scope="session", pool={"size": 2, "refill_concurrency": 2})
 
 
-@pytest.fixture(scope="module")
-def lsp_flag() -> Iterator[None]:
-    """The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts."""
-    before = os.environ.get("OPENCODE_EXPERIMENTAL_LSP_TOOL")
-    os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = "1"
-    yield
-    if before is None:
-        os.environ.pop("OPENCODE_EXPERIMENTAL_LSP_TOOL", None)
-    else:
-        os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = before
+# The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts.
+lsp_flag = environment("lsp_flag", {"OPENCODE_EXPERIMENTAL_LSP_TOOL": "1"})
 
 
 # A Docker plane of its own that offers the `lsp` tool (one per module: the flag is read at start).

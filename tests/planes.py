@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +107,23 @@ def workspace_session(files: Mapping[str, str | bytes], *, config_json: str = ""
         await served.client.delete_session(session.id)
 
     return session_id
+
+
+def environment(name: str, values: Mapping[str, str], *, cleared: tuple[str, ...] = ()) -> Any:
+    """A module-wide fixture `name` that sets `values` and removes `cleared` from the environment, restoring
+    both after the module: for variables a control plane reads only when it starts (pass `name` in
+    `served_plane(needs=...)`)."""
+
+    @pytest.fixture(scope="module", name=name)
+    def patched() -> Iterator[None]:
+        with pytest.MonkeyPatch.context() as patch:
+            for key in cleared:
+                patch.delenv(key, raising=False)
+            for key, value in values.items():
+                patch.setenv(key, value)
+            yield
+
+    return patched
 
 
 def instance_containers(instance: str) -> list[Any]:
