@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import secrets
 import shutil
@@ -11,11 +12,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import docker
 import pytest
@@ -26,6 +27,7 @@ from controlplane.config import load_settings
 from tests.archives import tar_of
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def short_tmp() -> Path:
@@ -85,28 +87,32 @@ def served_plane(provider: str = "local", *, name: str = "plane",
     flags, OpenTelemetry's SDK provider).
     """
 
-    @pytest.fixture(scope=scope, name=name)
-    async def served(request: pytest.FixtureRequest) -> AsyncIterator[Plane]:
-        for needed in needs:
-            request.getfixturevalue(needed)
+    async def served(**_needed: object) -> AsyncIterator[Plane]:
         async with running_plane(provider, **overrides) as plane:
             yield plane
 
-    return served
+    return pytest.fixture(scope=scope, name=name)(_asking_for(served, *needs))
 
 
 def workspace_session(files: Mapping[str, str | bytes], *, config_json: str = "", plane: str = "docker_plane") -> Any:
     """A module's fixture `session_id`: one session on `plane` (a fixture's name) whose workspace holds
     `files` (and whose config is `config_json`), shared by the module's tests and deleted after them."""
 
-    @pytest.fixture(scope="module", name="session_id")
-    async def session_id(request: pytest.FixtureRequest) -> AsyncIterator[str]:
-        served: Plane = request.getfixturevalue(plane)
+    async def session_id(**fixtures: Plane) -> AsyncIterator[str]:
+        served = fixtures[plane]
         session = await served.client.create_session(workspace_archive=tar_of(files), config_json=config_json)
         yield session.id
         await served.client.delete_session(session.id)
 
-    return session_id
+    return pytest.fixture(scope="module", name="session_id")(_asking_for(session_id, plane))
+
+
+def _asking_for(function: Callable[..., T], *fixtures: str) -> Callable[..., T]:
+    """`function` (taking **kwargs) with a signature naming `fixtures`, so that pytest sets them up first and
+    passes them in, whatever their names (a fixture asked for by a running async fixture could not be set up)."""
+    parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in fixtures]
+    function.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    return function
 
 
 def environment(name: str, values: Mapping[str, str], *, cleared: tuple[str, ...] = ()) -> Any:
