@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig
+from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig, upstream_environment
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -99,7 +99,8 @@ def build_tools(
     todos: TodoStore | None = None,
 ) -> ToolRuntime:
     tools = catalog.implemented(settings)
-    registry = Registry(catalog.registered(tools), env=os.environ)
+    upstream = upstream_environment()
+    registry = Registry(catalog.registered(tools), env=upstream)
     hooks = hooks or HookBus()
 
     def sandbox_calls(sandbox: Sandbox) -> AgentToolCalls:
@@ -115,7 +116,7 @@ def build_tools(
     executor = ToolExecutor(gate, hooks, audit)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
-        env=os.environ, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
+        env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
     )
 
 

@@ -15,7 +15,6 @@ import asyncio
 import io
 import json
 import logging
-import os
 import sys
 import tarfile
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from google.protobuf.json_format import MessageToDict
 
 from controlplane import app
 from controlplane.client import AsyncClient, PermissionRequest
-from controlplane.config import Settings, load_settings
+from controlplane.config import Settings, client_environment, load_settings
 from controlplane.errors import ControlPlaneError
 from controlplane.v1 import session_pb2, tool_pb2
 from sandbox_agent import event_loop
@@ -42,11 +41,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _target_and_token(args: argparse.Namespace) -> tuple[str, str]:
     settings = _settings(args)
-    target = args.target or os.environ.get("CONTROLPLANE_TARGET")
+    env = client_environment()
+    target = args.target or env.target
     if not target:
         endpoint = settings.data_dir / app.ENDPOINT_FILE
         target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
-    token = args.token or os.environ.get("CONTROLPLANE_TOKEN") or _read_token(settings.token_file)
+    token = args.token or env.token or _read_token(settings.token_file)
     if not token:
         raise SystemExit(
             f"no token: pass --token, set CONTROLPLANE_TOKEN, or start the server once ({settings.token_file})"

@@ -1,12 +1,33 @@
 """Operator configuration: a TOML file plus `CONTROLPLANE_*` environment overrides.
 
 The environment wins over the file; nested keys use `__` (`CONTROLPLANE_POOL__SIZE=4`). Unknown
-keys are errors. This is the only module that reads the environment.
+keys are errors.
+
+This module is the control plane's one reader of the environment for what configures it: `load_settings`
+(`CONTROLPLANE_CONFIG` and every `CONTROLPLANE_*` setting), `client_environment` (the command line's
+`CONTROLPLANE_TARGET` and `CONTROLPLANE_TOKEN`) and `upstream_environment` (the `OPENCODE_*` flags upstream's
+tools read, taken by the tool registry and runtime). The environment is read elsewhere only where a library
+or another process owns the variables, namely:
+
+- controlplane/telemetry/setup.py reads OpenTelemetry's own `OTEL_*` variables with the SDK's meaning
+  (`OTEL_SDK_DISABLED`, `OTEL_{TRACES,METRICS}_EXPORTER`, `OTEL_EXPORTER_OTLP_[{signal}_]ENDPOINT` and
+  `..._PROTOCOL`), and the SDK's resource and the OTLP exporters it builds read the rest of `OTEL_*`
+  themselves: that is the standard way to point any OpenTelemetry program at a collector.
+- controlplane/__main__.py sets `GRPC_ENABLE_FORK_SUPPORT` (default 0) for gRPC's C core, which reads it.
+- sandbox_agent.event_loop reads `OCSB_EVENT_LOOP` (uvloop or asyncio) for the control plane and the agent
+  alike: one choice for both processes, made where the loop is made.
+- docker.from_env() (sandbox/docker.py, the Swarm provider) reads `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and
+  `DOCKER_CERT_PATH`, Docker's own way to name its engine, unless `provider.base_url` is set.
+- controlplane/sandbox/swarm/relay.py (`main`) is the Swarm relay, a process of its own on each node: it
+  reads its `OCSB_*` variables, which the control plane sets when it creates the relay service.
+- Child processes (the local provider's agents, losetup, openssl) inherit the environment as it is.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -274,3 +295,26 @@ def load_settings(config_file: Path | None = None, **overrides: object) -> Setti
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from exc
     return Settings.model_validate(loaded.model_dump())
+
+
+@dataclass(frozen=True)
+class ClientEnvironment:
+    """What the command line's client commands take from the environment when no flag gives it."""
+
+    target: str | None
+    """`CONTROLPLANE_TARGET`: the server's address."""
+    token: str | None
+    """`CONTROLPLANE_TOKEN`: the bearer token."""
+
+
+def client_environment(env: Mapping[str, str] = os.environ) -> ClientEnvironment:
+    return ClientEnvironment(target=env.get("CONTROLPLANE_TARGET") or None, token=env.get("CONTROLPLANE_TOKEN") or None)
+
+
+UPSTREAM_PREFIX = "OPENCODE_"
+
+
+def upstream_environment(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The `OPENCODE_*` variables, as upstream's tools read them (the registry's flags, `OPENCODE_PERMISSION`).
+    Taken when the tools are built: a plane started after a change sees it."""
+    return {key: value for key, value in env.items() if key.startswith(UPSTREAM_PREFIX)}

@@ -1,4 +1,6 @@
-"""The control plane's exception tree; the rpc layer maps `code` to a gRPC status in one place.
+"""The control plane's exception tree: every exception class of the control plane process, wherever it is
+defined, derives from ControlPlaneError and is drawn here (tests/unit/test_error_tree.py holds both true).
+The rpc layer maps `code` to a gRPC status in one place.
 
 ControlPlaneError
 ├── InvalidArgumentError        the request is malformed
@@ -7,10 +9,35 @@ ControlPlaneError
 ├── FailedPreconditionError     the session is not in a state that allows this
 ├── ResourceExhaustedError      a limit was reached (archive too large, ...)
 ├── ConfigError                 operator configuration is invalid
-└── SandboxError                the sandbox could not be had or was lost
-    ├── HardeningError          a required hardening option could not be applied (fail closed)
-    ├── SandboxStartError       the container or its agent did not come up
-    └── SandboxLostError        the container died or vanished
+│   └── McpConfigError          an `mcp.{name}` entry that cannot be used (mcp/config.py)
+├── SandboxError                the sandbox could not be had or was lost
+│   ├── HardeningError          a required hardening option could not be applied (fail closed)
+│   ├── SandboxStartError       the container or its agent did not come up
+│   └── SandboxLostError        the container died or vanished
+├── StoreUnavailableError       the PostgreSQL store cannot be reached (store/postgres.py)
+├── ToolError                   a tool call failed; its text is what the model reads (core/calls/tool.py)
+│   ├── RejectedError           the user refused without feedback (core/permissions/permission.py)
+│   ├── CorrectedError          the user refused with feedback (core/permissions/permission.py)
+│   ├── DeniedError             a configured rule denies the call (core/permissions/permission.py)
+│   ├── QuestionRejectedError   the user dismissed a question (core/permissions/questions.py)
+│   ├── HookError               a plugin hook failed or timed out (core/calls/hooks.py)
+│   └── McpCallError            an MCP tool call gave no result (mcp/servers.py)
+├── EgressError                 an outbound request failed (egress.py)
+│   ├── EgressRefusedError      the egress policy forbids the destination; nothing was connected to
+│   ├── ResponseTooLargeError   the response is over the size cap
+│   ├── FetchFailedError        resolution, connection, TLS or protocol failure
+│   │   └── FetchConnectError   no connection could be made to any of the destination's addresses
+│   ├── FetchTimeoutError       the request took too long
+│   └── FetchAbortedError       the call was aborted
+├── _RefusedError               an MCP server this platform will not connect to (mcp/servers.py, internal)
+├── _NotYamlError               frontmatter that is not YAML (core/config/agent_markdown.py, internal)
+├── _EscapedError               an archive link climbs above the root (core/sessions/workspace_archive.py, internal)
+└── _TooComplexError            an archive's links take too many steps (core/sessions/workspace_archive.py, internal)
+
+Some classes also derive from the builtin they refine (InvalidArgumentError and ConfigError from ValueError,
+NotFoundError from LookupError, SandboxError from RuntimeError): they mean what the builtin means, so code
+written against the builtin (`except ValueError` around parsing a value, in a library or here) still catches
+them.
 """
 
 from __future__ import annotations

@@ -8,45 +8,32 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+import shutil
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sandbox_agent import event_loop
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, environment, served_plane, short_tmp
+
+if TYPE_CHECKING:
+    from scripts.trace_demo_receiver import Rotel
+
+# One Docker-backed control plane shared by the Docker tests (pool of 2).
+docker_plane = served_plane("docker", name="docker_plane", scope="session", pool={"size": 2, "refill_concurrency": 2})
 
 
-@pytest.fixture(scope="session")
-async def docker_plane() -> AsyncIterator[Plane]:
-    """One Docker-backed control plane shared by the Docker tests (pool of 2)."""
-    async with running_plane("docker", pool={"size": 2, "refill_concurrency": 2}) as plane:
-        yield plane
+# The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts.
+lsp_flag = environment("lsp_flag", {"OPENCODE_EXPERIMENTAL_LSP_TOOL": "1"})
 
 
-@pytest.fixture(scope="module")
-def lsp_flag() -> Iterator[None]:
-    """The registry reads OPENCODE_EXPERIMENTAL_LSP_TOOL when the control plane starts."""
-    before = os.environ.get("OPENCODE_EXPERIMENTAL_LSP_TOOL")
-    os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = "1"
-    yield
-    if before is None:
-        os.environ.pop("OPENCODE_EXPERIMENTAL_LSP_TOOL", None)
-    else:
-        os.environ["OPENCODE_EXPERIMENTAL_LSP_TOOL"] = before
+# A Docker plane of its own that offers the `lsp` tool (one per module: the flag is read at start).
+lsp_plane = served_plane("docker", name="lsp_plane", needs=("lsp_flag",), pool={"size": 1, "refill_concurrency": 1})
 
 
-@pytest.fixture(scope="module")
-async def lsp_plane(lsp_flag: None) -> AsyncIterator[Plane]:
-    """A Docker plane of its own that offers the `lsp` tool (one per module: the flag is read at start)."""
-    async with running_plane("docker", pool={"size": 1, "refill_concurrency": 1}) as plane:
-        yield plane
-
-
-@pytest.fixture(scope="session")
-async def local_plane() -> AsyncIterator[Plane]:
-    """A control plane whose sandboxes are in-process agents (fast, no isolation)."""
-    async with running_plane("local") as plane:
-        yield plane
+# A control plane whose sandboxes are in-process agents (fast, no isolation).
+local_plane = served_plane("local", name="local_plane", scope="session")
 
 
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
@@ -56,6 +43,20 @@ def either_plane(request: pytest.FixtureRequest) -> Plane:
     found: Plane = request.getfixturevalue("docker_plane" if request.param == "docker" else "local_plane")
     return found
 
+
+
+@pytest.fixture
+async def rotel() -> AsyncIterator[Rotel]:
+    """A real OpenTelemetry collector (rotel) on loopback, writing what it receives to a debug log."""
+    from scripts.trace_demo_receiver import Rotel
+
+    receiver = Rotel(short_tmp() / "rotel.log")
+    await asyncio.to_thread(receiver.start)
+    try:
+        yield receiver
+    finally:
+        await asyncio.to_thread(receiver.stop)
+        shutil.rmtree(receiver.log_path.parent, ignore_errors=True)
 
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item,

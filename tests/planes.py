@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import secrets
 import shutil
@@ -11,19 +12,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import docker
+import pytest
 
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from tests.archives import tar_of
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def short_tmp() -> Path:
@@ -71,6 +75,61 @@ async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIter
         await app.stop(plane)
         remove_instance_leftovers(instance)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def served_plane(provider: str = "local", *, name: str = "plane",
+                 scope: Literal["session", "module", "function"] = "module",
+                 needs: tuple[str, ...] = (), **overrides: Any) -> Any:
+    """The one fixture for a control plane serving gRPC on a loopback port: `plane = served_plane(...)` in a test
+    module (or conftest) defines a fixture `name` running `running_plane(provider, **overrides)`.
+
+    `needs` names fixtures set up first: those whose effect the plane reads only when it starts (environment
+    flags, OpenTelemetry's SDK provider).
+    """
+
+    async def served(**_needed: object) -> AsyncIterator[Plane]:
+        async with running_plane(provider, **overrides) as plane:
+            yield plane
+
+    return pytest.fixture(scope=scope, name=name)(_asking_for(served, *needs))
+
+
+def workspace_session(files: Mapping[str, str | bytes], *, config_json: str = "", plane: str = "docker_plane") -> Any:
+    """A module's fixture `session_id`: one session on `plane` (a fixture's name) whose workspace holds
+    `files` (and whose config is `config_json`), shared by the module's tests and deleted after them."""
+
+    async def session_id(**fixtures: Plane) -> AsyncIterator[str]:
+        served = fixtures[plane]
+        session = await served.client.create_session(workspace_archive=tar_of(files), config_json=config_json)
+        yield session.id
+        await served.client.delete_session(session.id)
+
+    return pytest.fixture(scope="module", name="session_id")(_asking_for(session_id, plane))
+
+
+def _asking_for(function: Callable[..., T], *fixtures: str) -> Callable[..., T]:
+    """`function` (taking **kwargs) with a signature naming `fixtures`, so that pytest sets them up first and
+    passes them in, whatever their names (a fixture asked for by a running async fixture could not be set up)."""
+    parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in fixtures]
+    function.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    return function
+
+
+def environment(name: str, values: Mapping[str, str], *, cleared: tuple[str, ...] = ()) -> Any:
+    """A module-wide fixture `name` that sets `values` and removes `cleared` from the environment, restoring
+    both after the module: for variables a control plane reads only when it starts (pass `name` in
+    `served_plane(needs=...)`)."""
+
+    @pytest.fixture(scope="module", name=name)
+    def patched() -> Iterator[None]:
+        with pytest.MonkeyPatch.context() as patch:
+            for key in cleared:
+                patch.delenv(key, raising=False)
+            for key, value in values.items():
+                patch.setenv(key, value)
+            yield
+
+    return patched
 
 
 def instance_containers(instance: str) -> list[Any]:

@@ -3,6 +3,12 @@
     from opencode_tool import tool
     hello = tool(description="Say hello", args=HelloArgs, execute=say_hello)   # or @tool(...) on a function
 See docs/custom-tools-python.md.
+
+The Python tool host is a process of its own; its exception tree (tests/unit/test_error_tree.py checks it):
+
+ToolHostError
+├── PermissionDenied    `ctx.ask` was refused
+└── InvalidArguments    the arguments do not satisfy the tool's schema
 """
 
 from __future__ import annotations
@@ -22,11 +28,15 @@ _SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "contains")
 Execute = Callable[[Any, "ToolContext"], Any]
 
 
-class PermissionDenied(Exception):  # noqa: N818 - named for what tool authors catch
+class ToolHostError(Exception):
+    """Root of every error the Python tool host raises on purpose."""
+
+
+class PermissionDenied(ToolHostError):  # noqa: N818 - named for what tool authors catch
     """Raised by `ctx.ask` when the permission was refused; `str(exc)` is the refusal's text."""
 
 
-class InvalidArguments(Exception):  # noqa: N818
+class InvalidArguments(ToolHostError):  # noqa: N818
     """The arguments do not satisfy the tool's schema; `str(exc)` is the validator's own message."""
 
 

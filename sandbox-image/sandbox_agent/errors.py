@@ -1,9 +1,27 @@
-"""The agent's exception tree.
+"""The agent's exception tree: every exception class of the agent process (sandbox_agent/, wherever it is
+defined) derives from AgentError and is drawn here (tests/unit/test_error_tree.py holds both true). The Python
+tool host is a process of its own, with its own root (pyhost/opencode_tool.py).
 
 AgentError
-├── SpawnError          the command could not be started (missing program, bad cwd)
-├── ExhaustedError      the sandbox ran out of something (disk space, quota, files, processes)
-└── WorkspacePathError  a path names something outside the workspace
+├── SpawnError              the command could not be started (missing program, bad cwd)
+├── ExhaustedError          the sandbox ran out of something (disk space, quota, files, processes)
+├── WorkspacePathError      a path names something outside the workspace
+├── ToolError               a tool call failed; its text is what the model reads (tools/base.py)
+│   ├── PathChangedError    a checked path was swapped after the check (tools/safe_open.py)
+│   ├── TooManyLinksError   a file's other hard links could not all be found (tools/safe_open.py)
+│   └── HostCallError       a custom tool host call failed (custom/host.py)
+├── MakeDirError            a parent directory could not be made (tools/safe_open.py)
+├── PatchError              a patch is malformed or does not apply (tools/patch.py)
+├── NodeFsError             a file operation of apply_patch failed, worded as Node's (tools/apply_patch.py)
+├── OutputNotSavedError     a tool output could not be saved (saved_outputs.py)
+├── SnapshotError           the session's custom code could not be snapshotted (custom/snapshot.py)
+├── FrontmatterError        a frontmatter outside the supported YAML subset (custom/frontmatter.py)
+├── ArchiveTooLargeError    a workspace archive expands past its limit (tario.py)
+├── ServerIdentityError     a server did not reach its protected identity (server_identity.py)
+├── LspStartError           a language server could not be started (lsp/servers.py)
+└── LspError                a language server request failed (lsp/client.py)
+    ├── LspServerExitedError    the server exited
+    └── LspProtocolError        the server broke the protocol
 """
 
 
@@ -20,6 +38,7 @@ class SpawnError(AgentError):
     status = "FAILED_PRECONDITION"
 
 
+# Also a ValueError (a path is a bad value), as before the tree: handlers written for ValueError keep catching it.
 class WorkspacePathError(AgentError, ValueError):
     """A path leaves the workspace."""
 

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_agent.errors import AgentError
+
 OUTPUT_NAME = re.compile(r"^tool_[0-9a-f]{12}[0-9A-Za-z]{14}$")
 TOOL_OUTPUT_DIR = ".local/share/opencode/tool-output"
 BUDGET_SHARE = 4
@@ -34,7 +36,7 @@ RESOURCE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-class OutputNotSavedError(Exception):
+class OutputNotSavedError(AgentError):
     """The output could not be saved; `str(exc)` says why, in the system's words ("No space left on device")."""
 
 

@@ -20,8 +20,10 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import IO
 
+from sandbox_agent.errors import AgentError
 
-class ArchiveTooLargeError(Exception):
+
+class ArchiveTooLargeError(AgentError):
     pass
 
 

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from controlplane.client import PermissionRequest, ToolOutcome
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=tar_of({"a.txt": "a\n"}))
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session({"a.txt": "a\n"})
 
 
 async def bash(plane: Plane, session: str, command: str, **kw: Any) -> ToolOutcome:

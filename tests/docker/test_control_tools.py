@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator
 
 import pytest
 
 from controlplane.client import AsyncClient
 from controlplane.v1 import session_pb2
-from tests.archives import tar_of
-from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp, workspace_session
 
 pytestmark = pytest.mark.docker
 
@@ -28,11 +26,7 @@ QUESTION = {"questions": [{"question": "Deploy now?", "header": "Deploy", "optio
     {"label": "Yes", "description": "Ship it"}, {"label": "No", "description": "Wait"}]}]}
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=tar_of(FILES), config_json=CONFIG)
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES, config_json=CONFIG)
 
 
 async def test_question_answered_from_a_second_connection(docker_plane: Plane, session_id: str) -> None:

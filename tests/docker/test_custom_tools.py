@@ -4,13 +4,11 @@ real sandbox, through ListTools and ExecuteTool."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 
 pytestmark = pytest.mark.docker
 
@@ -64,13 +62,7 @@ FILES = {
 }
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(
-        workspace_archive=tar_of(FILES), config_json=json.dumps({"permission": {"guarded": "ask"}}),
-    )
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES, config_json=json.dumps({"permission": {"guarded": "ask"}}))
 
 
 async def test_listing_ids_schemas_and_load_errors(docker_plane: Plane, session_id: str) -> None:

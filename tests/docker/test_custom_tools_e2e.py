@@ -25,7 +25,7 @@ from controlplane.sandbox.docker import verify_hardening
 from controlplane.sandbox.layout import GLOBAL_DIR
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp, workspace_session
 
 pytestmark = pytest.mark.docker
 
@@ -163,11 +163,7 @@ WORKSPACE = {
 }
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=tar_of(WORKSPACE))
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(WORKSPACE)
 
 
 def custom_tools(listing: tool_pb2.ListToolsResponse) -> dict[str, tool_pb2.ToolDefinition]:

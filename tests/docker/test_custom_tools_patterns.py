@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,7 @@ import pytest
 
 from controlplane.client import ToolOutcome
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 
 pytestmark = pytest.mark.docker
 
@@ -41,13 +39,7 @@ def workspace() -> dict[str, str]:
     return files
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(
-        workspace_archive=tar_of(workspace()), config_json=json.dumps(CONFIG),
-    )
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(workspace(), config_json=json.dumps(CONFIG))
 
 
 @pytest.fixture(scope="module")

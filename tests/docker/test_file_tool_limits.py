@@ -7,14 +7,12 @@ from __future__ import annotations
 import base64
 import re
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from controlplane.client import PermissionRequest, ToolOutcome
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
 from tests.docker.tool_limits import (
     CAPPED,
     FILES,
@@ -25,16 +23,12 @@ from tests.docker.tool_limits import (
     file_output,
     sh,
 )
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=tar_of(FILES))
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES)
 
 
 # -- read -------------------------------------------------------------------------------------------

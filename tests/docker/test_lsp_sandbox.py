@@ -6,15 +6,13 @@ Needs an image built with jedi-language-server and its dependencies (sandbox-ima
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from controlplane.client import PermissionRequest
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -34,11 +32,7 @@ FILES = {
 }
 
 
-@pytest.fixture(scope="module")
-async def session_id(lsp_plane: Plane) -> AsyncIterator[str]:
-    session = await lsp_plane.client.create_session(workspace_archive=tar_of(FILES))
-    yield session.id
-    await lsp_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES, plane="lsp_plane")
 
 
 async def lsp(plane: Plane, session: str, operation: str, file: str, line: int = 1, character: int = 1,

@@ -7,7 +7,6 @@ globs); the decisions, asks and replies are the control plane's, over the real g
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,8 +14,7 @@ import pytest
 from controlplane.client import PermissionRequest, ToolOutcome
 from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
-from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp, workspace_session
 
 pytestmark = pytest.mark.docker
 
@@ -30,13 +28,7 @@ RULES = {
 }
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(
-        workspace_archive=tar_of(FILES), config_json=json.dumps({"permission": RULES}),
-    )
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES, config_json=json.dumps({"permission": RULES}))
 
 
 class Recorder:

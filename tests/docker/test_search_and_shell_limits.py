@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from controlplane.client import PermissionRequest, ToolOutcome
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
 from tests.docker.tool_limits import (
     FILES,
     GREP_HINT,
@@ -25,17 +23,13 @@ from tests.docker.tool_limits import (
     sh,
     truncated_head,
 )
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 from tests.unit.zod.oracle import load_golden
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=tar_of(FILES))
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES)
 
 
 # -- glob -------------------------------------------------------------------------------------------

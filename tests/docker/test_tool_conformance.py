@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from controlplane.client import AsyncClient, PermissionRequest, ToolOutcome
 from controlplane.v1 import tool_pb2
-from tests.archives import tar_of
-from tests.planes import Plane
+from tests.planes import Plane, workspace_session
 
 pytestmark = pytest.mark.docker
 
@@ -30,11 +29,7 @@ FILES = {
 }
 
 
-@pytest.fixture(scope="module")
-async def session_id(docker_plane: Plane) -> AsyncIterator[str]:
-    session = await docker_plane.client.create_session(workspace_archive=tar_of(FILES))
-    yield session.id
-    await docker_plane.client.delete_session(session.id)
+session_id = workspace_session(FILES)
 
 
 async def call(plane: Plane, session: str, tool: str, args: Mapping[str, Any] | str, **kw: Any) -> ToolOutcome:

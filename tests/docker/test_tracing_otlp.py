@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -28,17 +27,6 @@ export default tool({
   async execute(args) { return `slow says ${args.word}` },
 })
 """
-
-
-@pytest.fixture
-async def rotel() -> AsyncIterator[Rotel]:
-    receiver = Rotel(short_tmp() / "rotel.log")
-    await asyncio.to_thread(receiver.start)
-    try:
-        yield receiver
-    finally:
-        await asyncio.to_thread(receiver.stop)
-        shutil.rmtree(receiver.log_path.parent, ignore_errors=True)
 
 
 def named(spans: list[ExportedSpan], name: str) -> list[ExportedSpan]:

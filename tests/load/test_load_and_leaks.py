@@ -9,7 +9,6 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from controlplane.client import AsyncClient
 from tests.archives import tar_of
 from tests.load.leaks import LeakSnapshot, take
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 pytestmark = pytest.mark.docker
 SOAK = os.environ.get("OCSB_SOAK") == "1"
@@ -36,10 +35,7 @@ EXPECTED = {"bash": "hi\n", "read": "1: # load", "glob": "/workspace/src/app.py"
             "list": "/workspace/"}
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("docker", pool={"size": POOL, "refill_concurrency": 2}) as p:
-        yield p
+plane = served_plane("docker", pool={"size": POOL, "refill_concurrency": 2})
 
 
 async def _settled(plane: Plane) -> None:

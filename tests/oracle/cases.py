@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 RECORDED = Path(__file__).parent / "recorded"
-GROUPS = ("files", "search", "shell", "misc", "files_more", "search_more", "shell_more", "misc_more")
+GROUPS = ("files", "search", "shell", "misc", "file_edges", "search_edges", "bash_edges", "arguments")
 """Modules tests/oracle/cases_<group>.py, each with a CASES list."""
 WORKSPACE = "/workspace"
 HOME = "/tmp/home"

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +18,13 @@ import pytest
 from tests.oracle.cases import HOME, Recorded, cases, load
 from tests.oracle.compare import expected, ours
 from tests.oracle.record import prepare
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 RECORDED = load("web")
 LOCAL_HOME = re.compile(r"/tmp/ocsb[^/\"]+/sandboxes/[0-9a-f]+/home")
 
 
-@pytest.fixture(scope="module")
-async def loopback_plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", egress={"allow_cidrs": ["127.0.0.0/8"]}) as plane:
-        yield plane
+loopback_plane = served_plane("local", name="loopback_plane", egress={"allow_cidrs": ["127.0.0.0/8"]})
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=[r.case.name for r in RECORDED])

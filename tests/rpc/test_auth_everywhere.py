@@ -6,14 +6,12 @@ cover each of them, whatever the method's streaming shape.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controlplane.rpc.server import SERVICES
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}]
 BAD_METADATA = [
@@ -24,10 +22,7 @@ BAD_METADATA = [
 ]
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=TENANTS) as plane:
-        yield plane
+plane = served_plane("local", tenants=TENANTS)
 
 
 def _methods() -> list[tuple[str, bool, bool]]:

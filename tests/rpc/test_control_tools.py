@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ from controlplane.client import AsyncClient, ToolOutcome
 from controlplane.config import load_settings
 from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane, short_tmp
+from tests.planes import Plane, environment, served_plane, short_tmp
 
 FLAGS = {"OPENCODE_EXPERIMENTAL_PLAN_MODE": "1"}
 CLEARED = ("OPENCODE_CLIENT", "OPENCODE_EXPERIMENTAL", "OPENCODE_ENABLE_EXA", "OPENCODE_EXPERIMENTAL_EXA",
@@ -57,27 +55,11 @@ TODOS_OUTPUT = """[
 AVAILABLE = "question, bash, read, glob, grep, edit, write, task, webfetch, todowrite, skill, plan_exit"
 
 
-@pytest.fixture(scope="module")
-def flags() -> Iterator[None]:
-    """The registry reads the OPENCODE_* flags when the plane starts."""
-    saved = {k: os.environ.get(k) for k in (*FLAGS, *CLEARED)}
-    for key in CLEARED:
-        os.environ.pop(key, None)
-    os.environ.update(FLAGS)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+# The registry reads the OPENCODE_* flags when the plane starts.
+flags = environment("flags", FLAGS, cleared=CLEARED)
 
 
-@pytest.fixture(scope="module")
-async def plane(flags: None) -> AsyncIterator[Plane]:
-    async with running_plane("local") as p:
-        yield p
+plane = served_plane("local", needs=("flags",))
 
 
 def ids(listing: tool_pb2.ListToolsResponse) -> list[str]:

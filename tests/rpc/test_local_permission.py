@@ -7,7 +7,6 @@ The sandboxes are in-process agents (the local provider), so the agent's own dec
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from controlplane.core.calls.tool import PermissionAsk
 from controlplane.core.permissions.asks import PermissionGate
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 POLICY = {"permission": {"bash": {"curl *": "deny"}}}
 CONFIG = json.dumps({"permission": {
@@ -25,10 +24,7 @@ CONFIG = json.dumps({"permission": {
 }})
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", policy=POLICY) as p:
-        yield p
+plane = served_plane("local", policy=POLICY)
 
 
 @pytest.fixture

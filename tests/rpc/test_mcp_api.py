@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 SERVER = str(Path(__file__).resolve().parent.parent / "unit" / "mcp" / "stdio_server.py")
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local") as p:
-        yield p
+plane = served_plane("local")
 
 
 def config(**servers: object) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -18,7 +17,7 @@ from controlplane.client import ToolOutcome
 from controlplane.core.permissions.permission import REJECTED_MESSAGE, corrected_message
 from controlplane.v1 import event_pb2, tool_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 from tests.plugin_fixtures import rewrite
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": "token-beta"}]
@@ -29,12 +28,7 @@ POLICY = {
 ASK_GIT = json.dumps({"permission": {"bash": {"*": "allow", "git *": "ask", "curl *": "allow"}}})
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane(
-        "local", tenants=TENANTS, policy=POLICY, plugins={"modules": ["tests.plugin_fixtures.rewrite"]},
-    ) as p:
-        yield p
+plane = served_plane("local", tenants=TENANTS, policy=POLICY, plugins={"modules": ["tests.plugin_fixtures.rewrite"]})
 
 
 def bash(command: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -13,7 +12,7 @@ import pytest
 
 from controlplane.client import AsyncClient
 from controlplane.v1 import question_pb2, tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": "token-beta"}]
 DISMISSED = "The user dismissed this question"
@@ -27,10 +26,7 @@ TWO = [
 ]
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=TENANTS) as p:
-        yield p
+plane = served_plane("local", tenants=TENANTS)
 
 
 @pytest.fixture(scope="module")

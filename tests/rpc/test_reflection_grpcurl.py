@@ -7,13 +7,12 @@ import importlib.util
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 TOKEN = "grpcurl-token-alpha"
 SERVICES = [
@@ -47,10 +46,7 @@ class Answer:
     stderr: str
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=[{"name": "alpha", "token": TOKEN}]) as plane:
-        yield plane
+plane = served_plane("local", tenants=[{"name": "alpha", "token": TOKEN}])
 
 
 async def grpcurl(plane: Plane, *args: str, token: str | None = None, data: str | None = None) -> Answer:

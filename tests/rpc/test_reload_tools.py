@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -16,7 +15,7 @@ from controlplane.core.definitions.tool_reload import compare
 from controlplane.core.seam.messages import CodeChanges
 from sandbox_agent.custom import snapshot
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 PY_TOOL = '''from opencode_tool import tool
 
@@ -30,10 +29,7 @@ TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": 
 OPEN = json.dumps({"permission": {"edit": "allow", "bash": "allow"}})
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=TENANTS) as plane:
-        yield plane
+plane = served_plane("local", tenants=TENANTS)
 
 
 def custom_ids(listing: object) -> list[str]:

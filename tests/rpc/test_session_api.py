@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -14,15 +13,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from controlplane.app import DEFAULT_TOKEN_PREFIX
 from controlplane.client import AsyncClient
 from controlplane.v1 import sandbox_pb2, session_pb2, session_pb2_grpc
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, running_plane, served_plane
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": "token-beta"}]
 
 
-@pytest.fixture(scope="module")
-async def two_tenants() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=TENANTS) as plane:
-        yield plane
+two_tenants = served_plane("local", name="two_tenants", tenants=TENANTS)
 
 
 async def test_requests_without_a_valid_token_are_unauthenticated(two_tenants: Plane) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 import pytest
@@ -13,13 +13,9 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Session, SessionState
 from controlplane.errors import SandboxLostError
 from controlplane.v1 import session_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
-
-@pytest.fixture
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local") as plane:
-        yield plane
+plane = served_plane("local", scope="function")
 
 
 def parts(plane: Plane) -> tuple[SessionManager, SandboxProvider]:

@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -21,16 +21,13 @@ from controlplane import app
 from controlplane.client import AsyncClient, Subtask, ToolOutcome
 from controlplane.config import load_settings
 from controlplane.v1 import event_pb2, session_pb2, tool_pb2
-from tests.planes import Plane, new_instance, running_plane, short_tmp
+from tests.planes import Plane, new_instance, served_plane, short_tmp
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": "token-beta"}]
 ABORTED = "Tool execution aborted"
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=TENANTS) as p:
-        yield p
+plane = served_plane("local", tenants=TENANTS)
 
 
 def task_args(description: str = "Find the answer", subagent: str = "general", **more: str) -> dict[str, str]:

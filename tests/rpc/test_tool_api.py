@@ -11,16 +11,13 @@ import pytest
 
 from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": "token-beta"}]
 ENV_CONFIG = json.dumps({"permission": {"bash": {"*": "allow", "rm *": "deny", "git *": "ask"}}})
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", tenants=TENANTS) as p:
-        yield p
+plane = served_plane("local", tenants=TENANTS)
 
 
 @pytest.fixture(scope="module")

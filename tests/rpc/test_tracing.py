@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 from tests.tracing import memory_exporter
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}]
@@ -31,12 +31,12 @@ MCP_SERVER = str(Path(__file__).resolve().parent.parent / "unit" / "mcp" / "stdi
 
 
 @pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
+def sdk_provider() -> None:
     memory_exporter()  # the SDK provider must exist before the server is built (it adds the interceptor then)
-    async with running_plane(
-        "local", tenants=TENANTS, policy=POLICY, plugins={"modules": ["tests.plugin_fixtures.rewrite"]},
-    ) as p:
-        yield p
+
+
+plane = served_plane("local", needs=("sdk_provider",), tenants=TENANTS, policy=POLICY,
+                     plugins={"modules": ["tests.plugin_fixtures.rewrite"]})
 
 
 @pytest.fixture

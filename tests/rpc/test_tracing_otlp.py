@@ -6,24 +6,12 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-from collections.abc import AsyncIterator
 
 import pytest
 
 from controlplane.client import AsyncClient
 from scripts.trace_demo_receiver import ExportedSpan, Rotel
 from tests.planes import PlaneProcess, new_instance, short_tmp
-
-
-@pytest.fixture
-async def rotel() -> AsyncIterator[Rotel]:
-    receiver = Rotel(short_tmp() / "rotel.log")
-    await asyncio.to_thread(receiver.start)
-    try:
-        yield receiver
-    finally:
-        await asyncio.to_thread(receiver.stop)
-        shutil.rmtree(receiver.log_path.parent, ignore_errors=True)
 
 
 async def stop(plane: PlaneProcess) -> None:

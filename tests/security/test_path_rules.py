@@ -13,13 +13,12 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
 from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 pytestmark = pytest.mark.docker
 
@@ -64,11 +63,8 @@ def _archive(files: dict[str, str], symlinks: dict[str, str] | None = None,
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    """A Docker plane whose operator denies `edit` of anything named like `*protected*`."""
-    async with running_plane("docker", policy=POLICY, pool={"size": 1, "refill_concurrency": 1}) as p:
-        yield p
+# A Docker plane whose operator denies `edit` of anything named like `*protected*`.
+plane = served_plane("docker", policy=POLICY, pool={"size": 1, "refill_concurrency": 1})
 
 
 def _denied(error: str | None, what: str) -> None:

@@ -11,7 +11,6 @@ own Exec, outside the tool rules.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from controlplane.client import PermissionRequest, Subtask, ToolOutcome
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 pytestmark = pytest.mark.docker
 
@@ -31,10 +30,7 @@ MD_BASH_ALLOW = "---\ndescription: Helper\nmode: subagent\npermission:\n  bash: 
 DENIED = "The user has specified a rule which prevents you from using this specific tool call."
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("docker", tenants=TENANTS, policy=POLICY, pool={"size": 1}) as p:
-        yield p
+plane = served_plane("docker", tenants=TENANTS, policy=POLICY, pool={"size": 1})
 
 
 def bash(command: str) -> dict[str, str]:

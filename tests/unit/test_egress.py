@@ -20,7 +20,6 @@ from tests.unit.tools.web_support import (
     LoopbackServer,
     declared,
     echo,
-    install_guard,
     make_certificates,
     redirect,
     slow,
@@ -29,11 +28,6 @@ from tests.unit.tools.web_support import (
 
 LOOPBACK_ONLY = EgressPolicy(allow_cidrs=("127.0.0.1/32",))
 BLOCKED = "(blocked by the platform's egress policy)"
-
-
-@pytest.fixture
-def guard(monkeypatch: pytest.MonkeyPatch) -> Guard:
-    return install_guard(monkeypatch)
 
 
 @pytest.fixture

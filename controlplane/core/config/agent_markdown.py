@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from controlplane.core.config.config_text import MAX_DEPTH
-from controlplane.errors import InvalidArgumentError
+from controlplane.errors import ControlPlaneError, InvalidArgumentError
 from opencode_semantics.frontmatter import second_reading, split_matter
 from opencode_semantics.javascript import js_number
 
@@ -84,7 +84,7 @@ class JsDate(str):
     __slots__ = ()
 
 
-class _NotYamlError(Exception):
+class _NotYamlError(ControlPlaneError):
     pass
 
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
+from controlplane.errors import ControlPlaneError, InvalidArgumentError, ResourceExhaustedError
 
 PREFIX = "workspace upload refused: "
 MAX_SYMLINK_HOPS = 40
@@ -60,11 +60,11 @@ class _Node:
         return node
 
 
-class _EscapedError(Exception):
+class _EscapedError(ControlPlaneError):
     pass
 
 
-class _TooComplexError(Exception):
+class _TooComplexError(ControlPlaneError):
     pass
 
 

@@ -10,9 +10,10 @@ import json
 import re
 
 from opencode_semantics.frontmatter import second_reading, split_matter
+from sandbox_agent.errors import AgentError
 
 
-class FrontmatterError(ValueError):
+class FrontmatterError(AgentError):
     """The frontmatter is not in the supported YAML subset."""
 
 

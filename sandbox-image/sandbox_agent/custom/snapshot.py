@@ -44,6 +44,7 @@ from typing import Any
 
 from sandbox_agent.custom import discovery
 from sandbox_agent.custom.skills import SkillScan
+from sandbox_agent.errors import AgentError
 from sandbox_agent.tools.runner import ToolRunner
 from sandbox_agent.tools.skill import scan_skills
 
@@ -55,7 +56,7 @@ BATCH = 128
 PREFIX = ".opencode-code-"
 
 
-class SnapshotError(Exception):
+class SnapshotError(AgentError):
     """The snapshot could not be taken; `str()` says why and what to do."""
 
 

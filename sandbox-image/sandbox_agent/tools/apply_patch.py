@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sandbox_agent.errors import AgentError
 from sandbox_agent.tools.base import ToolContext, ToolError, ToolOutput
 from sandbox_agent.tools.diffs import count_changes, unified_diff
 from sandbox_agent.tools.patch import (
@@ -65,7 +66,7 @@ _UV_MESSAGES = {
 ChangeType = Literal["add", "update", "delete", "move"]
 
 
-class NodeFsError(Exception):
+class NodeFsError(AgentError):
     """A filesystem failure worded as Node words it; `str(exc)` is Node's `error.message`."""
 
 

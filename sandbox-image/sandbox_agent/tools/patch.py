@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opencode_semantics.javascript import JS_WHITESPACE
+from sandbox_agent.errors import AgentError
 
 # JavaScript's String.prototype.trim() set, which differs from str.strip() (e.g. U+FEFF yes, U+001C no).
 _WS = "[" + JS_WHITESPACE + "]"
@@ -31,7 +32,7 @@ _PUNCTUATION = str.maketrans({
 })
 
 
-class PatchError(Exception):
+class PatchError(AgentError):
     """A malformed patch or a chunk that does not apply; `str(exc)` is upstream's Error message."""
 
 

@@ -22,6 +22,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from sandbox_agent.errors import AgentError
 from sandbox_agent.tools.base import ToolError
 
 LINK_SCAN_LIMIT = 20_000
@@ -42,7 +43,7 @@ class PathChangedError(ToolError):
         )
 
 
-class MakeDirError(Exception):
+class MakeDirError(AgentError):
     """A missing parent directory could not be made; `error` is mkdir's OSError, `directory` what was shown."""
 
     def __init__(self, error: OSError, directory: str) -> None:

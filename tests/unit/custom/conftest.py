@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 
 from sandbox_agent.custom.host import HostResult, ToolHost, bun_launcher, python_launcher
 from sandbox_agent.tools.base import ToolError
-from sandbox_agent.tools.runner import ToolRunner, local_runner
+from sandbox_agent.tools.runner import ToolRunner
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLHOST_DIR = REPO / "sandbox-image" / "toolhost"
@@ -89,13 +89,6 @@ class Sandbox:
                    timeout_s: float | None = 20.0) -> HostResult:
         return await host.call(tool, args, self.context(), on_metadata=self.recorder.on_metadata,
                                on_ask=self.recorder.on_ask, abort=abort or asyncio.Event(), timeout_s=timeout_s)
-
-
-@pytest.fixture
-def runner() -> Iterator[ToolRunner]:
-    r = local_runner()
-    yield r
-    r.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,12 @@ import pytest
 from controlplane.core.calls.hooks import HookBus, HookError
 from controlplane.v1 import tool_pb2
 from sandbox_agent.custom.host import HostCallError, HostFile, ToolHost
-from tests.planes import Plane, running_plane
-from tests.plugin_fixtures import w3_hooks
-from tests.unit.custom.conftest import Sandbox, bun_host, runner, sandbox  # noqa: F401 (fixtures)
+from tests.planes import Plane, served_plane
+from tests.plugin_fixtures import hook_recorder
+from tests.unit.custom.conftest import Sandbox, bun_host, sandbox  # noqa: F401 (fixtures)
 
 SERVER = str(Path(__file__).with_name("stdio_server.py"))
-PLUGIN = "tests.plugin_fixtures.w3_hooks"
+PLUGIN = "tests.plugin_fixtures.hook_recorder"
 
 
 # -- §7: a throwing hook fails the call with the hook's own message ---------------------------------
@@ -115,10 +114,7 @@ async def test_a_project_plugins_throwing_before_hook_reports_its_own_message(
 # -- §9 and §3: MCP tools through the public API ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local", plugins={"modules": [PLUGIN]}) as p:
-        yield p
+plane = served_plane("local", plugins={"modules": [PLUGIN]})
 
 
 def mcp_config(permission: dict[str, Any] | None = None) -> str:
@@ -150,12 +146,13 @@ async def test_mcp_call_runs_the_before_hook_then_asks_and_reports_upstreams_met
         asked.append(request)
         return tool_pb2.PermissionReply.ONCE, ""
 
-    w3_hooks.SEEN.clear()
+    hook_recorder.SEEN.clear()
     refused = await plane.client.execute_tool(session.id, "notes_echo", {"text": "refuse me"}, call_id="call_r",
                                               on_permission=once)
-    assert refused.error == w3_hooks.REFUSAL
+    assert refused.error == hook_recorder.REFUSAL
     assert asked == []  # the before-hook comes first; its failure means no ask
-    assert ("tool.execute.before", {"tool": "notes_echo", "sessionID": session.id, "callID": "call_r"}) in w3_hooks.SEEN
+    before = ("tool.execute.before", {"tool": "notes_echo", "sessionID": session.id, "callID": "call_r"})
+    assert before in hook_recorder.SEEN
     out = await plane.client.execute_tool(session.id, "notes_echo", {"text": "hi"}, call_id="call_ok",
                                           on_permission=once)
     assert out.output == "hi"
@@ -169,11 +166,11 @@ async def test_mcp_call_runs_the_before_hook_then_asks_and_reports_upstreams_met
 
 async def test_the_tool_definition_hook_does_not_touch_mcp_tools(plane: Plane) -> None:
     session = await plane.client.create_session(config_json=mcp_config())
-    w3_hooks.SEEN.clear()
+    hook_recorder.SEEN.clear()
     tools = {t.id: t for t in (await plane.client.list_tools(session.id)).tools}
     assert tools["glob"].description.endswith(" [seen by tool.definition]")
     assert tools["notes_echo"].description == "Echoes text"
-    assert not [i for name, i in w3_hooks.SEEN if name == "tool.definition" and i["toolID"].startswith("notes_")]
+    assert not [i for name, i in hook_recorder.SEEN if name == "tool.definition" and i["toolID"].startswith("notes_")]
     await plane.client.delete_session(session.id)
 
 
@@ -185,21 +182,21 @@ async def test_shell_env_is_not_triggered_for_a_bash_call_whose_ask_is_rejected(
     async def reject(request: tool_pb2.PermissionRequest) -> tuple[int, str]:
         return tool_pb2.PermissionReply.REJECT, ""
 
-    w3_hooks.SEEN.clear()
+    hook_recorder.SEEN.clear()
     args = {"command": "echo $W3_FROM_HOOK", "description": "hook env"}
     out = await plane.client.execute_tool(session.id, "bash", args, call_id="call_rej", on_permission=reject)
     assert out.error is not None
-    assert [i for name, i in w3_hooks.SEEN if name == "shell.env"] == []
+    assert [i for name, i in hook_recorder.SEEN if name == "shell.env"] == []
     await plane.client.delete_session(session.id)
 
 
 async def test_shell_env_reaches_bash_with_upstreams_input_shape(plane: Plane) -> None:
     session = await plane.client.create_session()
-    w3_hooks.SEEN.clear()
+    hook_recorder.SEEN.clear()
     args = {"command": "echo $W3_FROM_HOOK", "description": "hook env"}
     out = await plane.client.execute_tool(session.id, "bash", args, call_id="call_env")
     assert out.output == "yes\n"
-    [seen] = [i for name, i in w3_hooks.SEEN if name == "shell.env"]
+    [seen] = [i for name, i in hook_recorder.SEEN if name == "shell.env"]
     assert sorted(seen) == ["callID", "cwd", "sessionID"]
     assert (seen["sessionID"], seen["callID"]) == (session.id, "call_env")
     await plane.client.delete_session(session.id)

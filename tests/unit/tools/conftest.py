@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sandbox_agent.tools.base import SessionState, ToolContext, ToolError
-from sandbox_agent.tools.runner import ToolRunner, local_runner
+from sandbox_agent.tools.runner import ToolRunner
 
 
 @dataclass
@@ -44,16 +44,18 @@ class Recorder:
 
 
 @pytest.fixture
-def runner() -> Iterator[ToolRunner]:
-    r = local_runner()
-    yield r
-    r.close()
-
-
-@pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir()
+    return root
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory beside the project, with a file and a subdirectory: what a command may reach outside it."""
+    root = tmp_path / "outside"
+    (root / "dir").mkdir(parents=True)
+    (root / "file.txt").write_text("x")
     return root
 
 

@@ -19,14 +19,6 @@ from .conftest import Asked, Recorder
 MakeCtx = Callable[..., ToolContext]
 
 
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    root = tmp_path / "outside"
-    (root / "dir").mkdir(parents=True)
-    (root / "file.txt").write_text("x")
-    return root
-
-
 def test_new_file_outside_asks_for_its_parent(project: Path, outside: Path) -> None:
     # `realpath /x/new` succeeds when /x exists: upstream then asks for /x.
     found = scan(f"touch {outside}/new.txt", str(project), str(project), "/")

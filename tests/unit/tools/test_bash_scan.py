@@ -51,13 +51,6 @@ def test_arity_table_matches_the_reference_sizes() -> None:
     assert ARITY["git stash"] == 3
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    return root
-
-
 def run_scan(command: str, project: Path, *, cwd: Path | None = None, worktree: str = "/") -> Scan:
     return scan(command, str(cwd or project), str(project), worktree)
 
@@ -116,14 +109,6 @@ def test_heredoc_body_with_substitution_adds_the_inner_command(project: Path) ->
 def test_non_ascii_command_text(project: Path) -> None:
     found = run_scan("echo 'héllo ✓' | grep é", project)
     assert found.patterns == ["echo 'héllo ✓'", "grep é"]
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    root = tmp_path / "outside"
-    (root / "dir").mkdir(parents=True)
-    (root / "file.txt").write_text("x")
-    return root
 
 
 def test_external_file_asks_for_its_parent(project: Path, outside: Path) -> None:

@@ -19,7 +19,6 @@ from tests.unit.tools.web_support import (
     Recorder,
     RequestHandler,
     declared,
-    install_guard,
     redirect,
     slow,
     streamed,
@@ -82,11 +81,6 @@ def hello():
 Details
 a &amp; b"""
 """As upstream's HTMLRewriter pass gives it: entities as written, nothing after `<embed>` until the next tag."""
-
-
-@pytest.fixture
-def guard(monkeypatch: pytest.MonkeyPatch) -> Guard:
-    return install_guard(monkeypatch)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from tests.unit.tools.web_support import (
     LoopbackServer,
     Recorder,
     RequestHandler,
-    install_guard,
     redirect,
     slow,
     text,
@@ -51,11 +50,6 @@ def content(*texts: str) -> dict[str, Any]:
 
 def provider(body: bytes, status: int = 200) -> Any:
     return lambda h: h.reply(status, body, "text/event-stream")
-
-
-@pytest.fixture
-def guard(monkeypatch: pytest.MonkeyPatch) -> Guard:
-    return install_guard(monkeypatch)
 
 
 @pytest.fixture

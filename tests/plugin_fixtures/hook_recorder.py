@@ -1,4 +1,4 @@
-"""An operator plugin for the W3 review tests: records what each hook saw, refuses one MCP call."""
+"""An operator plugin for the hook and MCP call tests: records what each hook saw, refuses one MCP call."""
 
 from __future__ import annotations
 

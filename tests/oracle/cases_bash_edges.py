@@ -1,4 +1,5 @@
-"""More oracle cases (shell), added to find where we still differ from upstream v1.2.27."""
+"""Oracle cases for the edges of the bash tool: truncation boundaries and the saved-output hint, bytes and
+characters, timeouts, workdir, the shell itself, its environment, and the other parameters (upstream v1.2.27)."""
 
 from tests.oracle.cases import Case
 

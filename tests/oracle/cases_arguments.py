@@ -1,4 +1,4 @@
-"""More oracle cases (misc), added to find where we still differ from upstream v1.2.27.
+"""Oracle cases for tool arguments (upstream v1.2.27).
 
 Mostly the invalid-arguments text (zod's issues: codes, paths, order, the noun after "received") for every
 built-in tool the build agent has, then edge cases of todowrite, skill, task and invalid. `list` and `todoread`

@@ -1,4 +1,5 @@
-"""More oracle cases (search), added to find where we still differ from upstream v1.2.27.
+"""Oracle cases for the edges of glob and grep: result limits, long names and lines, ordering, hidden and
+ignored files, odd paths and patterns, and how ripgrep's output is split and trimmed (upstream v1.2.27).
 
 As in cases_search, every case with several matching files gives each a distinct mtime (ripgrep's own
 order depends on the filesystem and its threads). `list` is not here: upstream's debug agent cannot run it.

@@ -1,4 +1,6 @@
-"""More oracle cases (files), added to find where we still differ from upstream v1.2.27.
+"""Oracle cases for the edges of the file tools (read, write, edit, apply_patch): byte and line caps, text
+encodings and line endings, image and binary kinds by name, directories, instruction files beside the read
+file, and edits and patches at whitespace, CRLF and end-of-file boundaries (upstream v1.2.27).
 
 Cases that would only show a documented platform decision (atomic multiedit, apply_patch's pure additions at
 their context and `*** End of File`, BlockAnchor's threshold for a lone candidate, a move onto itself) are left
