@@ -4,14 +4,11 @@ left once the session has ended and its last call is over."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 from controlplane.core.calls.runtime_sessions import RunningCall, RuntimeSessions
 from controlplane.core.calls.tool_runtime import ToolRuntime
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, running_plane
+from tests.planes import Plane, served_plane
 
 
 def running(session_id: str, call_id: str) -> RunningCall:
@@ -69,10 +66,7 @@ async def test_ending_a_session_the_runtime_never_saw_keeps_nothing() -> None:
     assert len(kept) == 0
 
 
-@pytest.fixture
-async def plane() -> AsyncIterator[Plane]:
-    async with running_plane("local") as plane:
-        yield plane
+plane = served_plane("local", scope="function")
 
 
 def runtime_of(plane: Plane) -> RuntimeSessions:
