@@ -24,6 +24,7 @@ class ErrorCode(enum.Enum):
     NOT_FOUND = "not_found"
     FAILED_PRECONDITION = "failed_precondition"
     RESOURCE_EXHAUSTED = "resource_exhausted"
+    PERMISSION_DENIED = "permission_denied"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
 

@@ -83,7 +83,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 3
+    assert rows[-1][0] == LATEST == 4
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -123,7 +123,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         old = await store.get_session("ses_old")
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
-        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,), (3,)]
+        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,), (3,), (4,)]
     finally:
         await store.aclose()
 
