@@ -10,8 +10,10 @@ from typing import Any
 import grpc
 
 from controlplane.core.sessions.models import Tenant
+from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory
-from controlplane.errors import UnauthenticatedError
+from controlplane.errors import ControlPlaneError, UnauthenticatedError
+from controlplane.rpc.errors import abort_with
 from controlplane.stream_accept import ACCEPTED
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -49,10 +51,12 @@ class Authenticator:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects unauthenticated calls before any handler runs."""
+    """Rejects unauthenticated calls before any handler runs, and admits request streams (ExecuteTool, Exec:
+    a tenant's calls) under its `calls` quota before saying they are accepted."""
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, quotas: TenantQuotas | None = None) -> None:
         self._auth = authenticator
+        self._quotas = quotas or TenantQuotas.unlimited()
 
     async def intercept_service(
         self,
@@ -65,31 +69,51 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         try:
             if handler_call_details.method.startswith(ADMIN_PREFIX):
                 self._auth.admin(handler_call_details.invocation_metadata)
-            else:
-                self._auth.tenant(handler_call_details.invocation_metadata)
+                return handler
+            tenant = self._auth.tenant(handler_call_details.invocation_metadata)
         except UnauthenticatedError as exc:
             return _rejecting(handler, str(exc))
-        return _accepting(handler)
+        return self._accepting(handler, tenant.name)
+
+    def _accepting(self, handler: grpc.RpcMethodHandler[Any, Any], tenant: str) -> grpc.RpcMethodHandler[Any, Any]:
+        """A request-streaming handler that takes a call slot, then says the call is accepted
+        (controlplane.stream_accept): a refusal (quota) comes before the mark, so it reaches the client exactly."""
+        if not handler.request_streaming:
+            return handler
+        return _streaming(handler, lambda: self._quotas.take_call(tenant))
 
 
-def _accepting(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    """A request-streaming handler that first says the call is accepted (controlplane.stream_accept)."""
-    if not handler.request_streaming:
-        return handler
+def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot]) -> grpc.RpcMethodHandler[Any, Any]:
     inner: Any = handler.stream_stream if handler.response_streaming else handler.stream_unary
 
     async def stream_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        await context.send_initial_metadata(ACCEPTED)
-        result = inner(requests, context)
-        if inspect.isasyncgen(result):
-            async for response in result:
-                yield response
-        else:
-            await result
+        try:
+            slot = admit()
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
+            raise  # unreachable: abort raises
+        try:
+            await context.send_initial_metadata(ACCEPTED)
+            result = inner(requests, context)
+            if inspect.isasyncgen(result):
+                async for response in result:
+                    yield response
+            else:
+                await result
+        finally:
+            slot.release()
 
     async def stream_unary(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.send_initial_metadata(ACCEPTED)
-        return await inner(requests, context)
+        try:
+            slot = admit()
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
+            raise  # unreachable: abort raises
+        try:
+            await context.send_initial_metadata(ACCEPTED)
+            return await inner(requests, context)
+        finally:
+            slot.release()
 
     if handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(

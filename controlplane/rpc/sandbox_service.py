@@ -14,7 +14,6 @@ from controlplane.core.permissions.exec_policy import ExecGate, command_text, ex
 from controlplane.core.seam.messages import Exited
 from controlplane.core.seam.provider import ExecStream
 from controlplane.core.sessions.manager import SessionManager
-from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
@@ -25,12 +24,11 @@ from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
 class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
     def __init__(
         self, sessions: SessionManager, auth: Authenticator, config: ExecConfig,
-        quotas: TenantQuotas | None = None, gate: ExecGate | None = None,
+        gate: ExecGate | None = None,
     ) -> None:
         self._sessions = sessions
         self._auth = auth
         self._config = config
-        self._quotas = quotas or TenantQuotas.unlimited()
         self._gate = gate or ExecGate()
 
     async def Exec(
@@ -41,12 +39,10 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         pump: asyncio.Task[None] | None = None
         finished = False
         session_id = ""
-        slot: Slot | None = None
         audited: tuple[str, str] | None = None  # (tenant, command) once admitted: its end is audited too
         outcome, detail = "cancelled", "the client went away"
         try:
             tenant = self._auth.tenant_of(context)
-            slot = self._quotas.take_call(tenant.name)
             first = await anext(requests, None)
             if first is None or first.WhichOneof("msg") != "start":
                 raise InvalidArgumentError("the first Exec message must be `start`")
@@ -77,8 +73,6 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
                 pump.cancel()
             if stream is not None and not finished:
                 stream.cancel()  # the agent stops the command's whole process group
-            if slot is not None:
-                slot.release()
             if audited is not None:
                 await self._gate.finished(*audited, session_id=session_id, outcome=outcome, detail=detail)
 

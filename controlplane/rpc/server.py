@@ -59,13 +59,13 @@ def build_server(
     quotas = tenants.quotas if tenants is not None else TenantQuotas.unlimited()
     limit = settings.server.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
-        interceptors=[*server_interceptors(), AuthInterceptor(auth)],
+        interceptors=[*server_interceptors(), AuthInterceptor(auth, quotas)],
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
     )
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas), server)
-    sandbox = SandboxService(sessions, auth, settings.exec, quotas, exec_gate)
+    sandbox = SandboxService(sessions, auth, settings.exec, exec_gate)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandbox, server)
-    tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth, quotas), server)
+    tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
     permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
     question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
     event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth, quotas), server)

@@ -25,7 +25,6 @@ from controlplane.core.calls.tool_events import (
 )
 from controlplane.core.calls.tool_runtime import RunningCall, ToolRuntime
 from controlplane.core.permissions.asks import Reply
-from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with, unary
@@ -131,10 +130,9 @@ def reply_of(value: int) -> Reply:
 
 
 class ToolService(tool_pb2_grpc.ToolServiceServicer):
-    def __init__(self, runtime: ToolRuntime, auth: Authenticator, quotas: TenantQuotas | None = None) -> None:
+    def __init__(self, runtime: ToolRuntime, auth: Authenticator) -> None:
         self._runtime = runtime
         self._auth = auth
-        self._quotas = quotas or TenantQuotas.unlimited()
 
     @unary
     async def ListTools(self, request: tool_pb2.ListToolsRequest, context: Any) -> tool_pb2.ListToolsResponse:
@@ -159,10 +157,8 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
         requests = aiter(request_iterator)
         running: RunningCall | None = None
         pump: asyncio.Task[None] | None = None
-        slot: Slot | None = None
         try:
             tenant = self._auth.tenant_of(context)
-            slot = self._quotas.take_call(tenant.name)
             first = await anext(requests, None)
             if first is None or first.WhichOneof("msg") != "call":
                 raise InvalidArgumentError("the first ExecuteTool message must be `call`")
@@ -186,8 +182,6 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
                 pump.cancel()
             if running is not None and running.task is not None and not running.task.done():
                 running.abort.set()  # the client went away: that is an abort
-            if slot is not None:
-                slot.release()
 
     async def _relay(
         self, requests: AsyncIterator[tool_pb2.ExecuteToolRequest], running: RunningCall, tenant: str
