@@ -14,7 +14,7 @@ from controlplane.admin_client import AsyncAdminClient, quota
 from controlplane.client import AsyncClient
 from tests.planes import Plane, running_plane
 
-TENANTS = [
+TENANTS: list[dict[str, Any]] = [
     {"name": "alpha", "token": "token-alpha", "quota": {"sessions": 2, "cpu": 1.5, "memory_mb": 768, "calls": 1,
                                                          "subscriptions": 1}},
     {"name": "beta", "token": "token-beta", "quota": {"sessions": -1}},
@@ -96,7 +96,8 @@ async def test_concurrent_creates_cannot_both_take_the_last_slot(clients: dict[s
     results = await asyncio.gather(*(gamma.create_session() for _ in range(4)), return_exceptions=True)
     made = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
-    assert len(made) == 1 and len(refused) == 3
+    assert len(made) == 1
+    assert len(refused) == 3
     assert all(r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for r in refused)
 
 
@@ -115,11 +116,14 @@ async def test_the_calls_quota_bounds_concurrent_execs_and_tool_calls(clients: d
     long.cancel()
     for _ in range(100):  # the slot is released when the server's handler ends, just after the cancel
         try:
-            assert (await alpha.run(session.id, ["echo", "ok"])).stdout == b"ok\n"
-            break
+            done = await alpha.run(session.id, ["echo", "ok"])
         except grpc.aio.AioRpcError as exc:
-            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            await asyncio.sleep(0.05)
+            code = exc.code()
+        else:
+            assert done.stdout == b"ok\n"
+            break
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await asyncio.sleep(0.05)
     else:
         raise AssertionError("the calls slot was never released")
 
@@ -163,9 +167,11 @@ async def test_set_quota_takes_effect_at_once_and_usage_reports_it(
     assert (usage.calls, usage.subscriptions, usage.cpu_seconds) == (0, 0, 0.0)
     assert usage.quota.sessions == 3
     listed = {t.name: t.quota for t in await admin.list_tenants()}
-    assert listed["gamma"].sessions == 3 and listed["alpha"].sessions == 2
+    assert listed["gamma"].sessions == 3
+    assert listed["alpha"].sessions == 2
     lifted = await admin.set_quota("gamma", quota(sessions=-1, disk_mb=-1))
-    assert not lifted.quota.HasField("sessions") and not lifted.quota.HasField("disk_mb")
+    assert not lifted.quota.HasField("sessions")
+    assert not lifted.quota.HasField("disk_mb")
     await gamma.create_session()
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await admin.set_quota("gamma", quota(sessions=-5))
