@@ -13,6 +13,7 @@ from controlplane.core.tenants.quota import Quota, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, hash_token
 from controlplane.errors import ConfigError
 from controlplane.store.base import Store
+from controlplane.telemetry import tenant_metrics
 
 log = logging.getLogger(__name__)
 
@@ -61,5 +62,6 @@ async def start(settings: Settings, store: Store) -> TenantAdmin:
         write_secret(settings.admin_token_file, token)
         log.info("wrote a new admin token to %s", settings.admin_token_file)
     await admin.refresh()
+    tenant_metrics.watch(admin, lambda owner: owner.usage_seen)
     admin.start_refreshing()
     return admin

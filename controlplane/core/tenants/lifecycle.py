@@ -73,6 +73,8 @@ class TenantAdmin:
         self.sessions = sessions
         self._clock = clock
         self._refresher: asyncio.Task[None] | None = None
+        self.usage_seen: dict[str, Usage] = {}
+        """Every tenant's usage at the last refresh round (what the metrics report)."""
 
     # -- start ----------------------------------------------------------------------------------------
 
@@ -112,12 +114,16 @@ class TenantAdmin:
         for record in records:
             self.quotas.set_stored(record.name, record.quota)
 
+    async def measure(self) -> None:
+        self.usage_seen = {r.name: await self.quotas.usage(r.name) for r in await self._store.tenant_records()}
+
     def start_refreshing(self, interval_s: float = REFRESH_S) -> None:
         async def loop() -> None:
             while True:
                 await asyncio.sleep(interval_s)
                 try:
                     await self.refresh()
+                    await self.measure()
                 except Exception:  # a store hiccup keeps the last view; the next round tries again
                     log.warning("could not refresh tenants from the store", exc_info=True)
 
