@@ -129,8 +129,8 @@ async def bootstrap_tenants(settings: Settings, store: Store) -> None:
         await store.put_tenant(tenant.name, tenant.token_sha256 or hash_token(tenant.token or ""))
     if settings.tenants:
         return
-    tokens = await store.tenant_tokens()
-    if tokens and settings.token_file.exists():
+    tokens = await store.tenant_tokens()  # revoked ones left out: a revoked default gets a new token
+    if any(t.name == "default" for t in tokens.values()) and settings.token_file.exists():
         return
     # A URL-safe token starts with "-" one time in 64, which a command line's `--token TOKEN` then reads
     # as an option; the prefix also lets secret scanners recognise it.

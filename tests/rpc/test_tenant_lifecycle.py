@@ -194,3 +194,42 @@ async def test_a_change_made_by_another_control_plane_on_the_store_is_picked_up(
     assert await refused(plane.client.list_sessions()) == "bearer token revoked"
     await plane.plane.store.put_tenant("alpha", hashlib.sha256(b"token-alpha").hexdigest())
     await _until_refused(plane.client, False)
+
+
+async def test_the_generated_default_tenant_is_revoked_once_the_toml_declares_tenants() -> None:
+    data_dir = short_tmp()
+    instance = new_instance()
+
+    async def start(tenants: list[dict[str, str]]) -> app.ControlPlane:
+        settings = load_settings(None, data_dir=data_dir, instance=instance, provider={"type": "local"},
+                                 server={"listen": "127.0.0.1:0"}, pool={"size": 0}, tenants=tenants)
+        return await app.start(settings)
+
+    try:
+        first = await start([])
+        default_token = first.settings.token_file.read_text().strip()
+        await app.stop(first)
+        second = await start([])  # restarted as it was: the same default token still works
+        try:
+            async with AsyncClient(second.address, default_token) as default:
+                assert await default.list_sessions() == []
+        finally:
+            await app.stop(second)
+        third = await start(TENANTS)
+        try:
+            async with AsyncClient(third.address, default_token) as default:
+                assert await refused(default.list_sessions()) == "bearer token revoked"
+        finally:
+            await app.stop(third)
+        fourth = await start([])  # no tenant declared again: a new default token, the old one stays dead
+        try:
+            renewed = fourth.settings.token_file.read_text().strip()
+            assert renewed != default_token
+            async with AsyncClient(fourth.address, renewed) as default:
+                assert await default.list_sessions() == []
+            async with AsyncClient(fourth.address, default_token) as old:
+                assert await refused(old.list_sessions()) == "unknown bearer token"
+        finally:
+            await app.stop(fourth)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

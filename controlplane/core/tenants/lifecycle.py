@@ -79,8 +79,8 @@ class TenantAdmin:
     # -- start ----------------------------------------------------------------------------------------
 
     async def reconcile(self, declared: Iterable[Declared]) -> list[str]:
-        """Upserts the declared tenants and revokes every earlier declared one the TOML no longer names.
-        Tenants made through the API, and the generated `default` one, are the operator's to manage."""
+        """Upserts the declared tenants and revokes every earlier declared one the TOML no longer names, and
+        the generated `default` one once it names any. Tenants made through the API are the operator's."""
         declared = list(declared)
         names = {d.name for d in declared}
         for d in declared:
@@ -88,9 +88,9 @@ class TenantAdmin:
         revoked = []
         now = self._clock()
         for record in await self._store.tenant_records():
-            if record.origin == "config" and record.name not in names and record.revoked_at is None:
-                # A tenant from before origins were recorded is "config"; the generated default stays
-                # usable while the TOML declares no tenant at all.
+            if record.origin != "api" and record.name not in names and record.revoked_at is None:
+                # A tenant from before origins were recorded is "config"; the generated default is made
+                # because the TOML declares no tenant, so it stays usable exactly while that holds.
                 if record.name == "default" and not names:
                     continue
                 await self._store.revoke_tenant(record.name, now)
