@@ -36,6 +36,7 @@ class EventService(event_pb2_grpc.EventServiceServicer):
             # Headers go out now, so a subscriber knows it is subscribed before the first event.
             await context.send_initial_metadata(())
             async for event in self._bus.subscribe(tenant.name, request.session_id):
+                self._auth.tenant_of(context)  # a token revoked (or expired) meanwhile ends the stream here
                 yield event_pb2.Event(
                     type=event.type, session_id=event.session_id, time=event.time,
                     properties_json=json.dumps(event.properties, ensure_ascii=False, default=str),

@@ -19,6 +19,7 @@ from controlplane.admin_client import AsyncAdminClient
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.core.tenants.lifecycle import REFRESH_S
+from controlplane.rpc.server import ADMIN_SERVICE
 from tests.planes import Plane, new_instance, running_plane, short_tmp
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}]
@@ -233,3 +234,37 @@ async def test_the_generated_default_tenant_is_revoked_once_the_toml_declares_te
             await app.stop(fourth)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_an_open_subscription_ends_at_its_next_event_once_its_token_is_revoked(plane: Plane) -> None:
+    async with admin_of(plane) as admin:
+        made = await admin.create_tenant("bob")
+        async with AsyncClient(plane.plane.address, made.token) as bob:
+            events = bob.subscribe_events()
+            await events.initial_metadata()
+            await bob.create_session()
+            assert (await anext(aiter(events))).type == "session.created"
+            await admin.delete_tenant("bob")  # revoked first, then its session's deletion is the next event
+            assert await refused(anext(aiter(events))) == "bearer token revoked"
+
+
+def _admin_methods() -> list[str]:
+    return [f"/{ADMIN_SERVICE.full_name}/{m.name}" for m in ADMIN_SERVICE.methods]
+
+
+async def test_every_admin_method_refuses_anything_but_the_admin_token(plane: Plane) -> None:
+    assert len(_admin_methods()) == 7
+    async with grpc.aio.insecure_channel(plane.plane.address) as channel:
+        for path in _admin_methods():
+            unary: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)
+            for metadata, why in (
+                ((), "missing `authorization: Bearer <token>` metadata"),
+                ((("authorization", "Bearer token-alpha"),), "unknown admin token"),
+                ((("authorization", "Bearer wrong"),), "unknown admin token"),
+            ):
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await unary(b"", metadata=metadata, timeout=10)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, path
+                assert info.value.details() == why
+    async with admin_of(plane) as admin:
+        assert [t.name for t in await admin.list_tenants()] == ["alpha"]  # nothing was made
