@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from controlplane import tenancy
 from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig, upstream_environment
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
@@ -20,6 +21,7 @@ from controlplane.core.calls.tool_runtime import ToolRuntime
 from controlplane.core.definitions.registry import Registry
 from controlplane.core.permissions.asks import ApprovalStore, PermissionGate
 from controlplane.core.permissions.audit import AuditLog
+from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.core.sessions.admission import SessionPolicy
@@ -27,6 +29,7 @@ from controlplane.core.sessions.events import BusEvent, EventBus
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.services import TodoStore
+from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
 from controlplane.mcp.session import mcp_factory
@@ -128,8 +131,8 @@ async def bootstrap_tenants(settings: Settings, store: Store) -> None:
         await store.put_tenant(tenant.name, tenant.token_sha256 or hash_token(tenant.token or ""))
     if settings.tenants:
         return
-    tokens = await store.tenant_tokens()
-    if tokens and settings.token_file.exists():
+    tokens = await store.tenant_tokens()  # revoked ones left out: a revoked default gets a new token
+    if any(t.name == "default" for t in tokens.values()) and settings.token_file.exists():
         return
     # A URL-safe token starts with "-" one time in 64, which a command line's `--token TOKEN` then reads
     # as an option; the prefix also lets secret scanners recognise it.
@@ -139,7 +142,7 @@ async def bootstrap_tenants(settings: Settings, store: Store) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     os.chmod(settings.token_file, 0o600)
-    await store.put_tenant("default", hash_token(token))
+    await store.put_tenant("default", hash_token(token), origin="default")
     log.info("created tenant 'default'; its token is in %s", settings.token_file)
 
 
@@ -154,6 +157,7 @@ class ControlPlane:
     report: ReconcileReport
     audit: AuditWriter
     telemetry: telemetry.Telemetry | None = None
+    tenants: TenantAdmin | None = None
 
     @property
     def address(self) -> str:
@@ -170,11 +174,13 @@ async def start(settings: Settings) -> ControlPlane:
     if settings.store.url:
         log.info("store: %s", describe(settings.store.url))
     await bootstrap_tenants(settings, store)
-    auth = Authenticator(await store.tenant_tokens())
+    tenant_admin = await tenancy.start(settings, store)
+    auth = Authenticator(tenant_admin.directory)
     policy = operator_policy(settings)
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=EventBus())
+    tenant_admin.sessions = sessions
     report = await sessions.start()
     log.info(
         "reconciled: %d adopted, %d pooled, %d removed, %d lost",
@@ -185,16 +191,20 @@ async def start(settings: Settings) -> ControlPlane:
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
         todos=store,
     )
-    server, health_servicer, port = build_server(settings, sessions, tools, auth)
+    server, health_servicer, port = build_server(
+        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)
+    )
     await server.start()
     await mark_serving(health_servicer, True)
-    plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting)
+    plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting, tenant_admin)
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
     return plane
 
 
 async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     await plane.server.stop(grace_s)
+    if plane.tenants is not None:
+        await plane.tenants.close()
     await plane.sessions.close()
     await plane.audit.close()
     await plane.store.aclose()

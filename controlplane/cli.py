@@ -6,6 +6,7 @@
     controlplane tools SESSION [--provider P] [--model M] [--agent A] [--json]
     controlplane tools reload SESSION [--json]
     controlplane tool SESSION TOOL ARGS_JSON [--agent A] [--yes]
+    controlplane tenant create|list|usage|quota|rotate|revoke|delete [NAME] [...]   (with the admin token)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from controlplane import app
+from controlplane import app, cli_tenants
 from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import Settings, client_environment, load_settings
 from controlplane.errors import ControlPlaneError
@@ -255,6 +256,7 @@ def _parser() -> argparse.ArgumentParser:
     tool.add_argument("args_json", help='the arguments as a JSON object, e.g. \'{"filePath": "a.txt"}\'')
     tool.add_argument("--agent", default="")
     tool.add_argument("--yes", action="store_true", help="allow every permission request once")
+    cli_tenants.add_parser(sub, common)
     return parser
 
 
@@ -279,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_tools_cmd(args))
         if args.command == "tool":
             return asyncio.run(_tool_cmd(args))
+        if args.command == "tenant":
+            return asyncio.run(cli_tenants.run(args))
         return asyncio.run(_exec_cmd(args))
     except grpc.aio.AioRpcError as exc:
         print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)

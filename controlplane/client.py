@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry import propagate, trace
 
+from controlplane.stream_accept import accepted
 from controlplane.v1 import (
     event_pb2,
     event_pb2_grpc,
@@ -166,6 +167,8 @@ class AsyncClient:
         )
 
         async def requests() -> AsyncIterator[sandbox_pb2.ExecRequest]:
+            if not await accepted(call):
+                return  # refused: writing now would turn the server's status into a local INTERNAL
             yield sandbox_pb2.ExecRequest(start=start)
             if stdin is not None:
                 async for data in stdin:
@@ -173,7 +176,8 @@ class AsyncClient:
                 yield sandbox_pb2.ExecRequest(close_stdin=True)
             # Returning half-closes the request side; the command keeps running until `exited`.
 
-        return self.sandbox.Exec(requests(), metadata=self._metadata)
+        call = self.sandbox.Exec(requests(), metadata=self._metadata)
+        return call
 
     async def exec(self, session_id: str, argv: Iterable[str] = (), **kwargs: Any) -> AsyncIterator[ExecEvent]:
         """Events of one command, ending with `exited`."""
@@ -229,10 +233,13 @@ class AsyncClient:
         outbox.put_nowait(tool_pb2.ExecuteToolRequest(call=call))
 
         async def requests() -> AsyncIterator[tool_pb2.ExecuteToolRequest]:
+            if not await accepted(stream):
+                return  # refused: writing now would turn the server's status into a local INTERNAL
             while (item := await outbox.get()) is not None:
                 yield item
 
-        return self.tools.ExecuteTool(requests(), metadata=self._metadata), outbox
+        stream = self.tools.ExecuteTool(requests(), metadata=self._metadata)
+        return stream, outbox
 
     async def execute_tool(
         self, session_id: str, tool: str, args: dict[str, Any] | str, *, call_id: str = "", message_id: str = "",

@@ -5,9 +5,9 @@ keys are errors.
 
 This module is the control plane's one reader of the environment for what configures it: `load_settings`
 (`CONTROLPLANE_CONFIG` and every `CONTROLPLANE_*` setting), `client_environment` (the command line's
-`CONTROLPLANE_TARGET` and `CONTROLPLANE_TOKEN`) and `upstream_environment` (the `OPENCODE_*` flags upstream's
-tools read, taken by the tool registry and runtime). The environment is read elsewhere only where a library
-or another process owns the variables, namely:
+`CONTROLPLANE_TARGET`, `CONTROLPLANE_TOKEN` and `CONTROLPLANE_ADMIN_TOKEN`) and `upstream_environment` (the
+`OPENCODE_*` flags upstream's tools read, taken by the tool registry and runtime). The environment is read
+elsewhere only where a library or another process owns the variables, namely:
 
 - controlplane/telemetry/setup.py reads OpenTelemetry's own `OTEL_*` variables with the SDK's meaning
   (`OTEL_SDK_DISABLED`, `OTEL_{TRACES,METRICS}_EXPORTER`, `OTEL_EXPORTER_OTLP_[{signal}_]ENDPOINT` and
@@ -233,11 +233,31 @@ class LimitsConfig(_Closed):
     RESOURCE_EXHAUSTED before any sandbox is touched."""
 
 
+class QuotaConfig(_Closed):
+    """What one tenant may hold at once; a key left out is unlimited (unless the global `[quota]` sets it).
+    Beyond it a request is RESOURCE_EXHAUSTED. -1 lifts a limit the global `[quota]` sets."""
+
+    sessions: int | None = Field(default=None, ge=-1)
+    """Live sessions (a `task` child session shares its parent's sandbox and is not counted)."""
+    cpu: float | None = Field(default=None, ge=-1)
+    """CPUs reserved by live sessions (the sum of their cpu limits)."""
+    memory_mb: int | None = Field(default=None, ge=-1)
+    """Memory reserved by live sessions, MiB (the sum of their memory limits)."""
+    disk_mb: int | None = Field(default=None, ge=-1)
+    """Workspace disk reserved by live sessions, MiB (resources.disk_mb each)."""
+    calls: int | None = Field(default=None, ge=-1)
+    """Concurrent tool calls (ExecuteTool streams) and Execs."""
+    subscriptions: int | None = Field(default=None, ge=-1)
+    """Concurrent event subscriptions."""
+
+
 class TenantConfig(_Closed):
     name: str
     token: str | None = None
     """The bearer token in clear; prefer token_sha256."""
     token_sha256: str | None = None
+    quota: QuotaConfig = Field(default_factory=QuotaConfig)
+    """This tenant's quota, over the global `[quota]`; AdminService.SetQuota can change it at run time."""
 
 
 class Settings(BaseSettings):
@@ -254,7 +274,10 @@ class Settings(BaseSettings):
     server: ServerConfig = Field(default_factory=ServerConfig)
     exec: ExecConfig = Field(default_factory=ExecConfig)
     tenants: list[TenantConfig] = Field(default_factory=list)
-    """Tenants and their tokens; with none, a `default` tenant is created on first start."""
+    """Tenants and their tokens; with none, a `default` tenant is created on first start. A tenant once
+    declared and then removed from this list is revoked at the next start."""
+    quota: QuotaConfig = Field(default_factory=QuotaConfig)
+    """Every tenant's default quota; a tenant's own `quota` overrides it key by key."""
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
@@ -265,6 +288,11 @@ class Settings(BaseSettings):
     @property
     def token_file(self) -> Path:
         return self.data_dir / "default.token"
+
+    @property
+    def admin_token_file(self) -> Path:
+        """The AdminService's token, written on first start (0600)."""
+        return self.data_dir / "admin.token"
 
 
 def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
@@ -305,10 +333,13 @@ class ClientEnvironment:
     """`CONTROLPLANE_TARGET`: the server's address."""
     token: str | None
     """`CONTROLPLANE_TOKEN`: the bearer token."""
+    admin_token: str | None = None
+    """`CONTROLPLANE_ADMIN_TOKEN`: the admin token (`controlplane tenant ...`)."""
 
 
 def client_environment(env: Mapping[str, str] = os.environ) -> ClientEnvironment:
-    return ClientEnvironment(target=env.get("CONTROLPLANE_TARGET") or None, token=env.get("CONTROLPLANE_TOKEN") or None)
+    return ClientEnvironment(target=env.get("CONTROLPLANE_TARGET") or None, token=env.get("CONTROLPLANE_TOKEN") or None,
+                             admin_token=env.get("CONTROLPLANE_ADMIN_TOKEN") or None)
 
 
 UPSTREAM_PREFIX = "OPENCODE_"

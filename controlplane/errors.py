@@ -7,7 +7,9 @@ ControlPlaneError
 ├── UnauthenticatedError        no or unknown bearer token
 ├── NotFoundError               unknown (or another tenant's) session
 ├── FailedPreconditionError     the session is not in a state that allows this
+├── ExecDeniedError             operator policy refuses a SandboxService.Exec (core/permissions/exec_policy.py)
 ├── ResourceExhaustedError      a limit was reached (archive too large, ...)
+│   └── QuotaExceededError      a tenant's quota would be exceeded (core/tenants/quota.py)
 ├── ConfigError                 operator configuration is invalid
 │   └── McpConfigError          an `mcp.{name}` entry that cannot be used (mcp/config.py)
 ├── SandboxError                the sandbox could not be had or was lost
@@ -51,6 +53,7 @@ class ErrorCode(enum.Enum):
     NOT_FOUND = "not_found"
     FAILED_PRECONDITION = "failed_precondition"
     RESOURCE_EXHAUSTED = "resource_exhausted"
+    PERMISSION_DENIED = "permission_denied"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
 

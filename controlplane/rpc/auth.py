@@ -1,50 +1,62 @@
-"""Bearer-token authentication: every RPC names a tenant, except health and reflection."""
+"""Bearer-token authentication: every RPC names a tenant (AdminService: the operator), except health and
+reflection. A token revoked, rotated away, expired or deleted is refused from the next RPC on."""
 
 from __future__ import annotations
 
-import hmac
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 
 from controlplane.core.sessions.models import Tenant
-from controlplane.errors import UnauthenticatedError
-from controlplane.store.sqlite import hash_token
+from controlplane.core.tenants.quota import Slot, TenantQuotas
+from controlplane.core.tenants.records import TokenDirectory
+from controlplane.errors import ControlPlaneError, UnauthenticatedError
+from controlplane.rpc.errors import abort_with
+from controlplane.stream_accept import ACCEPTED
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+ADMIN_PREFIX = "/controlplane.v1.AdminService/"
+MISSING = "missing `authorization: Bearer <token>` metadata"
+
+
+def bearer(metadata: Sequence[tuple[str, Any]] | Any) -> str:
+    header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise UnauthenticatedError(MISSING)
+    return token.strip()
 
 
 class Authenticator:
-    def __init__(self, tokens: dict[str, Tenant]) -> None:
-        self._tokens = tokens  # sha256(token) -> tenant
+    def __init__(self, directory: TokenDirectory) -> None:
+        self.directory = directory
 
     def tenant_for_token(self, token: str) -> Tenant | None:
-        digest = hash_token(token)
-        for known, tenant in self._tokens.items():
-            if hmac.compare_digest(known, digest):
-                return tenant
-        return None
+        return self.directory.check(token)[0]
 
     def tenant(self, metadata: Sequence[tuple[str, Any]] | Any) -> Tenant:
-        header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise UnauthenticatedError("missing `authorization: Bearer <token>` metadata")
-        tenant = self.tenant_for_token(token.strip())
+        tenant, why = self.directory.check(bearer(metadata))
         if tenant is None:
-            raise UnauthenticatedError("unknown bearer token")
+            raise UnauthenticatedError(why)
         return tenant
 
     def tenant_of(self, context: grpc.aio.ServicerContext[Any, Any]) -> Tenant:
         return self.tenant(context.invocation_metadata())
 
+    def admin(self, metadata: Sequence[tuple[str, Any]] | Any) -> None:
+        if not self.directory.is_admin(bearer(metadata)):
+            raise UnauthenticatedError("unknown admin token")
+
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects unauthenticated calls before any handler runs."""
+    """Rejects unauthenticated calls before any handler runs, and admits request streams (ExecuteTool, Exec:
+    a tenant's calls) under its `calls` quota before saying they are accepted."""
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, quotas: TenantQuotas | None = None) -> None:
         self._auth = authenticator
+        self._quotas = quotas or TenantQuotas.unlimited()
 
     async def intercept_service(
         self,
@@ -55,10 +67,63 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or handler_call_details.method.startswith(OPEN_PREFIXES):
             return handler
         try:
-            self._auth.tenant(handler_call_details.invocation_metadata)
+            if handler_call_details.method.startswith(ADMIN_PREFIX):
+                self._auth.admin(handler_call_details.invocation_metadata)
+                return handler
+            tenant = self._auth.tenant(handler_call_details.invocation_metadata)
         except UnauthenticatedError as exc:
             return _rejecting(handler, str(exc))
-        return handler
+        return self._accepting(handler, tenant.name)
+
+    def _accepting(self, handler: grpc.RpcMethodHandler[Any, Any], tenant: str) -> grpc.RpcMethodHandler[Any, Any]:
+        """A request-streaming handler that takes a call slot, then says the call is accepted
+        (controlplane.stream_accept): a refusal (quota) comes before the mark, so it reaches the client exactly."""
+        if not handler.request_streaming:
+            return handler
+        return _streaming(handler, lambda: self._quotas.take_call(tenant))
+
+
+def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot]) -> grpc.RpcMethodHandler[Any, Any]:
+    inner: Any = handler.stream_stream if handler.response_streaming else handler.stream_unary
+
+    async def stream_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        try:
+            slot = admit()
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
+            raise  # unreachable: abort raises
+        try:
+            await context.send_initial_metadata(ACCEPTED)
+            result = inner(requests, context)
+            if inspect.isasyncgen(result):
+                async for response in result:
+                    yield response
+            else:
+                await result
+        finally:
+            slot.release()
+
+    async def stream_unary(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            slot = admit()
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
+            raise  # unreachable: abort raises
+        try:
+            await context.send_initial_metadata(ACCEPTED)
+            return await inner(requests, context)
+        finally:
+            slot.release()
+
+    if handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.stream_unary_rpc_method_handler(
+        stream_unary, request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 def _rejecting(handler: grpc.RpcMethodHandler[Any, Any], message: str) -> grpc.RpcMethodHandler[Any, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.errors import ControlPlaneError
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with
@@ -15,24 +16,33 @@ from controlplane.v1 import event_pb2, event_pb2_grpc
 
 
 class EventService(event_pb2_grpc.EventServiceServicer):
-    def __init__(self, sessions: SessionManager, bus: EventBus, auth: Authenticator) -> None:
+    def __init__(
+        self, sessions: SessionManager, bus: EventBus, auth: Authenticator, quotas: TenantQuotas | None = None,
+    ) -> None:
         self._sessions = sessions
         self._bus = bus
         self._auth = auth
+        self._quotas = quotas or TenantQuotas.unlimited()
 
     async def SubscribeEvents(
         self, request: event_pb2.SubscribeEventsRequest, context: Any
     ) -> AsyncIterator[event_pb2.Event]:
+        slot: Slot | None = None
         try:
             tenant = self._auth.tenant_of(context)
+            slot = self._quotas.take_subscription(tenant.name)
             if request.session_id:
                 await self._sessions.get(tenant.name, request.session_id)  # NotFound for others' sessions
             # Headers go out now, so a subscriber knows it is subscribed before the first event.
             await context.send_initial_metadata(())
             async for event in self._bus.subscribe(tenant.name, request.session_id):
+                self._auth.tenant_of(context)  # a token revoked (or expired) meanwhile ends the stream here
                 yield event_pb2.Event(
                     type=event.type, session_id=event.session_id, time=event.time,
                     properties_json=json.dumps(event.properties, ensure_ascii=False, default=str),
                 )
         except ControlPlaneError as exc:
             await abort_with(context, exc)
+        finally:
+            if slot is not None:
+                slot.release()

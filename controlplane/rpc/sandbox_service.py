@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
+from controlplane.core.permissions.exec_policy import ExecGate, command_text, exec_outcome
 from controlplane.core.seam.messages import Exited
 from controlplane.core.seam.provider import ExecStream
 from controlplane.core.sessions.manager import SessionManager
@@ -21,10 +22,14 @@ from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
 
 
 class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
-    def __init__(self, sessions: SessionManager, auth: Authenticator, config: ExecConfig) -> None:
+    def __init__(
+        self, sessions: SessionManager, auth: Authenticator, config: ExecConfig,
+        gate: ExecGate | None = None,
+    ) -> None:
         self._sessions = sessions
         self._auth = auth
         self._config = config
+        self._gate = gate or ExecGate()
 
     async def Exec(
         self, request_iterator: AsyncIterator[sandbox_pb2.ExecRequest], context: Any
@@ -34,6 +39,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         pump: asyncio.Task[None] | None = None
         finished = False
         session_id = ""
+        audited: tuple[str, str] | None = None  # (tenant, command) once admitted: its end is audited too
+        outcome, detail = "cancelled", "the client went away"
         try:
             tenant = self._auth.tenant_of(context)
             first = await anext(requests, None)
@@ -42,23 +49,32 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             session_id = first.start.session_id
             spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
             sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
+            text = command_text(first.start.argv, first.start.command)
+            await self._gate.admit(tenant.name, session_id, text)
+            audited = (tenant.name, text)
             stream = await sandbox.agent.exec(spec)
             pump = asyncio.ensure_future(_relay(requests, stream))
             seq = 0
             async for event in stream.events():
                 seq += 1
                 finished = isinstance(event, Exited)  # before the write: a client gone during it cancels nothing
+                if isinstance(event, Exited):
+                    outcome, detail = exec_outcome(event)
                 yield convert.exec_event(seq, event)
         except SandboxLostError as exc:
+            outcome, detail = "error", str(exc)
             await self._sessions.report_lost(session_id, str(exc))
             await abort_with(context, exc)
         except ControlPlaneError as exc:
+            outcome, detail = "error", str(exc)
             await abort_with(context, exc)
         finally:
             if pump is not None:
                 pump.cancel()
             if stream is not None and not finished:
                 stream.cancel()  # the agent stops the command's whole process group
+            if audited is not None:
+                await self._gate.finished(*audited, session_id=session_id, outcome=outcome, detail=detail)
 
 
 async def _relay(requests: AsyncIterator[sandbox_pb2.ExecRequest], stream: ExecStream) -> None:

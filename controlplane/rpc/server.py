@@ -8,7 +8,11 @@ from grpc_reflection.v1alpha import reflection
 
 from controlplane.config import Settings
 from controlplane.core.calls.tool_runtime import ToolRuntime
+from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.tenants.lifecycle import TenantAdmin
+from controlplane.core.tenants.quota import TenantQuotas
+from controlplane.rpc.admin_service import AdminService
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
 from controlplane.rpc.permission_service import PermissionService
@@ -18,6 +22,8 @@ from controlplane.rpc.session_service import SessionService
 from controlplane.rpc.tool_service import ToolService
 from controlplane.telemetry.grpc_server import server_interceptors
 from controlplane.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
     permission_pb2,
@@ -41,26 +47,35 @@ SERVICES = (
     event_pb2.DESCRIPTOR.services_by_name["EventService"],
 )
 SERVICE_NAMES = tuple(service.full_name for service in SERVICES)
+ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
+"""Served beside SERVICES, under the admin token instead of a tenant's."""
 
 
 def build_server(
-    settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator
+    settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator,
+    tenants: TenantAdmin | None = None, exec_gate: ExecGate | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
-    """The server (not started), its health servicer and the bound port."""
+    """The server (not started), its health servicer and the bound port; AdminService only with `tenants`."""
+    quotas = tenants.quotas if tenants is not None else TenantQuotas.unlimited()
     limit = settings.server.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
-        interceptors=[*server_interceptors(), AuthInterceptor(auth)],
+        interceptors=[*server_interceptors(), AuthInterceptor(auth, quotas)],
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
     )
-    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth), server)
-    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(SandboxService(sessions, auth, settings.exec), server)
+    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas), server)
+    sandbox = SandboxService(sessions, auth, settings.exec, exec_gate)
+    sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandbox, server)
     tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
     permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
     question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
-    event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth), server)
+    event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth, quotas), server)
+    if tenants is not None:
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(tenants), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, ADMIN_SERVICE.full_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
     tls = settings.server
     if tls.tls_cert and tls.tls_key:
         credentials = grpc.ssl_server_credentials([(tls.tls_key.read_bytes(), tls.tls_cert.read_bytes())])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.tenants.quota import TenantQuotas, with_defaults
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary
@@ -12,9 +13,10 @@ from controlplane.v1 import session_pb2, session_pb2_grpc
 
 
 class SessionService(session_pb2_grpc.SessionServiceServicer):
-    def __init__(self, sessions: SessionManager, auth: Authenticator) -> None:
+    def __init__(self, sessions: SessionManager, auth: Authenticator, quotas: TenantQuotas | None = None) -> None:
         self._sessions = sessions
         self._auth = auth
+        self._quotas = quotas or TenantQuotas.unlimited()
 
     def _proto(self, session: Any) -> session_pb2.Session:
         return convert.session_to_proto(session, self._sessions.expires_at(session))
@@ -22,7 +24,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
     @unary
     async def CreateSession(self, request: session_pb2.CreateSessionRequest, context: Any) -> session_pb2.Session:
         tenant = self._auth.tenant_of(context)
-        return self._proto(await self._sessions.create(tenant.name, convert.create_spec(request)))
+        spec = convert.create_spec(request)
+        async with self._quotas.creating(tenant.name, with_defaults(spec.resources, self._sessions.policy.defaults)):
+            return self._proto(await self._sessions.create(tenant.name, spec))
 
     @unary
     async def GetSession(self, request: session_pb2.GetSessionRequest, context: Any) -> session_pb2.Session:

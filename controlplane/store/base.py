@@ -18,6 +18,8 @@ from controlplane.core.seam.provider import SandboxLedger, SandboxRecord
 from controlplane.core.sessions.manager import SessionStore
 from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
 from controlplane.core.sessions.services import TodoStore
+from controlplane.core.tenants.quota import Quota
+from controlplane.core.tenants.records import Origin, TenantRecord
 from controlplane.errors import ConfigError
 
 SQLITE_FILE = "controlplane.db"
@@ -66,6 +68,14 @@ def sandbox_of(row: Row) -> SandboxRecord:
     return SandboxRecord(row["id"], row["instance"], row["state"], row["session_id"], row["created_at"])
 
 
+def tenant_of(row: Row) -> TenantRecord:
+    return TenantRecord(
+        name=row["name"], token_sha256=row["token_sha256"], created_at=row["created_at"], origin=row["origin"],
+        expires_at=row["expires_at"], revoked_at=row["revoked_at"],
+        quota=Quota.from_dict(json.loads(row["quota_json"])),
+    )
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -80,11 +90,27 @@ class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, Pr
 
     async def aclose(self) -> None: ...
 
-    async def put_tenant(self, name: str, token_sha256: str) -> None: ...
+    async def put_tenant(
+        self, name: str, token_sha256: str, *, origin: Origin = "config", expires_at: float | None = None,
+    ) -> None:
+        """Upserts by name: a new token, origin and expiry; lifts a revocation."""
+        ...
 
     async def tenant_tokens(self) -> dict[str, Tenant]:
-        """sha256(token) -> tenant."""
+        """sha256(token) -> tenant, revoked ones left out."""
         ...
+
+    async def tenant_records(self) -> list[TenantRecord]: ...
+
+    async def revoke_tenant(self, name: str, at: float) -> None: ...
+
+    async def delete_tenant(self, name: str) -> None: ...
+
+    async def set_tenant_quota(self, name: str, quota: Quota) -> None: ...
+
+    async def admin_token_sha256(self) -> str | None: ...
+
+    async def put_admin_token(self, token_sha256: str) -> None: ...
 
     async def audit_entries(self, tenant: str, session_id: str = "") -> list[AuditEntry]: ...
 

@@ -94,5 +94,17 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "the caller's own config of a session with project config", added_columns=(
         ("sessions", "caller_config_json", "TEXT"),
     )),
+    # DOUBLE PRECISION has REAL affinity in SQLite, so one declaration serves both dialects.
+    Migration(4, "tenant lifecycle: origin, expiry, revocation, quota; the admin token", (
+        """CREATE TABLE IF NOT EXISTS admin_tokens (
+            name TEXT PRIMARY KEY,
+            token_sha256 TEXT NOT NULL,
+            created_at {real} NOT NULL)""",
+    ), added_columns=(
+        ("tenants", "origin", "TEXT NOT NULL DEFAULT 'config'"),
+        ("tenants", "expires_at", "DOUBLE PRECISION"),
+        ("tenants", "revoked_at", "DOUBLE PRECISION"),
+        ("tenants", "quota_json", "TEXT NOT NULL DEFAULT '{}'"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

@@ -20,7 +20,9 @@ from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.seam.provider import SandboxRecord
 from controlplane.core.sessions.models import Session, Tenant
-from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of
+from controlplane.core.tenants.quota import Quota
+from controlplane.core.tenants.records import Origin, TenantRecord
+from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of, tenant_of
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
 T = TypeVar("T")
@@ -112,18 +114,46 @@ class SqliteStore:
     async def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         await self._write(lambda db: db.execute(sql, params))
 
+    async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return await self._run(lambda db: db.execute(sql, params).fetchall())
+
     # -- tenants --------------------------------------------------------------------------------
 
-    async def put_tenant(self, name: str, token_sha256: str) -> None:
+    async def put_tenant(
+        self, name: str, token_sha256: str, *, origin: Origin = "config", expires_at: float | None = None,
+    ) -> None:
         await self._execute(
-            "INSERT INTO tenants (name, token_sha256, created_at) VALUES (?, ?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET token_sha256 = excluded.token_sha256",
-            (name, token_sha256, time.time()),
+            "INSERT INTO tenants (name, token_sha256, created_at, origin, expires_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET token_sha256 = excluded.token_sha256, origin = excluded.origin, "
+            "expires_at = excluded.expires_at, revoked_at = NULL",
+            (name, token_sha256, time.time(), origin, expires_at),
         )
 
     async def tenant_tokens(self) -> dict[str, Tenant]:
-        rows = await self._run(lambda db: db.execute("SELECT name, token_sha256 FROM tenants").fetchall())
-        return {row["token_sha256"]: Tenant(row["name"]) for row in rows}
+        return {r.token_sha256: Tenant(r.name) for r in await self.tenant_records() if r.revoked_at is None}
+
+    async def tenant_records(self) -> list[TenantRecord]:
+        return [tenant_of(row) for row in await self._fetch("SELECT * FROM tenants ORDER BY name")]
+
+    async def revoke_tenant(self, name: str, at: float) -> None:
+        await self._execute("UPDATE tenants SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL", (at, name))
+
+    async def delete_tenant(self, name: str) -> None:
+        await self._execute("DELETE FROM tenants WHERE name = ?", (name,))
+
+    async def set_tenant_quota(self, name: str, quota: Quota) -> None:
+        await self._execute("UPDATE tenants SET quota_json = ? WHERE name = ?", (json.dumps(quota.to_dict()), name))
+
+    async def admin_token_sha256(self) -> str | None:
+        rows = await self._fetch("SELECT token_sha256 FROM admin_tokens WHERE name = 'admin'")
+        return str(rows[0]["token_sha256"]) if rows else None
+
+    async def put_admin_token(self, token_sha256: str) -> None:
+        await self._execute(
+            "INSERT INTO admin_tokens (name, token_sha256, created_at) VALUES ('admin', ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET token_sha256 = excluded.token_sha256, created_at = excluded.created_at",
+            (token_sha256, time.time()),
+        )
 
     # -- sessions -------------------------------------------------------------------------------
 

@@ -100,11 +100,12 @@ async def traced(name: str, attributes: Mapping[str, AttributeValue], work: Awai
 class CallTrace:
     """The `execute_tool` span of one call; the executor tells it how the call ended."""
 
-    __slots__ = ("_started", "error", "outcome", "span", "tool")
+    __slots__ = ("_started", "error", "outcome", "span", "tenant", "tool")
 
-    def __init__(self, current: Span, tool: str) -> None:
+    def __init__(self, current: Span, tool: str, tenant: str = "") -> None:
         self.span = current
         self.tool = tool
+        self.tenant = tenant
         self.outcome = a.OUTCOME_ERROR
         self.error: BaseException | None = None
         self._started = time.perf_counter()
@@ -124,7 +125,7 @@ class CallTrace:
 
     def _finish(self) -> None:
         tool_duration.record(time.perf_counter() - self._started, {
-            a.GEN_AI_TOOL_NAME: self.tool, a.OUTCOME: self.outcome,
+            a.GEN_AI_TOOL_NAME: self.tool, a.OUTCOME: self.outcome, a.TENANT: self.tenant,
         })
         if not self.span.is_recording():
             return
@@ -149,7 +150,7 @@ def execute_tool(
             a.TOOL_ORIGIN: origin,
         },
     ) as current:
-        call = CallTrace(current, tool)
+        call = CallTrace(current, tool, tenant)
         try:
             yield call
             if call.error is None:

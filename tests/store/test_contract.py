@@ -16,6 +16,7 @@ from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.seam.provider import SandboxRecord
 from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
+from controlplane.core.tenants.quota import Quota
 from controlplane.errors import ConfigError
 from controlplane.store.base import AUDIT_BATCH, AuditWriter, Store, describe, open_store
 from controlplane.store.migrations import LATEST, MIGRATIONS, Dialect
@@ -83,7 +84,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 3
+    assert rows[-1][0] == LATEST == 4
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -123,7 +124,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         old = await store.get_session("ses_old")
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
-        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,), (3,)]
+        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,), (3,), (4,)]
     finally:
         await store.aclose()
 
@@ -137,6 +138,36 @@ async def test_tenants_are_upserted_by_name(store: Store) -> None:
     await store.put_tenant("beta", "b" * 64)
     await store.put_tenant("acme", "c" * 64)  # a new token replaces the old one
     assert await store.tenant_tokens() == {"c" * 64: Tenant("acme"), "b" * 64: Tenant("beta")}
+
+
+async def test_tenant_lifecycle_records(store: Store, opener: Opener) -> None:
+    await store.put_tenant("acme", "a" * 64)
+    await store.put_tenant("beta", "b" * 64, origin="api", expires_at=99.5)
+    records = {r.name: r for r in await store.tenant_records()}
+    assert (records["acme"].origin, records["acme"].expires_at, records["acme"].revoked_at) == ("config", None, None)
+    assert (records["beta"].origin, records["beta"].expires_at, records["beta"].quota) == ("api", 99.5, Quota())
+    await store.set_tenant_quota("beta", Quota(sessions=3, cpu=1.5, calls=-1))
+    await store.revoke_tenant("acme", 42.0)
+    await store.revoke_tenant("acme", 43.0)  # the first revocation's time stays
+    other = await opener()  # what one control plane writes, another reads
+    try:
+        seen = {r.name: r for r in await other.tenant_records()}
+    finally:
+        await other.aclose()
+    assert seen["acme"].revoked_at == 42.0
+    assert seen["beta"].quota == Quota(sessions=3, cpu=1.5, calls=-1)
+    assert await store.tenant_tokens() == {"b" * 64: Tenant("beta")}  # a revoked token is left out
+    await store.put_tenant("acme", "d" * 64)  # declared again (or rotated): no longer revoked
+    assert {r.name: r.revoked_at for r in await store.tenant_records()} == {"acme": None, "beta": None}
+    await store.delete_tenant("beta")
+    assert [r.name for r in await store.tenant_records()] == ["acme"]
+
+
+async def test_the_admin_token_is_one_replaceable_digest(store: Store) -> None:
+    assert await store.admin_token_sha256() is None
+    await store.put_admin_token("e" * 64)
+    await store.put_admin_token("f" * 64)
+    assert await store.admin_token_sha256() == "f" * 64
 
 
 # -- sessions -------------------------------------------------------------------------------------

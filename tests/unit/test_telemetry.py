@@ -184,7 +184,7 @@ def test_console_metrics_carry_tool_duration_pool_and_session_instruments() -> N
     assert points["ocsandbox.pool.hits"][-1]["value"] == 1
     assert points["ocsandbox.pool.misses"][-1]["value"] == 2
     [duration] = points["ocsandbox.tool.duration"][-1:]
-    assert duration["attributes"] == {"gen_ai.tool.name": "read", "sandbox.outcome": "ok"}
+    assert duration["attributes"] == {"gen_ai.tool.name": "read", "sandbox.outcome": "ok", "sandbox.tenant": "t"}
     assert duration["count"] == 1
     [init] = points["ocsandbox.tool.init.duration"][-1:]
     assert init["attributes"] == {"gen_ai.tool.name": "glob", "sandbox.tool.source": "BUILTIN"}

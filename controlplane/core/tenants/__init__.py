@@ -1,0 +1,1 @@
+"""Tenants as the operator manages them: their records and tokens, their quotas, their lifecycle."""
