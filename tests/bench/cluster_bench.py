@@ -34,7 +34,7 @@ from controlplane.client import AsyncClient
 from controlplane.config import ResourcesConfig
 from controlplane.core.seam.provider import SandboxProvider
 from sandbox_agent import event_loop
-from tests.bench.bench import Row
+from tests.bench.bench_common import Row
 from tests.cluster.support import Cluster, running_cluster, swarm_plane
 from tests.planes import running_plane
 

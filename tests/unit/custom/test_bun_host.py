@@ -1,4 +1,8 @@
-"""The Bun tool host and its driver, with real Bun, zod and @opencode-ai/plugin (no mocks)."""
+"""The Bun tool host and its driver, with real Bun, zod and @opencode-ai/plugin (no mocks): ids, schemas,
+validation, the context, asks, loading, result shapes, reloads, concurrency and restarts.
+
+Aborts and timeouts are in test_bun_host_abort.py, plugins in test_bun_host_plugins.py.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,9 @@ import signal
 
 import pytest
 
-from sandbox_agent.custom.host import HostCallError, HostFile, HostTool, ToolHost
+from sandbox_agent.custom.host import HostCallError, HostFile, ToolHost
+from tests.unit.custom.bun_host_parts import RETRY, SCHEMA, load
 from tests.unit.custom.conftest import Sandbox, eventually, pid_gone
-
-SCHEMA = "https://json-schema.org/draft/2020-12/schema"
-RETRY = "\nPlease rewrite the input so it satisfies the expected schema."
-
-
-async def load(host: ToolHost, sandbox: Sandbox, *files: str, plugins: tuple[str, ...] = ()) -> list[HostTool]:
-    loaded = await host.load([HostFile(f, "tool") for f in files] + [HostFile(p, "plugin") for p in plugins],
-                             str(sandbox.project), str(sandbox.project))
-    return loaded.tools
-
 
 MATH = """
     import { tool } from "@opencode-ai/plugin"
@@ -156,156 +151,6 @@ async def test_ask_allowed_and_denied(sandbox: Sandbox, bun_host: ToolHost) -> N
         await sandbox.call(bun_host, "asker_plain", {})
     result = await sandbox.call(bun_host, "asker_careful", {})
     assert result.output == "refused: no shells today (true)"
-
-
-async def test_abort_fires_ctx_abort_without_killing_the_host(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    marker = sandbox.root / "aborted.txt"
-    path = sandbox.tool("waiter.ts", f"""
-        import {{ writeFileSync }} from "node:fs"
-        export default {{
-          description: "waits", args: {{}},
-          async execute(_args, ctx) {{
-            ctx.metadata({{ title: "waiting" }})
-            await new Promise((resolve) => ctx.abort.addEventListener("abort", resolve))
-            writeFileSync({json.dumps(str(marker))}, `${{ctx.abort.aborted}} ${{ctx.abort.reason}}`)
-            return "stopped politely"
-          }},
-        }}
-    """)
-    await load(bun_host, sandbox, path)
-    abort = asyncio.Event()
-    call = asyncio.ensure_future(sandbox.call(bun_host, "waiter", {}, abort=abort))
-    await eventually(lambda: bool(sandbox.recorder.updates))
-    abort.set()
-    with pytest.raises(HostCallError, match=r"^Tool execution aborted$"):
-        await call
-    assert marker.read_text() == "true aborted"
-    assert bun_host.restarts == 0
-
-
-async def test_a_cancelled_call_is_aborted_in_the_host(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    marker = sandbox.root / "aborted.txt"
-    path = sandbox.tool("waiter.ts", f"""
-        import {{ writeFileSync }} from "node:fs"
-        export default {{
-          description: "waits", args: {{}},
-          async execute(_args, ctx) {{
-            ctx.metadata({{ title: "waiting" }})
-            await new Promise((resolve) => ctx.abort.addEventListener("abort", resolve))
-            writeFileSync({json.dumps(str(marker))}, String(ctx.abort.reason))
-            return ""
-          }},
-        }}
-    """)
-    await load(bun_host, sandbox, path)
-    call = asyncio.ensure_future(sandbox.call(bun_host, "waiter", {}))
-    await eventually(lambda: bool(sandbox.recorder.updates))
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    await eventually(marker.exists)
-    assert marker.read_text() == "cancelled"
-    await bun_host.ping()
-    assert bun_host.restarts == 0
-
-
-RESTARTED = (r" \(the tool did not stop within 0\.5 s and nothing else was running in the bun tool host, so the "
-             r"host was restarted: its tools' module state was reset\)")
-"""What the error of an aborted call that took the host down with it adds."""
-
-LOOPER = """
-    import { writeFileSync } from "node:fs"
-    export const loop = {
-      description: "never yields", args: {},
-      async execute(_args, ctx) { writeFileSync(ctx.extra.pidfile, String(process.pid)); while (true) {} },
-    }
-    export const quick = { description: "quick", args: {}, async execute() { return "still here" } }
-"""
-
-
-async def test_busy_loop_is_killed_on_abort_and_the_next_call_works(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    await load(bun_host, sandbox, sandbox.tool("looper.ts", LOOPER))
-    pidfile = sandbox.root / "pid"
-    abort = asyncio.Event()
-    context_call = bun_host.call(
-        "looper_loop", {}, sandbox.context(pidfile=str(pidfile)), on_metadata=sandbox.recorder.on_metadata,
-        on_ask=sandbox.recorder.on_ask, abort=abort, timeout_s=None,
-    )
-    call = asyncio.ensure_future(context_call)
-    await eventually(lambda: pidfile.exists() and pidfile.read_text() != "")
-    abort.set()
-    with pytest.raises(HostCallError, match=r"^Tool execution aborted" + RESTARTED + "$"):
-        await call
-    assert pid_gone(int(pidfile.read_text()))
-    assert (await sandbox.call(bun_host, "looper_quick", {})).output == "still here"
-    assert bun_host.restarts == 1
-
-
-async def test_busy_loop_is_killed_on_timeout(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    await load(bun_host, sandbox, sandbox.tool("looper.ts", LOOPER))
-    pidfile = sandbox.root / "pid"
-    with pytest.raises(HostCallError, match=r"^Tool execution timed out after 0\.3 s" + RESTARTED + "$"):
-        await bun_host.call("looper_loop", {}, sandbox.context(pidfile=str(pidfile)),
-                            on_metadata=sandbox.recorder.on_metadata, on_ask=sandbox.recorder.on_ask,
-                            abort=asyncio.Event(), timeout_s=0.3)
-    assert pid_gone(int(pidfile.read_text()))
-    assert (await sandbox.call(bun_host, "looper_quick", {})).output == "still here"
-
-
-async def test_a_stubborn_call_is_abandoned_while_another_runs(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    path = sandbox.tool("state.ts", """
-        let counter = 0
-        export const count = { description: "counts", args: {}, async execute() { return String(++counter) } }
-        export const stubborn = {
-          description: "ignores abort", args: {},
-          async execute(_args, ctx) { ctx.metadata({ title: "stubborn" }); await Bun.sleep(1500); return "late" },
-        }
-        export const patient = {
-          description: "waits", args: {},
-          async execute() { await Bun.sleep(800); return `patient ${counter}` },
-        }
-    """)
-    await load(bun_host, sandbox, path)
-    assert (await sandbox.call(bun_host, "state_count", {})).output == "1"
-    patient = asyncio.ensure_future(sandbox.call(bun_host, "state_patient", {}))
-    abort = asyncio.Event()
-    stubborn = asyncio.ensure_future(sandbox.call(bun_host, "state_stubborn", {}, abort=abort))
-    await eventually(lambda: bool(sandbox.recorder.updates))
-    abort.set()
-    with pytest.raises(HostCallError, match=r"^Tool execution aborted$"):
-        await asyncio.wait_for(stubborn, 0.4)  # at once, not after the grace
-    assert (await patient).output == "patient 1"
-    assert (await sandbox.call(bun_host, "state_count", {})).output == "2"
-    await asyncio.sleep(1.0)  # the abandoned call's late result arrives and is dropped
-    assert (await sandbox.call(bun_host, "state_count", {})).output == "3"
-    assert bun_host.restarts == 0
-
-
-async def test_abort_while_an_ask_is_pending_ends_the_call(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    path = sandbox.tool("asker.ts", """
-        export default {
-          description: "asks", args: {},
-          async execute(_args, ctx) {
-            await ctx.ask({ permission: "x", patterns: [], always: [], metadata: {} })
-            return ""
-          },
-        }
-    """)
-    await load(bun_host, sandbox, path)
-    answered = asyncio.Event()
-
-    async def never_answers(*_: object) -> None:
-        answered.set()
-        await asyncio.Event().wait()
-
-    abort = asyncio.Event()
-    call = asyncio.ensure_future(bun_host.call("asker", {}, sandbox.context(), on_metadata=sandbox.recorder.on_metadata,
-                                               on_ask=never_answers, abort=abort, timeout_s=None))
-    await answered.wait()
-    abort.set()
-    with pytest.raises(HostCallError, match=r"^Tool execution aborted$"):
-        await call
-    assert bun_host.restarts == 0  # the pending ask was rejected, the call ended, nothing was killed
 
 
 async def test_a_broken_file_is_a_load_error_and_its_neighbours_load(sandbox: Sandbox, bun_host: ToolHost) -> None:
@@ -469,120 +314,6 @@ async def test_reload_imports_only_changed_files(sandbox: Sandbox, bun_host: Too
         await sandbox.call(bun_host, "gone", {})
 
 
-PLUGIN = """
-    import type { Plugin } from "@opencode-ai/plugin"
-    import { tool } from "@opencode-ai/plugin"
-    export const Guard: Plugin = async ({ directory, worktree, project, serverUrl, client, $ }) => {
-      const who = (await $`pwd`.text()).trim()
-      return {
-        tool: {
-          where: tool({
-            description: "where the plugin runs",
-            args: { verbose: tool.schema.boolean().optional() },
-            async execute(args) {
-              return JSON.stringify({ directory, worktree, project, serverUrl: String(serverUrl),
-                                      client: typeof client?.app?.log === "function", who, args })
-            },
-          }),
-        },
-        "tool.execute.before": async (input: any, output: any) => {
-          if (input.tool === "where") output.args.verbose = true
-          if (input.tool === "forbidden") throw new Error("not on my watch")
-        },
-        "tool.execute.after": async (input: any, output: any) => { output.title = `after ${input.tool}` },
-      }
-    }
-    export const Again = Guard
-    export const Second = async () => ({
-      "tool.execute.before": async (input: any, output: any) => {
-        output.args.seen = [...(output.args.seen ?? []), "second"]
-      },
-    })
-    export const version = "1.0"
-"""
-
-
-async def test_plugin_tools_join_and_hooks_run_in_load_order(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    plugin = sandbox.write(".opencode/plugin/guard.ts", PLUGIN)
-    custom = sandbox.tool("zz.ts", 'export default { description: "zz", args: {}, async execute() { return "" } }\n')
-    loaded = await bun_host.load([HostFile(plugin, "plugin"), HostFile(custom, "tool")], str(sandbox.project), "/wt")
-    assert [(t.id, t.source, t.origin) for t in loaded.tools] == [("zz", "CUSTOM", custom), ("where", "PLUGIN", plugin)]
-    assert loaded.tools[1].parameters == {
-        "$schema": SCHEMA, "type": "object", "properties": {"verbose": {"type": "boolean"}},
-        "additionalProperties": False,
-    }
-    assert loaded.hooks == ["tool.execute.after", "tool.execute.before"]
-    assert [n.message for n in loaded.notes] == ["export version is not a plugin function; skipped"]
-
-    before = await bun_host.hook("tool.execute.before", {"tool": "where", "sessionID": "s", "callID": "c"},
-                                 {"args": {"verbose": False}}, timeout_s=10)
-    assert before == {"args": {"verbose": True, "seen": ["second"]}}  # Guard once (deduped), then Second
-    result = await sandbox.call(bun_host, "where", before["args"])
-    assert json.loads(result.output) == {
-        "directory": str(sandbox.project), "worktree": "/wt", "project": {"id": "sandbox", "worktree": "/wt"},
-        "serverUrl": "http://localhost:0/", "client": True, "who": str(sandbox.project),
-        "args": {"verbose": True, "seen": ["second"]},
-    }
-    after = await bun_host.hook("tool.execute.after", {"tool": "where", "sessionID": "s", "callID": "c", "args": {}},
-                                {"title": "", "output": "o", "metadata": {}}, timeout_s=10)
-    assert after == {"title": "after where", "output": "o", "metadata": {}}
-    with pytest.raises(HostCallError) as caught:
-        await bun_host.hook("tool.execute.before", {"tool": "forbidden"}, {"args": {}}, timeout_s=10)
-    assert str(caught.value) == "not on my watch"  # the hook's own message, as upstream lets it through
-
-
-async def test_a_throwing_plugin_is_a_load_error(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    broken = sandbox.write(".opencode/plugin/broken.ts", """
-        export const Broken = async () => { throw new Error("cannot start") }
-        export const Fine = async () => ({ tool: { ok: { description: "ok", args: {}, execute: () => "ok" } } })
-    """)
-    loaded = await bun_host.load([HostFile(broken, "plugin")], str(sandbox.project), "/")
-    assert [(e.origin, e.message) for e in loaded.load_errors] == [(broken, "plugin Broken: cannot start")]
-    assert [t.id for t in loaded.tools] == ["ok"]
-    assert loaded.hooks == []
-
-
-async def test_config_hooks_run_in_load_order_on_a_copy_of_the_sessions_config(
-    sandbox: Sandbox, bun_host: ToolHost,
-) -> None:
-    first = sandbox.write(".opencode/plugin/a.ts", """
-        export const A = async () => ({ config: async (config: any) => {
-          config.agent.helper = { description: "Helps", mode: "subagent" }
-          config.seen = [...(config.seen ?? []), "a"]
-        } })
-    """)
-    second = sandbox.write(".opencode/plugin/b.ts", """
-        export const B = async () => ({ config(config: any) { config.seen.push("b"); throw new Error("enough") } })
-    """)
-    files = [HostFile(first, "plugin"), HostFile(second, "plugin")]
-    session = {"permission": {"bash": "ask"}, "mode": {"old": {}}}
-    loaded = await bun_host.load(files, str(sandbox.project), "/", session)
-    assert json.loads(loaded.config_json) == {
-        "permission": {"bash": "ask"}, "mode": {"old": {}}, "agent": {"helper": {"description": "Helps",
-                                                                                 "mode": "subagent"}},
-        "plugin": [], "seen": ["a", "b"],
-    }
-    assert [(e.origin, e.message) for e in loaded.load_errors] == [(second, "config hook: enough")]
-    assert session == {"permission": {"bash": "ask"}, "mode": {"old": {}}}  # the hooks worked on a copy
-
-    again = await bun_host.load(files, str(sandbox.project), "/", session)  # each load starts from the session's
-    assert json.loads(again.config_json)["seen"] == ["a", "b"]
-
-
-async def test_no_config_hook_no_config_and_an_oversized_one_is_not_kept(sandbox: Sandbox, bun_host: ToolHost) -> None:
-    quiet = sandbox.write(".opencode/plugin/quiet.ts", "export const Quiet = async () => ({})\n")
-    loaded = await bun_host.load([HostFile(quiet, "plugin")], str(sandbox.project), "/", {"x": 1})
-    assert loaded.config_json == ""
-    big = sandbox.write(".opencode/plugin/big.ts", """
-        export const Big = async () => ({ config: async (config: any) => { config.blob = "x".repeat(2 ** 21) } })
-    """)
-    loaded = await bun_host.load([HostFile(big, "plugin")], str(sandbox.project), "/", {})
-    assert loaded.config_json == ""
-    assert [(e.origin, e.message) for e in loaded.load_errors] == [
-        (big, "config hook: the config cannot be kept: it is larger than 1048576 characters"),
-    ]
-
-
 async def test_concurrent_calls_share_one_host(sandbox: Sandbox, bun_host: ToolHost) -> None:
     path = sandbox.tool("sleepy.ts", """
         export const nap = {
@@ -616,36 +347,3 @@ async def test_a_dead_host_is_restarted_and_reloaded(sandbox: Sandbox, bun_host:
     assert second != first
     assert int(pidfile.read_text()) == second  # the file was imported again by the new host
     assert bun_host.restarts == 1
-
-
-LOGGING_PLUGIN = """
-    export const Logged = async ({ client }) => {
-      await client.app.log({ body: { service: "logged", level: "info", message: "ready" } })
-      await client.tui.showToast({ body: { message: "hello", variant: "info" } })
-      return {
-        tool: {
-          sessions: {
-            description: "asks the server for its sessions",
-            args: {},
-            async execute() {
-              const answer = await client.session.list()
-              let thrown = ""
-              try { await client.session.list({ throwOnError: true }) } catch (error) { thrown = error.message }
-              return JSON.stringify({ data: answer.data ?? null, error: answer.error, thrown })
-            },
-          },
-        },
-      }
-    }
-"""
-
-
-async def test_plugins_get_an_sdk_client_that_logs_and_refuses_the_rest(sandbox: Sandbox,
-                                                                          bun_host: ToolHost) -> None:
-    plugin = sandbox.write(".opencode/plugin/logged.js", LOGGING_PLUGIN)
-    loaded = await bun_host.load([HostFile(plugin, "plugin")], str(sandbox.project), str(sandbox.project))
-    assert (list(loaded.load_errors), [t.id for t in loaded.tools]) == ([], ["sessions"])
-    refused = "the OpenCode server API is not available to plugins in the sandbox (GET /session)"
-    assert json.loads((await sandbox.call(bun_host, "sessions", {})).output) == {
-        "data": None, "error": {"name": "UnknownError", "data": {"message": refused}}, "thrown": refused,
-    }

@@ -1,25 +1,22 @@
-"""The read tool through `run`: envelopes, paging, caps, binary sniffing, media, directories, instructions."""
+"""The read tool through `run` on a file: envelopes, paging, caps, line endings, binary sniffing, media.
+
+Missing and outside paths are in test_read_missing_and_external.py, directories in test_read_directories.py,
+instruction files in test_read_instructions.py.
+"""
 
 from __future__ import annotations
 
 import base64
-import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sandbox_agent.tools import read
-from sandbox_agent.tools.base import SessionState, ToolContext, ToolError
-from sandbox_agent.tools.collation import locale_key, utf16_prefix
+from sandbox_agent.tools.base import ToolError
+from sandbox_agent.tools.collation import utf16_prefix
+from tests.unit.tools.read_support import MakeCtx, envelope
 
 from .conftest import Asked, Recorder
-
-MakeCtx = Callable[..., ToolContext]
-
-
-def envelope(path: Path, body: str) -> str:
-    return f"<path>{path}</path>\n<type>file</type>\n<content>{body}\n</content>"
 
 
 async def test_small_file(make_ctx: MakeCtx, project: Path, recorder: Recorder) -> None:
@@ -259,222 +256,6 @@ async def test_svg_is_text(make_ctx: MakeCtx, project: Path) -> None:
     assert result.attachments == []
 
 
-async def test_missing_file(make_ctx: MakeCtx, project: Path, recorder: Recorder) -> None:
-    with pytest.raises(ToolError) as err:
-        await read.run({"filePath": str(project / "nope.txt")}, make_ctx())
-    assert str(err.value) == f"File not found: {project / 'nope.txt'}"
-    # The read permission is asked before existence is checked.
-    assert recorder.asks == [Asked("read", [str(project / "nope.txt")], ["*"], {})]
-
-
-async def test_missing_file_suggestions(make_ctx: MakeCtx, project: Path) -> None:
-    for name in ["Config.json", "config.json.bak", "other.txt"]:
-        (project / name).write_text("x")
-    with pytest.raises(ToolError) as err:
-        await read.run({"filePath": str(project / "config.json")}, make_ctx())
-    message = str(err.value)
-    head, _, tail = message.partition("\n\nDid you mean one of these?\n")
-    assert head == f"File not found: {project / 'config.json'}"
-    assert sorted(tail.split("\n")) == sorted([str(project / "Config.json"), str(project / "config.json.bak")])
-
-    # The name contained in the missing one also counts ("conf" is in "conf.d.txt"); at most 3.
-    for name in ["conf", "conf.d", "conf.d.txt.old", "CONF.D.TXT2"]:
-        (project / name).write_text("x")
-    with pytest.raises(ToolError) as err:
-        await read.run({"filePath": str(project / "conf.d.txt")}, make_ctx())
-    suggestions = str(err.value).split("Did you mean one of these?\n")[1].split("\n")
-    assert len(suggestions) == 3
-    allowed = {str(project / n) for n in ["conf", "conf.d", "conf.d.txt.old", "CONF.D.TXT2"]}
-    assert set(suggestions) <= allowed
-
-
-async def test_missing_in_missing_directory(make_ctx: MakeCtx, project: Path) -> None:
-    with pytest.raises(ToolError) as err:
-        await read.run({"filePath": str(project / "no" / "such.txt")}, make_ctx())
-    assert str(err.value) == f"File not found: {project / 'no' / 'such.txt'}"
-
-
-async def test_external_file_asks_for_its_directory(make_ctx: MakeCtx, tmp_path: Path, recorder: Recorder) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "f.txt").write_text("hi\n")
-    await read.run({"filePath": str(outside / "f.txt")}, make_ctx())
-    glob = f"{outside}/*"
-    assert recorder.asks == [
-        Asked("external_directory", [glob], [glob], {"filepath": str(outside / "f.txt"), "parentDir": str(outside)}),
-        Asked("read", [str(outside / "f.txt")], ["*"], {}),
-    ]
-
-
-async def test_external_directory_kind(make_ctx: MakeCtx, tmp_path: Path, recorder: Recorder) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    await read.run({"filePath": str(outside)}, make_ctx())
-    glob = f"{outside}/*"
-    assert recorder.asks[0] == Asked("external_directory", [glob], [glob],
-                                     {"filepath": str(outside), "parentDir": str(outside)})
-
-
-async def test_external_missing_file_asks_before_not_found(make_ctx: MakeCtx, tmp_path: Path,
-                                                         recorder: Recorder) -> None:
-    with pytest.raises(ToolError, match=r"^File not found: "):
-        await read.run({"filePath": str(tmp_path / "ghost.txt")}, make_ctx())
-    assert [a.permission for a in recorder.asks] == ["external_directory", "read"]
-
-
-async def test_external_denied(make_ctx: MakeCtx, tmp_path: Path, recorder: Recorder) -> None:
-    recorder.deny.add("external_directory")
-    (tmp_path / "f.txt").write_text("x")
-    with pytest.raises(ToolError, match="rejected"):
-        await read.run({"filePath": str(tmp_path / "f.txt")}, make_ctx())
-    assert [a.permission for a in recorder.asks] == ["external_directory"]
-
-
-async def test_bypass_cwd_check(make_ctx: MakeCtx, tmp_path: Path, recorder: Recorder) -> None:
-    (tmp_path / "f.txt").write_text("x")
-    await read.run({"filePath": str(tmp_path / "f.txt")}, make_ctx(bypassCwdCheck=True))
-    assert [a.permission for a in recorder.asks] == ["read"]
-
-
-async def test_worktree_counts_as_inside(make_ctx: MakeCtx, tmp_path: Path, recorder: Recorder) -> None:
-    (tmp_path / "f.txt").write_text("x")
-    await read.run({"filePath": str(tmp_path / "f.txt")}, make_ctx(worktree=str(tmp_path)))
-    assert [a.permission for a in recorder.asks] == ["read"]
-
-
-async def test_read_denied(make_ctx: MakeCtx, project: Path, recorder: Recorder) -> None:
-    recorder.deny.add("read")
-    (project / "f.txt").write_text("x")
-    with pytest.raises(ToolError, match="rejected"):
-        await read.run({"filePath": str(project / "f.txt")}, make_ctx())
-
-
-ORDER_EXAMPLE = ["_under", ".hidden", "10.txt", "9.txt", "a.txt", "apple", "Apple2", "B.txt", "éclair", "Zed"]
-
-
-def test_locale_order_example() -> None:
-    assert sorted(reversed(ORDER_EXAMPLE), key=locale_key) == ORDER_EXAMPLE
-    assert sorted(sorted(ORDER_EXAMPLE), key=locale_key) == ORDER_EXAMPLE
-
-
-@pytest.mark.parametrize("ordered", [
-    ["a", "A", "á", "Á", "ä", "Ä", "ab", "aB", "Ab", "AB"],
-    [" a", "a", "a b", "a_b", "a-b", "a\u2013b", "a.b", "a~b", "a$b", "a€b", "a1b", "ab", "a\u03b1b", "a\u0434b",
-     "a中b"],
-    ["ae", "aé", "Åë", "æ", "aez", "af"],
-    ["ss", "sś", "ß", "ssa", "st"],
-    ["e", "é", "è", "ê", "ë", "f"],
-    ["'", "\u2019", "'a", "\u2019a", "x\u2019", "x'a", "x\u2019a", "x'b"],
-])
-def test_locale_order_matches_icu(ordered: list[str]) -> None:
-    assert sorted(reversed(ordered), key=locale_key) == ordered
-
-
-async def test_directory_listing(make_ctx: MakeCtx, project: Path, tmp_path: Path) -> None:
-    for name in ORDER_EXAMPLE:
-        (project / name).write_text("x")
-    (project / "sub").mkdir()
-    (project / "Docs").mkdir()
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    os.symlink(outside, project / "link")
-    os.symlink(project / "a.txt", project / "alias")
-    os.symlink(tmp_path / "dangling", project / "broken")
-    result = await read.run({"filePath": str(project)}, make_ctx())
-    entries = ["_under", ".hidden", "10.txt", "9.txt", "a.txt", "alias", "apple", "Apple2", "B.txt", "broken",
-               "Docs/", "éclair", "link/", "sub/", "Zed"]
-    assert result.output == (f"<path>{project}</path>\n<type>directory</type>\n<entries>\n" + "\n".join(entries)
-                             + "\n\n(15 entries)\n</entries>")
-    assert result.metadata == {"preview": "\n".join(entries), "truncated": False, "loaded": []}
-
-
-async def test_directory_paging(make_ctx: MakeCtx, project: Path) -> None:
-    for i in range(25):
-        (project / f"f{i:02d}").write_text("")
-    ctx = make_ctx()
-    result = await read.run({"filePath": ".", "offset": 3, "limit": 5}, ctx)
-    names = [f"f{i:02d}" for i in range(2, 7)]
-    assert result.output == (f"<path>{project}</path>\n<type>directory</type>\n<entries>\n" + "\n".join(names)
-                             + "\n\n(Showing 5 of 25 entries. Use 'offset' parameter to read beyond entry 8)"
-                             + "\n</entries>")
-    assert result.metadata["truncated"] is True
-
-    result = await read.run({"filePath": str(project)}, make_ctx())
-    assert result.metadata["preview"] == "\n".join(f"f{i:02d}" for i in range(20))
-    assert result.output.endswith("f24\n\n(25 entries)\n</entries>")
-    assert ctx.file_times.last_read(str(project)) is None
-
-
-async def test_empty_directory(make_ctx: MakeCtx, project: Path) -> None:
-    (project / "void").mkdir()
-    result = await read.run({"filePath": str(project / "void")}, make_ctx())
-    assert result.output == (f"<path>{project / 'void'}</path>\n<type>directory</type>\n<entries>\n\n\n"
-                             "(0 entries)\n</entries>")
-
-
-def _instruction_tree(project: Path) -> Path:
-    deep = project / "pkg" / "mod"
-    deep.mkdir(parents=True)
-    (project / "AGENTS.md").write_text("root rules")  # the project's own file is the system prompt's business
-    (project / "pkg" / "CLAUDE.md").write_text("pkg claude")
-    (project / "pkg" / "CONTEXT.md").write_text("pkg context")  # CLAUDE.md comes first
-    (project / "pkg" / "mod" / "AGENTS.md").write_text("mod rules\n")
-    (deep / "code.py").write_text("print(1)\n")
-    return deep / "code.py"
-
-
-async def test_instructions_injected_once_per_session(make_ctx: MakeCtx, project: Path) -> None:
-    target = _instruction_tree(project)
-    ctx = make_ctx()
-    result = await read.run({"filePath": str(target)}, ctx)
-    mod, pkg = str(project / "pkg" / "mod" / "AGENTS.md"), str(project / "pkg" / "CLAUDE.md")
-    assert result.output == envelope(target, "1: print(1)\n\n(End of file - total 1 lines)") + (
-        f"\n\n<system-reminder>\nInstructions from: {mod}\nmod rules\n\n\n"
-        f"Instructions from: {pkg}\npkg claude\n</system-reminder>")
-    assert result.metadata["loaded"] == [mod, pkg]
-    assert ctx.state.loaded_instructions == {mod, pkg}
-
-    again = await read.run({"filePath": str(target)}, make_ctx())
-    assert "<system-reminder>" not in again.output
-    assert again.metadata["loaded"] == []
-
-    # A new session starts over.
-    fresh = await read.run({"filePath": str(target)}, make_ctx(state=SessionState()))
-    assert fresh.metadata["loaded"] == [mod, pkg]
-
-
-async def test_instruction_file_itself_is_not_injected(make_ctx: MakeCtx, project: Path) -> None:
-    _instruction_tree(project)
-    agents = project / "pkg" / "mod" / "AGENTS.md"
-    result = await read.run({"filePath": str(agents)}, make_ctx())
-    assert result.metadata["loaded"] == [str(project / "pkg" / "CLAUDE.md")]
-
-
-async def test_no_instructions_for_root_files_outside_files_or_failures(make_ctx: MakeCtx, project: Path,
-                                                                    tmp_path: Path) -> None:
-    _instruction_tree(project)
-    (project / "top.txt").write_text("x")
-    ctx = make_ctx()
-    assert (await read.run({"filePath": str(project / "top.txt")}, ctx)).metadata["loaded"] == []
-    (tmp_path / "AGENTS.md").write_text("outside")
-    (tmp_path / "o.txt").write_text("x")
-    assert (await read.run({"filePath": str(tmp_path / "o.txt")}, ctx)).metadata["loaded"] == []
-    (project / "pkg" / "mod" / "blob.bin").write_bytes(b"\x00")
-    with pytest.raises(ToolError):
-        await read.run({"filePath": str(project / "pkg" / "mod" / "blob.bin")}, ctx)
-    assert ctx.state.loaded_instructions == set()
-
-
-async def test_empty_instruction_file_is_skipped(make_ctx: MakeCtx, project: Path) -> None:
-    (project / "d").mkdir()
-    (project / "d" / "AGENTS.md").write_text("")
-    (project / "d" / "CLAUDE.md").write_text("never reached: AGENTS.md exists")
-    (project / "d" / "f.txt").write_text("x")
-    result = await read.run({"filePath": str(project / "d" / "f.txt")}, make_ctx())
-    assert result.metadata["loaded"] == []
-    assert "<system-reminder>" not in result.output
-
-
 async def test_offset_and_limit_as_whole_floats(make_ctx: MakeCtx, project: Path) -> None:
     (project / "n.txt").write_text("a\nb\nc\n")
     result = await read.run({"filePath": str(project / "n.txt"), "offset": 2.0, "limit": 1.0}, make_ctx())
@@ -501,23 +282,3 @@ async def test_total_is_counted_past_the_page(make_ctx: MakeCtx, project: Path, 
     assert result.output == envelope(path, body)
     result = await read.run({"filePath": str(path), "offset": 10, "limit": 1}, make_ctx())
     assert result.output == envelope(path, "10: g\n\n(End of file - total 10 lines)")
-
-
-async def test_a_workspace_symlink_leading_out_asks_for_where_it_really_goes(
-    make_ctx: MakeCtx, project: Path, tmp_path: Path, recorder: Recorder,
-) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "secret.txt").write_text("s\n")
-    (project / "link").symlink_to(outside)
-    (project / "inner").mkdir()
-    (project / "inner_link").symlink_to(project / "inner")
-    (project / "inner" / "ok.txt").write_text("ok\n")
-    await read.run({"filePath": str(project / "inner_link" / "ok.txt")}, make_ctx())
-    assert [a.permission for a in recorder.asks] == ["read"]  # a link that stays inside asks nothing more
-    recorder.asks.clear()
-    await read.run({"filePath": str(project / "link" / "secret.txt")}, make_ctx())
-    glob = f"{outside}/*"
-    assert recorder.asks[0] == Asked(
-        "external_directory", [glob], [glob], {"filepath": str(outside / "secret.txt"), "parentDir": str(outside)},
-    )

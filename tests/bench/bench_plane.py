@@ -1,0 +1,85 @@
+"""`make bench`'s control planes (in this process, on 127.0.0.1, with their own instance labels) and the docker
+CLI it uses for baselines and for finding what an instance left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane import app
+from controlplane.client import AsyncClient
+from controlplane.config import load_settings
+from tests.bench.bench_common import (
+    POOL_REFILL_TIMEOUT_S,
+)
+
+# -- docker CLI ------------------------------------------------------------------------------------
+
+
+async def docker_cli(*args: str, check: bool = True) -> str:
+    # subprocess.run starts the CLI with vfork; uvloop's subprocesses fork the whole bench process, which
+    # would slow the baselines down (and flatter the ratios against them).
+    done = await asyncio.to_thread(subprocess.run, ["docker", *args], capture_output=True, check=False)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)} failed ({done.returncode}): "
+                           f"{done.stderr.decode(errors='replace')}")
+    return done.stdout.decode()
+
+
+async def leftovers(instance: str) -> tuple[list[str], list[str]]:
+    """Container ids and volume names still labelled with `instance`."""
+    label = f"label=ocsb.instance={instance}"
+    containers = (await docker_cli("ps", "-aq", "--no-trunc", "--filter", label)).split()
+    volumes = (await docker_cli("volume", "ls", "-q", "--filter", label)).split()
+    return containers, volumes
+
+
+# -- control plane ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Plane:
+    plane: app.ControlPlane
+    client: AsyncClient
+    instance: str
+    data_dir: Path
+
+    def pool_full(self) -> bool:
+        stats = self.plane.sessions._provider.pool_stats()
+        return stats.ready >= stats.target and stats.creating == 0
+
+    def pool_hits(self) -> int:
+        return self.plane.sessions._provider.pool_stats().hits
+
+    async def wait_pool_full(self) -> None:
+        deadline = time.monotonic() + POOL_REFILL_TIMEOUT_S
+        while not self.pool_full():
+            if time.monotonic() > deadline:
+                stats = self.plane.sessions._provider.pool_stats()
+                raise RuntimeError(f"warm pool did not refill within {POOL_REFILL_TIMEOUT_S} s: {stats}")
+            await asyncio.sleep(0.01)
+
+
+async def start_plane(instance: str, pool_size: int) -> Plane:
+    data_dir = Path(tempfile.mkdtemp(prefix="ocb", dir="/tmp"))
+    settings = load_settings(
+        None,
+        data_dir=data_dir,
+        instance=instance,
+        pool={"size": pool_size, "refill_concurrency": 2},
+        server={"listen": "127.0.0.1:0"},
+    )
+    plane = await app.start(settings)
+    token = settings.token_file.read_text().strip()
+    return Plane(plane, AsyncClient(plane.address, token), instance, data_dir)
+
+
+async def stop_plane(p: Plane) -> None:
+    with contextlib.suppress(Exception):
+        await p.client.close()
+    await app.stop(p.plane)
