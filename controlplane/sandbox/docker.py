@@ -36,12 +36,13 @@ from controlplane.core.seam.provider import (
 )
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import code_mount
+from controlplane.sandbox import code_mount, confinement
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import SandboxDirs
-from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.workspace_disk import WorkspaceDisks
+from controlplane.sandbox.runtime_pools import RuntimePools, pool_maker
+from controlplane.sandbox.tool_ids import LABEL_TOOL_UID, ToolIds, engine_uids
+from controlplane.sandbox.workspace_disk import WorkspaceDisks, create_volume
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class DockerSandboxProvider(SandboxProvider):
         data_dir: Path,
         instance: str,
         ledger: SandboxLedger,
+        tenant_runtimes: Mapping[str, str] | None = None,
     ) -> None:
         self._config = config
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
@@ -79,6 +81,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._instance = instance
         self._ledger = ledger
         self._dirs = SandboxDirs(data_dir)
+        self._tool_ids = ToolIds(config.tool_uid_first, config.tool_uid_count)
         self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
         self._live: dict[str, Sandbox] = {}
         self._cleanups = TrackedTasks()
@@ -89,7 +92,8 @@ class DockerSandboxProvider(SandboxProvider):
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
-        self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
+        self._pools = RuntimePools(config.runtime, tenant_runtimes or {}, pool_maker(
+            pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy))
 
     # -- naming ---------------------------------------------------------------------------------
 
@@ -125,11 +129,11 @@ class DockerSandboxProvider(SandboxProvider):
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
         report = await self._reconcile(live)
-        self._pool.start()
+        self._pools.start()
         return report
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self._pools.close()
         await self._cleanups.wait()
         for sandbox in [*self._live.values(), *self._attached.values()]:
             await sandbox.agent.close()
@@ -139,11 +143,11 @@ class DockerSandboxProvider(SandboxProvider):
         await asyncio.to_thread(self._client.close)
 
     def pool_stats(self) -> PoolStats:
-        return self._pool.stats()
+        return self._pools.stats()
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
         if resources == self._defaults:
-            sandbox = await self._pool.take()
+            sandbox = await self._pools.pool_for(tenant).take()
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
@@ -154,7 +158,7 @@ class DockerSandboxProvider(SandboxProvider):
                     raise
                 sandbox.from_pool = True
                 return sandbox
-        return await self._create(session_id, resources, tenant)
+        return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
 
     async def get(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)
@@ -238,31 +242,41 @@ class DockerSandboxProvider(SandboxProvider):
 
     # -- creation -------------------------------------------------------------------------------
 
-    async def _create_pooled(self) -> Sandbox:
-        return await self._create("", self._defaults, "")
+    async def _create_pooled(self, runtime: str | None = None) -> Sandbox:
+        return await self._create("", self._defaults, "", runtime)
 
-    async def _create(self, session_id: str, resources: Resources, tenant: str) -> Sandbox:
+    async def _create(self, session_id: str, resources: Resources, tenant: str, runtime: str | None) -> Sandbox:
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
-        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant)
+        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant, runtime)
         try:
             container = await asyncio.shield(creating)
             agent = GrpcSandboxAgent(f"unix:{self._dirs.socket_path(sandbox_id)}", sandbox_id)
             sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
             self._live[sandbox_id] = sandbox
             await self._wait_ready(sandbox, container)
+            await asyncio.to_thread(confinement.verify_agent_filter, container, runtime)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
             await self._cleanups.run(after(creating, self.destroy(sandbox_id)))
             raise
         return sandbox
 
-    def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str) -> Container:
+    def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
+                          runtime: str | None) -> Container:
+        tool_uid = self._tool_ids.claim(lambda: engine_uids(self._client), sandbox_id)
+        try:
+            return self._create_claimed(sandbox_id, session_id, resources, tenant, tool_uid, runtime)
+        finally:
+            self._tool_ids.release_claim(tool_uid)
+
+    def _create_claimed(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
+                        tool_uid: int, runtime: str | None) -> Container:
         labels = self._labels(sandbox_id, session_id)
         self._dirs.create(sandbox_id, labels | ({"ocsb.tenant": tenant} if tenant else {}))
-        disk = self._disks.create(sandbox_id) if self._disks is not None else {}
-        self._client.volumes.create(name=self._volume(sandbox_id), driver="local", driver_opts=disk, labels=labels)
+        labels[LABEL_TOOL_UID] = str(tool_uid)
+        create_volume(self._client, self._volume(sandbox_id), self._disks, sandbox_id, tool_uid, labels)
         kwargs: dict[str, Any] = {
             "name": self._name(sandbox_id),
             "labels": labels,
@@ -282,7 +296,7 @@ class DockerSandboxProvider(SandboxProvider):
                                   "mode=1777",
                       **code_mount.docker_tmpfs(resources.memory_mb)},
             "mounts": [
-                Mount(WORKSPACE, self._volume(sandbox_id), type="volume"),
+                Mount(WORKSPACE, self._volume(sandbox_id), type="volume", no_copy=True),
                 Mount(AGENT_DIR, str(self._dirs.path(sandbox_id)), type="bind"),
                 *self._global_mount(),
             ],
@@ -292,16 +306,17 @@ class DockerSandboxProvider(SandboxProvider):
             "nano_cpus": int(resources.cpu * 1e9),
             "environment": {"AGENT_SOCKET": f"{AGENT_DIR}/agent.sock", "AGENT_WORKSPACE": WORKSPACE,
                             "AGENT_OUTPUT_BUDGET_BYTES": str(self._output_budget_mb << 20),
-                            code_mount.CODE_ENV: code_mount.CODE_DIR},
+                            code_mount.CODE_ENV: code_mount.CODE_DIR, **confinement.agent_env(tool_uid)},
             "detach": True,
         }
-        if self._config.runtime:
-            kwargs["runtime"] = self._config.runtime
+        if runtime:
+            kwargs["runtime"] = runtime
         try:
-            container = self._client.containers.create(self._config.image, **kwargs)
+            container: Container = confinement.create_container(self._client, self._config.image, kwargs)
         except docker.errors.APIError as exc:
             raise HardeningError(f"the engine refused the hardened container: {exc.explanation or exc}") from exc
-        verify_hardening(container.attrs, resources, self._config.runtime)
+        verify_hardening(container.attrs, resources, runtime)
+        confinement.verify(container.attrs, tool_uid, self._tool_ids.owns)
         container.start()
         return container
 
@@ -429,7 +444,8 @@ class DockerSandboxProvider(SandboxProvider):
             await agent.close()
             return False
         if record.state == "pool":
-            self._pool.adopt(sandbox)
+            if not self._pools.adopt(sandbox, container.attrs):
+                return False  # on a runtime no tenant uses any more
             report.pooled.append(sandbox_id)
         else:
             report.adopted.append(sandbox_id)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Identity
-from sandbox_agent.server_identity import server_argv
+from sandbox_agent.server_identity import server_argv, server_uid
 from sandbox_agent.tools.base import ProcessResult
 
 T = TypeVar("T")
@@ -125,18 +125,22 @@ class ToolRunner:
                         kill_grace_s=0.2, merge_stderr=merge_stderr)
         return await Execution.start(spec, self._identity, self._buffer_limit)
 
-    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], server_uid: int) -> Execution:
-        """A long-lived server (a tool host) with stdin, under real uid `server_uid` and the tool user's
-        effective uid (see `server_identity`); unseparated when the agent has no tool user (a test run)."""
+    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], kind: int) -> Execution:
+        """A long-lived server (a tool host) with stdin, under the real uid of its `kind` (server_identity's
+        BUN_SERVER, ...) and the tool user's effective uid; unseparated when the agent has no tool user (a test run)."""
         if self._identity.uid is None:
             return await self.start(argv, cwd=cwd, env=env, timeout_s=None, merge_stderr=False, stdin=True)
         uid = self._identity.uid
         gid = self._identity.gid if self._identity.gid is not None else uid
-        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid, uid, gid)
+        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid(uid, kind), uid, gid)
         spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=None, stdin=True, kill_grace_s=0.2,
                         merge_stderr=False)
         # Started by the agent itself (the spawner runs as the tool user and cannot set another uid).
         return await Execution.start(spec, Identity(uid=None, gid=None), self._buffer_limit)
+
+    def server_uid(self, kind: int) -> int:
+        """The real uid `start_server` gives a server of `kind` (only meaningful when `separates_servers`)."""
+        return server_uid(self._identity.uid if self._identity.uid is not None else os.getuid(), kind)
 
     @property
     def separates_servers(self) -> bool:
