@@ -151,7 +151,9 @@ async def test_every_sandbox_has_a_tool_uid_block_of_its_own(neighbours: Neighbo
     assert a_uid != b_uid
     assert abs(a_uid - b_uid) >= 8  # whole blocks: the servers' uids follow the tool uid
     for client, session, uid in ((n.a, n.a_session, a_uid), (n.b, n.b_session, b_uid)):
-        out = await through_bash_tool(client, session, "id -u; id -g; stat -c %u:%g /workspace")
+        # (os.stat: gVisor's 2022 kernel refuses coreutils' statx on the workspace mount)
+        owner = "import os; s = os.stat('/workspace'); print(f'{s.st_uid}:{s.st_gid}')"
+        out = await through_bash_tool(client, session, f'id -u; id -g; python3 -c "{owner}"')
         assert out == f"{uid}\n{uid}\n{uid}:{uid}\n"
     assert not {a_uid, b_uid} & (host_ids(Path("/etc/passwd")) | {1000})
 
@@ -219,5 +221,6 @@ async def test_a_scan_of_sys_and_proc_finds_no_other_sandbox(neighbours: Neighbo
     out = await through_bash_tool(n.a, n.a_session, python_probe(SCAN, *encoded))
     lines = out.splitlines()
     assert lines[0].startswith("files read: "), out
-    assert int(lines[0].split(": ")[1]) > 1000  # the scan really read /sys and /proc
+    # The scan really read /sys and /proc (gVisor's are small: its own kernel's, with no devices at all).
+    assert int(lines[0].split(": ")[1]) > (1000 if n.runtime == "runc" else 100)
     assert lines[1:] == [], out

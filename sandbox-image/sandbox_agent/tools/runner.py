@@ -35,17 +35,40 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
+_SETRES = {"x86_64": (117, 119), "aarch64": (147, 149)}
+"""The raw setresuid and setresgid call numbers: unlike glibc's wrappers they change this thread only."""
+
+
+@functools.cache
+def _has_fsuid() -> bool:
+    """False under gVisor as Debian ships it (runsc 2022), whose kernel answers setfsuid with ENOSYS."""
+    return bool(_libc().setfsuid(-1) != -1)
+
+
 def _take_identity(uid: int, gid: int) -> tuple[int, int]:
-    """Sets this thread's filesystem uid and gid; returns the previous ones (the calls return them)."""
+    """Sets this thread's filesystem uid and gid; returns the previous ones (the calls return them).
+
+    Without setfsuid the thread's effective ids are switched instead (the filesystem ids follow them): its
+    real and saved uid stay 0, so it can switch back, and no tool process may signal or trace it."""
     libc = _libc()
-    own_gid = libc.setfsgid(gid)
-    own_uid = libc.setfsuid(uid)
+    if _has_fsuid():
+        own_gid = libc.setfsgid(gid)
+        own_uid = libc.setfsuid(uid)
+        return own_uid, own_gid
+    own_uid, own_gid = os.geteuid(), os.getegid()
+    set_uid, set_gid = _SETRES[os.uname().machine]
+    # The gid while still (or once again) uid 0: a thread that is the tool user may not change it.
+    steps = [(set_gid, gid), (set_uid, uid)] if own_uid == 0 else [(set_uid, uid), (set_gid, gid)]
+    for number, value in steps:
+        libc.syscall(number, -1, value, -1)
     return own_uid, own_gid
 
 
 def _holds_identity(uid: int, gid: int) -> bool:
-    # Asked with an invalid id, each call changes nothing and reports the current value.
     libc = _libc()
+    if not _has_fsuid():
+        return os.geteuid() == uid and os.getegid() == gid
+    # Asked with an invalid id, each call changes nothing and reports the current value.
     return bool(libc.setfsuid(-1) == uid and libc.setfsgid(-1) == gid)
 
 
