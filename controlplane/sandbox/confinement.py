@@ -18,9 +18,13 @@ Both are checked after creation like the other hardening options (`problems`), a
 from __future__ import annotations
 
 import contextlib
+import io
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from docker.types import Mount
 
 from controlplane.errors import HardeningError
 
@@ -115,3 +119,51 @@ def agent_filter_problem(container_pid: int) -> str | None:
                 return None
         return "the agent did not install its syscall filter"
     return "the agent's syscall filter could not be checked (the control plane must run on the engine's host)"
+
+
+TOOL_ACCOUNT = "tool"
+"""The image's account for tool processes (Dockerfile.sandbox: uid and gid 1000)."""
+ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
+
+
+def image_accounts(client: Any, image: str) -> dict[str, str]:
+    """The image's /etc/passwd and /etc/group, read from a created (never started) container."""
+    created = client.api.create_container(image, command=["true"], network_disabled=True)
+    try:
+        found = {}
+        for path in ACCOUNT_FILES:
+            stream, _ = client.api.get_archive(created["Id"], path)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+                member = archive.extractfile(archive.getmembers()[0])
+                found[path] = member.read().decode() if member is not None else ""
+        return found
+    finally:
+        client.api.remove_container(created["Id"], force=True)
+
+
+def sandbox_accounts(accounts: dict[str, str], tool_uid: int) -> dict[str, str]:
+    """The image's account files with the `tool` user and group on the sandbox's own uid and gid: programs
+    that look their user up (`id`, `whoami`, git's identity, `chfn`, `expiry`...) find it as before."""
+    def moved(text: str, fields: tuple[int, ...]) -> str:
+        lines = []
+        for line in text.splitlines():
+            parts = line.split(":")
+            if parts[0] == TOOL_ACCOUNT and len(parts) > max(fields):
+                for index in fields:
+                    parts[index] = str(tool_uid)
+            lines.append(":".join(parts))
+        return "\n".join(lines) + "\n"
+
+    return {"/etc/passwd": moved(accounts["/etc/passwd"], (2, 3)), "/etc/group": moved(accounts["/etc/group"], (2,))}
+
+
+def account_mounts(sandbox_dir: Path, accounts: dict[str, str], tool_uid: int) -> list[Mount]:
+    """Writes the sandbox's account files beside its socket (a root-only host dir) and mounts each, read-only,
+    over the image's: the root filesystem stays read-only and shared by every sandbox."""
+    mounts = []
+    for path, text in sandbox_accounts(accounts, tool_uid).items():
+        source = sandbox_dir / Path(path).name
+        source.write_text(text)
+        source.chmod(0o644)
+        mounts.append(Mount(path, str(source), type="bind", read_only=True))
+    return mounts

@@ -70,7 +70,7 @@ class DockerSandboxProvider(SandboxProvider):
         data_dir: Path,
         instance: str,
         ledger: SandboxLedger,
-        tenant_runtimes: Mapping[str, str] | None = None,
+        runtimes: Mapping[str, str] | None = None,
     ) -> None:
         self._config = config
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
@@ -92,7 +92,7 @@ class DockerSandboxProvider(SandboxProvider):
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
-        self._pools = RuntimePools(config.runtime, tenant_runtimes or {}, pool_maker(
+        self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
             pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy))
 
     # -- naming ---------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ class DockerSandboxProvider(SandboxProvider):
         if global_dir is not None and not global_dir.is_dir():
             raise ConfigError(f"provider.global_dir {global_dir} is not a directory on this host")
         try:
-            await asyncio.to_thread(self._client.images.get, self._config.image)
+            self._accounts = await asyncio.to_thread(confinement.image_accounts, self._client, self._config.image)
         except docker.errors.ImageNotFound as exc:
             raise SandboxStartError(
                 f"sandbox image {self._config.image} is not on the engine; build it with `make image`"
@@ -265,13 +265,10 @@ class DockerSandboxProvider(SandboxProvider):
 
     def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
                           runtime: str | None) -> Container:
-        tool_uid = self._tool_ids.claim(lambda: engine_uids(self._client), sandbox_id)
-        try:
-            return self._create_claimed(sandbox_id, session_id, resources, tenant, tool_uid, runtime)
-        finally:
-            self._tool_ids.release_claim(tool_uid)
+        with self._tool_ids.claimed(lambda: engine_uids(self._client), sandbox_id) as tool_uid:
+            return self._create_as(sandbox_id, session_id, resources, tenant, tool_uid, runtime)
 
-    def _create_claimed(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
+    def _create_as(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
                         tool_uid: int, runtime: str | None) -> Container:
         labels = self._labels(sandbox_id, session_id)
         self._dirs.create(sandbox_id, labels | ({"ocsb.tenant": tenant} if tenant else {}))
@@ -298,6 +295,7 @@ class DockerSandboxProvider(SandboxProvider):
             "mounts": [
                 Mount(WORKSPACE, self._volume(sandbox_id), type="volume", no_copy=True),
                 Mount(AGENT_DIR, str(self._dirs.path(sandbox_id)), type="bind"),
+                *confinement.account_mounts(self._dirs.path(sandbox_id), self._accounts, tool_uid),
                 *self._global_mount(),
             ],
             "pids_limit": resources.pids,
@@ -445,7 +443,7 @@ class DockerSandboxProvider(SandboxProvider):
             return False
         if record.state == "pool":
             if not self._pools.adopt(sandbox, container.attrs):
-                return False  # on a runtime no tenant uses any more
+                return False
             report.pooled.append(sandbox_id)
         else:
             report.adopted.append(sandbox_id)

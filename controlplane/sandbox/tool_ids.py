@@ -110,6 +110,16 @@ class ToolIds:
             f"({len(self.blocks())} sandboxes); raise provider.tool_uid_count"
         )
 
+    @contextlib.contextmanager
+    def claimed(self, in_use: Callable[[], Iterable[int]], owner: str) -> Iterator[int]:
+        """A block claimed while the caller creates its container; once that exists its label holds the block
+        (and when the creation failed, nothing does)."""
+        uid = self.claim(in_use, owner)
+        try:
+            yield uid
+        finally:
+            self.release_claim(uid)
+
     def release_claim(self, uid: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._claims / str(uid))

@@ -34,7 +34,7 @@ async def test_runtime_facts_of_a_tool_process(docker_plane: Plane, pair: Pair, 
     ))
     uid = tool_uid(docker_plane.instance, pair.a_sandbox)  # the sandbox's own, no host account's (tool_ids.py)
     assert out == (
-        f"uid={uid} gid={uid} groups={uid}\n"
+        f"uid={uid}(tool) gid={uid}(tool) groups={uid}(tool)\n"
         "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
         "CapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n"
         # The agent is uid 0 holding only SETGID, SETUID and KILL (bits 6, 7 and 5).
