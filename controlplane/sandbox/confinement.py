@@ -102,6 +102,9 @@ def problems(attrs: dict[str, Any], tool_uid: int, owns_uid: Callable[[int], boo
     if env.get("AGENT_TOOL_UID") != str(tool_uid) or labels.get("ocsb.tool_uid") != str(tool_uid) \
             or not owns_uid(tool_uid):
         found.append(f"the tool uid is not the sandbox's own block ({env.get('AGENT_TOOL_UID')})")
+    accounts = {m.get("Destination"): m for m in attrs.get("Mounts") or []}
+    if any(path not in accounts or accounts[path].get("RW") for path in ACCOUNT_FILES):
+        found.append("the sandbox's own account files are not mounted read-only")
     if str((attrs.get("Config") or {}).get("User", "")) not in ("0:0", "0", "root"):
         found.append("the agent does not start as root (it could not switch to the tool uid)")
     return found

@@ -147,6 +147,7 @@ def test_confinement_refuses_what_the_engine_really_reports(soft_container: Any)
         # The engine's own defaults it reports as masked; what reveals other sandboxes it does not mask.
         "sandbox hardening could not be applied: paths not masked: " + ", ".join(confinement.BLOCK_DEVICE_VIEWS)
         + "; the agent's syscall filter is not asked for; the tool uid is not the sandbox's own block (None)"
+        "; the sandbox's own account files are not mounted read-only"
         "; the agent does not start as root (it could not switch to the tool uid)"
     )
 
