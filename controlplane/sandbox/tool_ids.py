@@ -77,8 +77,14 @@ class ToolIds:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self._claims.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with (self._claims / ".lock").open("a") as lock:
+        try:
+            self._claims.mkdir(mode=0o700, parents=True, exist_ok=True)
+            lock = (self._claims / ".lock").open("a")
+        except OSError as exc:
+            raise SandboxStartError(
+                f"tool uid claims: cannot use {self._claims} ({exc.strerror}); the Docker provider runs as root"
+            ) from exc
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield

@@ -74,3 +74,21 @@ def test_labels_name_the_blocks_in_use() -> None:
         {"Labels": {"ocsb.tool_uid": "200008"}}, {"Labels": {"ocsb.tool_uid": "x"}}, {"Labels": None}, {},
     ]
     assert labelled_uids(summaries) == {200_008}
+
+
+def test_a_provider_on_a_range_with_host_accounts_does_not_start(tmp_path: Path) -> None:
+    from controlplane.config import load_settings
+    from controlplane.sandbox.docker import DockerSandboxProvider
+
+    settings = load_settings(None, data_dir=tmp_path, provider={"type": "docker", "tool_uid_first": 1,
+                                                                 "tool_uid_count": 64})
+    with pytest.raises(ConfigError, match="holds the host's user id 1 "):  # daemon, on every Debian
+        DockerSandboxProvider(settings.provider, settings.pool, settings.resources, tmp_path, "x",  # type: ignore[arg-type]
+                              None)  # type: ignore[arg-type]
+
+
+def test_an_unusable_claims_dir_is_a_clear_start_error(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(SandboxStartError, match=r"tool uid claims: cannot use .*file/claims"):
+        ToolIds(200_000, 64, blocked / "claims").claim(set, "a")
