@@ -26,9 +26,13 @@ class _Watcher:
         threading.Thread(target=self._run, name="pidfd-watcher", daemon=True).start()
 
     def watch(self, pid: int) -> int:
-        if _ended(pid):
+        state = _state(pid)
+        if state is None:  # as pidfd_open: a zombie still has its pidfd, a reaped process has none
             raise ProcessLookupError(errno.ESRCH, f"no process {pid}")
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        if state in _ENDED:
+            os.close(write_end)
+            return read_end
         with self._lock:
             self._watched.setdefault(pid, []).append(write_end)
             self._lock.notify()
@@ -49,13 +53,21 @@ class _Watcher:
             threading.Event().wait(POLL_S)
 
 
-def _ended(pid: int) -> bool:
+_ENDED = (b"Z", b"X")
+
+
+def _state(pid: int) -> bytes | None:
+    """The process's state letter (b"R", b"Z"...), None when it does not exist."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
+            return stat.read().rsplit(b")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
-    return fields[0] in (b"Z", b"X")
+        return None
+
+
+def _ended(pid: int) -> bool:
+    state = _state(pid)
+    return state is None or state in _ENDED
 
 
 _watcher: _Watcher | None = None

@@ -7,6 +7,7 @@ import os
 import select
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,23 @@ def test_the_stand_in_turns_readable_when_the_process_ends_not_before(monkeypatc
         assert select.select([fd], [], [], 10)[0] == [fd]
         assert time.monotonic() - started >= 0.25
         assert proc.wait(1) == 0  # a zombie until now: the caller still reaps it and gets its status
+    finally:
+        os.close(fd)
+
+
+def test_a_zombie_is_readable_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a pidfd: a child that exited before anyone asked still has one, readable at once (the agent's
+    spawner asks right after starting a command as short as `true`)."""
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd_open)
+    proc = subprocess.Popen(["true"])
+    for _ in range(500):  # until it is a zombie (exited, not reaped)
+        if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.01)
+    fd = pidfds.pidfd_for(proc.pid)
+    try:
+        assert select.select([fd], [], [], 0)[0] == [fd]
+        assert proc.wait(1) == 0
     finally:
         os.close(fd)
 
