@@ -50,12 +50,16 @@ DEFAULT_TOKEN_PREFIX = "ocsb_"
 
 
 def build_provider(settings: Settings, store: Store) -> SandboxProvider:
+    from controlplane.sandbox.runtime_pools import tenant_runtimes
+
     if isinstance(settings.provider, DockerProviderConfig):
         from controlplane.sandbox.docker import DockerSandboxProvider
 
         return DockerSandboxProvider(
-            settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store
+            settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store,
+            tenant_runtimes(settings),
         )
+    tenant_runtimes(settings)  # refuses a tenant runtime where the provider cannot honour it
     if isinstance(settings.provider, SwarmProviderConfig):
         from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
 

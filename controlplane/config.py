@@ -84,10 +84,14 @@ class DockerProviderConfig(_Closed):
     """OCI runtime (e.g. `runsc` for gVisor); unset means the engine's default."""
     start_timeout_s: float = 30.0
     """How long a new container's agent may take to answer."""
+    tool_uid_first: int = 200000
+    tool_uid_count: int = 65536
+    """The ids sandboxes' tool processes run as, a block of 8 per sandbox (sandbox/tool_ids.py); no host account
+    may use one (checked at start). Every control plane sharing an engine may use the same range."""
     global_dir: Path | None = None
     """The operator's global tools dir: a host dir mounted read-only at /opt/opencode/global in every sandbox,
     upstream's global config dir (`~/.config/opencode`). Its `tool/`, `plugin/` and `skill/` come before a
-    project's own, which win a name collision. It must exist at start and be readable by uid 1000."""
+    project's own, which win a name collision. It must exist at start and be world-readable."""
 
 
 class LocalProviderConfig(_Closed):
@@ -258,6 +262,9 @@ class TenantConfig(_Closed):
     token_sha256: str | None = None
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     """This tenant's quota, over the global `[quota]`; AdminService.SetQuota can change it at run time."""
+    runtime: str | None = None
+    """OCI runtime of every session of this tenant (`runsc`: gVisor), instead of `provider.runtime`; the Docker
+    provider keeps a warm pool per runtime. Other providers refuse it (sandbox/runtime_pools.py)."""
 
 
 class Settings(BaseSettings):

@@ -5,7 +5,9 @@ set -euo pipefail
 
 log() { printf 'ensure-engine: %s\n' "$*" >&2; }
 
+here=$(cd "$(dirname "$0")" && pwd)
 if docker info >/dev/null 2>&1; then
+  bash "$here/ensure-runsc.sh"
   exit 0
 fi
 
@@ -43,6 +45,7 @@ fi
 for _ in $(seq 1 120); do
   if docker info >/dev/null 2>&1; then
     log "engine ready ($(docker version --format '{{.Server.Version}}'))"
+    bash "$here/ensure-runsc.sh"
     exit 0
   fi
   sleep 0.5

@@ -36,7 +36,7 @@ from controlplane.core.seam.provider import (
 )
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import code_mount
+from controlplane.sandbox import code_mount, confinement
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -51,6 +51,7 @@ from controlplane.sandbox.layout import (
     LABEL_SANDBOX,
     LABEL_SESSION,
     LABEL_TENANT,
+    LABEL_TOOL_UID,
     SECURITY_OPTS,
     SOCKET_NAME,
     WORKSPACE,
@@ -60,8 +61,9 @@ from controlplane.sandbox.layout import (
     limit_problems,
     privilege_problems,
 )
-from controlplane.sandbox.pool import WarmPool
-from controlplane.sandbox.workspace_disk import WorkspaceDisks
+from controlplane.sandbox.runtime_pools import RuntimePools, pool_maker
+from controlplane.sandbox.tool_ids import ToolIds, engine_uids
+from controlplane.sandbox.workspace_disk import WorkspaceDisks, create_volume
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ class DockerSandboxProvider(SandboxProvider):
         data_dir: Path,
         instance: str,
         ledger: SandboxLedger,
+        runtimes: Mapping[str, str] | None = None,
     ) -> None:
         self._config = config
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
@@ -88,6 +91,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._instance = instance
         self._ledger = ledger
         self._dirs = SandboxDirs(data_dir)
+        self._tool_ids = ToolIds(config.tool_uid_first, config.tool_uid_count)
         self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
         self._live: dict[str, Sandbox] = {}
         self._cleanups = TrackedTasks()
@@ -98,7 +102,8 @@ class DockerSandboxProvider(SandboxProvider):
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
-        self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
+        self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
+            pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy))
 
     # -- naming ---------------------------------------------------------------------------------
 
@@ -126,7 +131,7 @@ class DockerSandboxProvider(SandboxProvider):
         if global_dir is not None and not global_dir.is_dir():
             raise ConfigError(f"provider.global_dir {global_dir} is not a directory on this host")
         try:
-            await asyncio.to_thread(self._client.images.get, self._config.image)
+            self._accounts = await asyncio.to_thread(confinement.image_accounts, self._client, self._config.image)
         except docker.errors.ImageNotFound as exc:
             raise SandboxStartError(
                 f"sandbox image {self._config.image} is not on the engine; build it with `make image`"
@@ -134,11 +139,11 @@ class DockerSandboxProvider(SandboxProvider):
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
         report = await self._reconcile(live)
-        self._pool.start()
+        self._pools.start()
         return report
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self._pools.close()
         await self._cleanups.wait()
         for sandbox in [*self._live.values(), *self._attached.values()]:
             await sandbox.agent.close()
@@ -148,11 +153,11 @@ class DockerSandboxProvider(SandboxProvider):
         await asyncio.to_thread(self._client.close)
 
     def pool_stats(self) -> PoolStats:
-        return self._pool.stats()
+        return self._pools.stats()
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
         if resources == self._defaults:
-            sandbox = await self._pool.take()
+            sandbox = await self._pools.pool_for(tenant).take()
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
@@ -163,7 +168,7 @@ class DockerSandboxProvider(SandboxProvider):
                     raise
                 sandbox.from_pool = True
                 return sandbox
-        return await self._create(session_id, resources, tenant)
+        return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
 
     async def get(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)
@@ -247,31 +252,38 @@ class DockerSandboxProvider(SandboxProvider):
 
     # -- creation -------------------------------------------------------------------------------
 
-    async def _create_pooled(self) -> Sandbox:
-        return await self._create("", self._defaults, "")
+    async def _create_pooled(self, runtime: str | None = None) -> Sandbox:
+        return await self._create("", self._defaults, "", runtime)
 
-    async def _create(self, session_id: str, resources: Resources, tenant: str) -> Sandbox:
+    async def _create(self, session_id: str, resources: Resources, tenant: str, runtime: str | None) -> Sandbox:
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
-        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant)
+        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant, runtime)
         try:
             container = await asyncio.shield(creating)
             agent = GrpcSandboxAgent(f"unix:{self._dirs.socket_path(sandbox_id)}", sandbox_id)
             sandbox = Sandbox(sandbox_id, agent, details={"container_id": container.id or ""})
             self._live[sandbox_id] = sandbox
             await self._wait_ready(sandbox, container)
+            await asyncio.to_thread(confinement.verify_agent_filter, container, runtime)
             await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, state, session_id, time.time()))
         except BaseException:
             await self._cleanups.run(after(creating, self.destroy(sandbox_id)))
             raise
         return sandbox
 
-    def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str) -> Container:
+    def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
+                          runtime: str | None) -> Container:
+        with self._tool_ids.claimed(lambda: engine_uids(self._client), sandbox_id) as tool_uid:
+            return self._create_as(sandbox_id, session_id, resources, tenant, tool_uid, runtime)
+
+    def _create_as(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
+                        tool_uid: int, runtime: str | None) -> Container:
         labels = self._labels(sandbox_id, session_id)
         self._dirs.create(sandbox_id, labels | ({LABEL_TENANT: tenant} if tenant else {}))
-        disk = self._disks.create(sandbox_id) if self._disks is not None else {}
-        self._client.volumes.create(name=self._volume(sandbox_id), driver="local", driver_opts=disk, labels=labels)
+        labels[LABEL_TOOL_UID] = str(tool_uid)
+        create_volume(self._client, self._volume(sandbox_id), self._disks, sandbox_id, tool_uid, labels)
         kwargs: dict[str, Any] = {
             "name": self._name(sandbox_id),
             "labels": labels,
@@ -291,24 +303,27 @@ class DockerSandboxProvider(SandboxProvider):
                                   "mode=1777",
                       **code_mount.docker_tmpfs(resources.memory_mb)},
             "mounts": [
-                Mount(WORKSPACE, self._volume(sandbox_id), type="volume"),
+                Mount(WORKSPACE, self._volume(sandbox_id), type="volume", no_copy=True),
                 Mount(AGENT_DIR, str(self._dirs.path(sandbox_id)), type="bind"),
+                *confinement.account_mounts(self._dirs.path(sandbox_id), self._accounts, tool_uid),
                 *self._global_mount(),
             ],
             "pids_limit": resources.pids,
             "mem_limit": resources.memory_mb * 1024 * 1024,
             "memswap_limit": resources.memory_mb * 1024 * 1024,
             "nano_cpus": int(resources.cpu * 1e9),
-            "environment": agent_env() | {ENV_OUTPUT_BUDGET: str(self._output_budget_mb << 20)},
+            "environment": agent_env() | {ENV_OUTPUT_BUDGET: str(self._output_budget_mb << 20)}
+                           | confinement.agent_env(tool_uid),
             "detach": True,
         }
-        if self._config.runtime:
-            kwargs["runtime"] = self._config.runtime
+        if runtime:
+            kwargs["runtime"] = runtime
         try:
-            container = self._client.containers.create(self._config.image, **kwargs)
+            container: Container = confinement.create_container(self._client, self._config.image, kwargs)
         except docker.errors.APIError as exc:
             raise HardeningError(f"the engine refused the hardened container: {exc.explanation or exc}") from exc
-        verify_hardening(container.attrs, resources, self._config.runtime)
+        verify_hardening(container.attrs, resources, runtime)
+        confinement.verify(container.attrs, tool_uid, self._tool_ids.owns)
         container.start()
         return container
 
@@ -436,7 +451,8 @@ class DockerSandboxProvider(SandboxProvider):
             await agent.close()
             return False
         if record.state == "pool":
-            self._pool.adopt(sandbox)
+            if not self._pools.adopt(sandbox, container.attrs):
+                return False
             report.pooled.append(sandbox_id)
         else:
             report.adopted.append(sandbox_id)

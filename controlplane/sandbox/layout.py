@@ -27,6 +27,8 @@ LABEL_SESSION = "ocsb.session"
 sandbox's session is in the store and in its dir's labels.json instead."""
 LABEL_TENANT = "ocsb.tenant"
 LABEL_IMAGE = "ocsb.image"
+LABEL_TOOL_UID = "ocsb.tool_uid"
+"""The first uid of the sandbox's own block (tool_ids): read back when a restarted plane adopts it."""
 """A pooled sandbox of another image is not adopted after a restart."""
 LABEL_ROLE = "ocsb.role"
 """Swarm: `sandbox` or `relay`, since both kinds of service carry the instance label."""
@@ -94,6 +96,8 @@ ENV_WORKSPACE = "AGENT_WORKSPACE"
 ENV_CODE_DIR = "AGENT_CODE_DIR"
 """The agent refuses to snapshot there unless no tool process can write it."""
 ENV_OUTPUT_BUDGET = "AGENT_OUTPUT_BUDGET_BYTES"
+ENV_TOOL_UID = "AGENT_TOOL_UID"
+ENV_SYSCALL_DENY = "AGENT_SYSCALL_DENY"
 
 
 def agent_env() -> dict[str, str]:

@@ -4,11 +4,13 @@ by Docker's `local` volume driver (overlay2 on ext4 has no per-volume quota, `--
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from controlplane.errors import SandboxStartError
-from controlplane.sandbox.layout import TOOL_OWNER, WORKSPACE_MOUNT_OPTIONS
+from controlplane.sandbox.layout import WORKSPACE_MOUNT_OPTIONS
 
 
 class WorkspaceDisks:
@@ -21,8 +23,9 @@ class WorkspaceDisks:
     def image(self, sandbox_id: str) -> Path:
         return self.root / f"{sandbox_id}.img"
 
-    def create(self, sandbox_id: str) -> dict[str, str]:
-        """Makes the filesystem and attaches it; returns the volume's driver options."""
+    def create(self, sandbox_id: str, owner: int) -> dict[str, str]:
+        """Makes the filesystem, its root owned by the sandbox's tool uid and gid `owner`, and attaches it;
+        returns the volume's driver options."""
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.image(sandbox_id)
         try:
@@ -30,7 +33,7 @@ class WorkspaceDisks:
                 image.truncate(self.size_mb << 20)  # sparse: only what is written takes host disk
             # The tool user owns the root, as Docker's copy-up would make it.
             _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E",
-                  f"root_owner={TOOL_OWNER},lazy_itable_init=1,lazy_journal_init=1", str(path)])
+                  f"root_owner={owner}:{owner},lazy_itable_init=1,lazy_journal_init=1", str(path)])
             # The workspace starts empty, as a plain volume does: no lost+found for tools to list.
             _run(["debugfs", "-w", "-R", "rmdir lost+found", str(path)])
             device = _run(["losetup", "--find", "--show", str(path)]).strip()
@@ -55,6 +58,16 @@ class WorkspaceDisks:
         if not self.root.is_dir():
             return []
         return sorted(p.stem for p in self.root.glob("*.img"))
+
+
+def create_volume(client: Any, name: str, disks: WorkspaceDisks | None, sandbox_id: str, owner: int,
+                  labels: dict[str, str]) -> None:
+    """The sandbox's workspace volume (on its disk image when `disks`), its root owned by the tool uid `owner`.
+    The container mounts it without copy-up, which would give it the image's /workspace owner instead."""
+    disk = disks.create(sandbox_id, owner) if disks is not None else {}
+    volume = client.volumes.create(name=name, driver="local", driver_opts=disk, labels=labels)
+    if disks is None:  # a plain volume: a host dir of the engine's, on this host
+        os.chown(volume.attrs["Mountpoint"], owner, owner)
 
 
 def _run(argv: list[str]) -> str:

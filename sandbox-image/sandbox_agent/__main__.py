@@ -2,7 +2,7 @@
 
 import os
 
-from sandbox_agent import event_loop
+from sandbox_agent import event_loop, syscall_filter
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 
@@ -12,7 +12,10 @@ def main() -> None:
     # filesystem identity it takes for the tool user (fsuid/fsgid) keeps the process's groups, so they
     # are dropped before any thread exists: a root-group-readable file stays closed to the tool user.
     os.setgroups([])
-    event_loop.run(serve(AgentConfig.from_env()))
+    config = AgentConfig.from_env()
+    # Before any thread and any tool: the filter holds for every process the agent starts.
+    syscall_filter.install(syscall_filter.from_env(config.syscall_deny))
+    event_loop.run(serve(config))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ class AgentConfig:
     workspace: str = "/workspace"
     """The only writable directory besides the tmpfs mounts."""
     tool_uid: int = 1000
-    """uid (and gid) of every tool process."""
+    """uid (and gid) of every tool process; the control plane gives each sandbox its own (AGENT_TOOL_UID), and
+    the uids after it are its servers' (server_identity.server_uid)."""
     tool_home: str = "/tmp/home"
     """HOME for tool processes; on the /tmp tmpfs, so Bun and git can write there."""
     kill_grace_ms: int = 200
@@ -27,6 +28,8 @@ class AgentConfig:
     code_dir: str = ""
     """Where the session's code snapshot goes: the providers' root-owned tmpfs (no ancestor a tool process can
     write, which the agent checks); "" on the local plane (a host process without isolation): a tmp dir."""
+    syscall_deny: str = ""
+    """System calls the agent's own seccomp filter denies (comma-separated, see syscall_filter); "": none."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -42,4 +45,5 @@ class AgentConfig:
             max_upload_bytes=int(env.get("AGENT_MAX_UPLOAD_BYTES", default.max_upload_bytes)),
             output_budget_bytes=int(env.get("AGENT_OUTPUT_BUDGET_BYTES", default.output_budget_bytes)),
             code_dir=env.get("AGENT_CODE_DIR", default.code_dir),
+            syscall_deny=env.get("AGENT_SYSCALL_DENY", default.syscall_deny),
         )

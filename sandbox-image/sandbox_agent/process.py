@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_agent import spawner
+from sandbox_agent import pidfds, spawner
 from sandbox_agent.errors import SpawnError
 from sandbox_agent.process_tree import Member, ProcessTree, forks_refused, outside, signal_pid
 
@@ -478,7 +478,7 @@ def _popen(
         poll()
         return status
 
-    return _Launched(proc.pid, os.pidfd_open(proc.pid), stdin_w, outputs, exit_status)
+    return _Launched(proc.pid, pidfds.pidfd_for(proc.pid), stdin_w, outputs, exit_status)
 
 
 def _spawn_error(program: str, exc: OSError) -> SpawnError:

@@ -1,10 +1,12 @@
 """The identity of the long-lived processes that serve later calls (the Bun and Python tool hosts).
 
-Tool processes run as the tool user (uid 1000). A server that ran as that same uid could be ptraced,
+Tool processes run as the tool user (the sandbox's own uid, 1000 when none is given). A server that ran
+as that same uid could be ptraced,
 read through /proc/PID/mem, stopped or killed by any of them, and a `bash` call could change what later
 custom-tool calls and plugin hooks return. So each server runs with a real and saved uid of its own
-(`*_SERVER_UID`, no account and no files of its own; one per kind of server, so that what one kind
-runs cannot signal another) and the tool user's effective (and so filesystem)
+(`server_uid(tool uid, *_SERVER)`, no account and no files of its own; one per kind of server, so that
+what one kind runs cannot signal another; all in the sandbox's own block of ids after the tool uid, so that
+no two sandboxes share a server uid either) and the tool user's effective (and so filesystem)
 uid, so that what it creates still belongs to the tool user:
 
 - ptrace and /proc/PID/mem need the caller's uid to equal the target's real, effective AND saved uid,
@@ -29,10 +31,12 @@ from dataclasses import replace
 from sandbox_agent.errors import AgentError, SpawnError
 from sandbox_agent.process import ExecSpec, Execution, Identity
 
-BUN_SERVER_UID = 1001
-PY_SERVER_UID = 1002
-LSP_SERVER_UID = 1003
-MCP_SERVER_UID = 1004
+BUN_SERVER = 1
+PY_SERVER = 2
+LSP_SERVER = 3
+MCP_SERVER = 4
+"""Each kind of server's uid is the tool uid plus its number: the control plane hands every sandbox a block of
+ids (controlplane/sandbox/tool_ids.py), so a server's uid is as much the sandbox's own as the tool uid."""
 SETPRIV = "/usr/bin/setpriv"
 NICE = "/usr/bin/nice"
 SERVER_NICENESS = 10
@@ -42,13 +46,18 @@ SERVER_OOM_SCORE_ADJ = 500
 VERIFY_TIMEOUT_S = 10.0
 _POLL_S = 0.002
 
-__all__ = ["BUN_SERVER_UID", "LSP_SERVER_UID", "MCP_SERVER_UID", "PY_SERVER_UID", "ServerIdentityError",
-           "is_bun_server", "server_argv", "start_bun_server", "verify_server"]
+__all__ = ["BUN_SERVER", "LSP_SERVER", "MCP_SERVER", "PY_SERVER", "ServerIdentityError",
+           "is_bun_server", "server_argv", "server_uid", "start_bun_server", "verify_server"]
 TOOLHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolhost")
 
 
 class ServerIdentityError(AgentError):
     """The server did not reach its protected identity (it was killed, or it is not ours)."""
+
+
+def server_uid(tool_uid: int, kind: int) -> int:
+    """The real uid of the `kind` server (BUN_SERVER, ...) in a sandbox whose tool uid is `tool_uid`."""
+    return tool_uid + kind
 
 
 def server_argv(argv: list[str], server_uid: int, uid: int, gid: int) -> list[str]:
@@ -106,7 +115,7 @@ def is_bun_server(argv: list[str]) -> bool:
 
 
 async def start_bun_server(spec: ExecSpec, identity: Identity, buffer_limit: int) -> Execution:
-    """A Bun-run local MCP server under MCP_SERVER_UID, protected as the Bun tool host is.
+    """A Bun-run local MCP server under the MCP server uid, protected as the Bun tool host is.
 
     harden.ts is preloaded (it restores the saved uid, turns dumping off and starts children as the tool
     user), and the image's empty bunfig replaces the project's one, whose `preload` would run code the
@@ -118,10 +127,11 @@ async def start_bun_server(spec: ExecSpec, identity: Identity, buffer_limit: int
     bun, *rest = spec.argv
     argv = [bun, f"--preload={os.path.join(TOOLHOST_DIR, 'harden.ts')}",
             f"--config={os.path.join(TOOLHOST_DIR, 'bunfig.toml')}", *rest]
-    wrapped = replace(spec, argv=server_argv(argv, MCP_SERVER_UID, identity.uid, gid))
+    mcp_uid = server_uid(identity.uid, MCP_SERVER)
+    wrapped = replace(spec, argv=server_argv(argv, mcp_uid, identity.uid, gid))
     execution = await Execution.start(wrapped, Identity(uid=None, gid=None), buffer_limit)
     try:
-        await verify_server(execution.pid, MCP_SERVER_UID, f"the local MCP server {bun!r}")
+        await verify_server(execution.pid, mcp_uid, f"the local MCP server {bun!r}")
     except ServerIdentityError:
         await execution.stop(reason="not protected")
         raise

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox_agent import pidfds
 from sandbox_agent.errors import SpawnError
 
 FRAME = 64 * 1024
@@ -235,7 +236,7 @@ def _serve(sock: socket.socket) -> None:
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 send({"id": request["id"], "error": {"errno": 0, "strerror": str(exc)}})
             else:
-                pidfd = os.pidfd_open(child)
+                pidfd = pidfds.pidfd_for(child)
                 selector.register(pidfd, selectors.EVENT_READ, child)
                 send({"id": request["id"], "pid": child}, [pidfd])
             finally:
@@ -477,7 +478,7 @@ class Spawner:
             proc.wait(0.1)  # a killed process is gone within a millisecond or so
             return
         try:
-            pidfd = os.pidfd_open(proc.pid)
+            pidfd = pidfds.pidfd_for(proc.pid)
         except ProcessLookupError:
             proc.wait()
             return
@@ -503,7 +504,7 @@ class Spawner:
         self._fail_waiters()
         if proc is None or proc.poll() is not None:
             return
-        pidfd = os.pidfd_open(proc.pid)
+        pidfd = pidfds.pidfd_for(proc.pid)
         gone: asyncio.Future[None] = self.loop.create_future()
         self.loop.add_reader(pidfd, _settle, gone)
         try:

@@ -24,6 +24,7 @@ from tests.docker.tool_limits import (
     sh,
 )
 from tests.planes import Plane, workspace_session
+from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.docker
 
@@ -265,7 +266,8 @@ async def test_write_new_file_in_new_directories(docker_plane: Plane, session_id
     assert out.result is not None
     assert out.result.title == "workspace/w/deep/er/new.txt"
     assert out.metadata == {"diagnostics": {}, "filepath": path, "exists": False, "truncated": False}
-    assert await sh(docker_plane, session_id, f"stat -c '%a %u' {path}; cat {path}") == b"644 1000\nhello\n"
+    uid = tool_uid(docker_plane.instance, (await docker_plane.client.get_session(session_id)).sandbox_id)
+    assert await sh(docker_plane, session_id, f"stat -c '%a %u' {path}; cat {path}") == f"644 {uid}\nhello\n".encode()
 
 
 async def test_write_overwrites_after_read(docker_plane: Plane, session_id: str) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shutil
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +20,7 @@ from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
+from controlplane.sandbox import confinement
 from controlplane.sandbox.docker import verify_hardening
 from controlplane.v1 import session_pb2
 from tests.planes import (
@@ -31,7 +34,8 @@ from tests.planes import (
 
 pytestmark = pytest.mark.docker
 
-IMAGE = "ocsb-sandbox:latest"
+IMAGE = os.environ.get("OCSB_TEST_IMAGE", "ocsb-sandbox:latest")
+"""The image under test: an older one, whose agent installs no syscall filter, is refused (see below)."""
 
 
 @asynccontextmanager
@@ -43,7 +47,8 @@ async def plane_with_runtime(runtime: str, pool_size: int, leftovers: list[int] 
     data_dir, instance = short_tmp(), new_instance("fc")
     settings = load_settings(
         None, data_dir=data_dir, instance=instance, server={"listen": "127.0.0.1:0"},
-        provider={"type": "docker", "runtime": runtime}, pool={"size": pool_size, "refill_concurrency": 1},
+        provider={"type": "docker", "runtime": runtime, "image": IMAGE},
+        pool={"size": pool_size, "refill_concurrency": 1},
     )
     plane = await app.start(settings)
     client = AsyncClient(plane.address, (data_dir / "default.token").read_text().strip())
@@ -132,3 +137,52 @@ async def test_verify_hardening_accepts_a_real_hardened_sandbox(docker_plane: Pl
         verify_hardening(container.attrs, Resources(1.0, 1024, 512), "runsc")
     assert str(info.value) == "sandbox hardening could not be applied: runtime is runc, wanted runsc"
     await docker_plane.client.delete_session(session.id)
+
+
+def test_confinement_refuses_what_the_engine_really_reports(soft_container: Any) -> None:
+    """No masked paths, no syscall filter asked for, no tool uid of the sandbox's own: each named."""
+    with pytest.raises(HardeningError) as info:
+        confinement.verify(soft_container.attrs, 200_008, lambda uid: True)
+    assert str(info.value) == (
+        # The engine's own defaults it reports as masked; what reveals other sandboxes it does not mask.
+        "sandbox hardening could not be applied: paths not masked: " + ", ".join(confinement.BLOCK_DEVICE_VIEWS)
+        + "; the agent's syscall filter is not asked for; the tool uid is not the sandbox's own block (None)"
+        "; the sandbox's own account files are not mounted read-only"
+        "; the agent does not start as root (it could not switch to the tool uid)"
+    )
+
+
+async def test_confinement_accepts_a_real_sandbox_and_only_its_own_uid(docker_plane: Plane) -> None:
+    session = await docker_plane.client.create_session()
+    container = docker.from_env().containers.get(f"ocsb-{docker_plane.instance}-{session.sandbox_id}")
+    uid = int(container.labels["ocsb.tool_uid"])
+    confinement.verify(container.attrs, uid, lambda given: given == uid)
+    with pytest.raises(HardeningError, match=rf"the tool uid is not the sandbox's own block \({uid}\)"):
+        confinement.verify(container.attrs, uid, lambda given: False)
+    assert confinement.agent_filter_problem(container.attrs["State"]["Pid"]) is None
+    await docker_plane.client.delete_session(session.id)
+
+
+def test_an_agent_without_its_syscall_filter_is_seen_from_the_host() -> None:
+    """What `verify_agent_filter` reads: a container whose agent was not asked for the filter has only the engine's."""
+    client = docker.from_env()
+    hardened: dict[str, Any] = {"user": "0:0", "init": True, "network_mode": "none", "cap_drop": ["ALL"],
+                "cap_add": ["SETUID", "SETGID", "KILL"], "security_opt": ["no-new-privileges"], "read_only": True,
+                "tmpfs": {"/tmp": "rw,size=16m", "/run/agent": "rw,size=1m"}, "detach": True}
+    plain = client.containers.run(IMAGE, environment={"AGENT_TOOL_UID": "200008"}, **hardened)
+    filtered = client.containers.run(IMAGE, environment=confinement.agent_env(200_016), **hardened)
+    try:
+        for container in (plain, filtered):
+            for _ in range(200):  # until the agent serves (as the provider checks only after its health answer)
+                if container.exec_run(["test", "-S", "/run/agent/agent.sock"]).exit_code == 0:
+                    break
+                time.sleep(0.05)
+            container.reload()
+        assert confinement.agent_filter_problem(plain.attrs["State"]["Pid"]) == (
+            "the agent did not install its syscall filter")
+        assert confinement.agent_filter_problem(filtered.attrs["State"]["Pid"]) is None
+        with pytest.raises(HardeningError, match="the agent did not install its syscall filter"):
+            confinement.verify_agent_filter(plain, None)
+    finally:
+        plain.remove(force=True)
+        filtered.remove(force=True)

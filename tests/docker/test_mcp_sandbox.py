@@ -17,6 +17,7 @@ from controlplane.core.seam.provider import Sandbox
 from controlplane.mcp import LocalServer, McpCallError, McpServers, ServerStatus, mcp_tool_infos
 from tests.archives import tar_of
 from tests.planes import Plane
+from tests.tool_uids import tool_uid
 from tests.unit.mcp.test_mcp_stdio import make_context
 
 pytestmark = pytest.mark.docker
@@ -61,7 +62,8 @@ async def test_typescript_server_in_the_sandbox(docker_plane: Plane, session_san
 
         whoami = await infos["ts_whoami"].init(InitContext())
         # The server runs as the tool user, in the workspace, with its configured environment.
-        assert (await whoami.execute({}, make_context([]))).output == "1000|/workspace|hello"
+        uid = tool_uid(docker_plane.instance, sandbox.id)
+        assert (await whoami.execute({}, make_context([]))).output == f"{uid}|/workspace|hello"
 
         picture = await infos["ts_picture"].init(InitContext())
         result = await picture.execute({}, make_context([]))

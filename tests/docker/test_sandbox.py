@@ -68,7 +68,8 @@ async def test_container_is_hardened(docker_plane: Plane) -> None:
     assert host["Memory"] == 1024 * 1024 * 1024
     assert host["NanoCpus"] == 1_000_000_000
     assert not any("docker.sock" in str(m.get("Source")) for m in attrs["Mounts"])
-    assert {m["Destination"] for m in attrs["Mounts"]} == {"/workspace", "/run/agent"}
+    # (and the sandbox's own account files, read-only: confinement.account_mounts)
+    assert {m["Destination"] for m in attrs["Mounts"]} == {"/workspace", "/run/agent", "/etc/passwd", "/etc/group"}
     # The only writable places are the workspace and /tmp.
     done = await docker_plane.client.run(session.id, command="touch /etc/x /usr/x /x 2>&1; touch /workspace/ok /tmp/ok")
     assert done.stdout.count(b"Read-only file system") == 3

@@ -19,11 +19,12 @@ import pytest
 
 from tests.planes import Plane, container_gone
 from tests.security.conftest import Pair, Vector, new_session, python_probe, through_bash_tool
+from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.docker
 
 AGENT_PID = "$(pgrep -xf 'python3 -m sandbox_agent')"
-SPAWNER_PID = "$(pgrep -u 1000 -f '^/usr/bin/python3 -I -B -c .*sandbox_agent.spawner')"
+SPAWNER_PID = "$(pgrep -u $(id -u) -f '^/usr/bin/python3 -I -B -c .*sandbox_agent.spawner')"
 
 
 async def test_runtime_facts_of_a_tool_process(docker_plane: Plane, pair: Pair, vector: Vector) -> None:
@@ -31,8 +32,9 @@ async def test_runtime_facts_of_a_tool_process(docker_plane: Plane, pair: Pair, 
         "id; grep -E '^(CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status;"
         f" grep -E '^(Uid|CapEff):' /proc/{AGENT_PID}/status"
     ))
+    uid = tool_uid(docker_plane.instance, pair.a_sandbox)  # the sandbox's own, no host account's (tool_ids.py)
     assert out == (
-        "uid=1000(tool) gid=1000(tool) groups=1000(tool)\n"
+        f"uid={uid}(tool) gid={uid}(tool) groups={uid}(tool)\n"
         "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
         "CapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n"
         # The agent is uid 0 holding only SETGID, SETUID and KILL (bits 6, 7 and 5).
@@ -392,9 +394,10 @@ async def test_setuid_and_setgid_binaries_do_not_elevate(docker_plane: Plane, pa
         " sleep 0.1; echo \"$b $(grep ^Uid /proc/$p/status | tr '\\t' ' ')\"; kill -9 $p; done 2>/dev/null;"
         " chage -l tool; gpasswd -r tool; expiry -c; echo expiry=$?"
     ))
+    uid = tool_uid(docker_plane.instance, pair.a_sandbox)
     assert out == (
         "\n".join(SETUID_BINARIES) + "\n--\n" + "\n".join(SETGID_BINARIES) + "\n--\n"
-        + "".join(f"{b} Uid: 1000 1000 1000 1000\n" for b in ("chfn", "chsh", "newgrp", "passwd", "su"))
+        + "".join(f"{b} Uid: {uid} {uid} {uid} {uid}\n" for b in ("chfn", "chsh", "newgrp", "passwd", "su"))
         + "chage: cannot open /etc/shadow\ngpasswd: cannot open /etc/gshadow\n"
         + "expiry=0\n"
     )

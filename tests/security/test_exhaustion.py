@@ -23,6 +23,7 @@ from controlplane.client import AsyncClient, Session, ToolOutcome
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
+from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.docker
 
@@ -51,7 +52,7 @@ def as_root(plane: Plane, sandbox_id: str, script: str, user: str = "root") -> s
 
 def as_tool_user(plane: Plane, sandbox_id: str, script: str) -> str:
     """The saved outputs belong to the tool user (root in the sandbox has no DAC override)."""
-    return as_root(plane, sandbox_id, script, user="1000")
+    return as_root(plane, sandbox_id, script, user=str(tool_uid(plane.instance, sandbox_id)))
 
 
 def agent_memory_kb(plane: Plane, sandbox_id: str) -> dict[str, int]:

@@ -24,6 +24,7 @@ from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
 from tests.planes import Plane
 from tests.security.conftest import PROBE_FILES, Vector, python_probe
+from tests.tool_uids import tool_uid
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -182,6 +183,11 @@ async def session_id(plane: Plane) -> AsyncIterator[str]:
     await plane.client.delete_session(session.id)
 
 
+async def _tool_uid(plane: Plane, session_id: str) -> int:
+    """The session's own tool uid (its sandbox's block, controlplane/sandbox/tool_ids.py)."""
+    return tool_uid(plane.instance, (await plane.client.get_session(session_id)).sandbox_id)
+
+
 async def _count(client: AsyncClient, session_id: str, tool: str) -> tuple[int, int]:
     outcome = await client.execute_tool(session_id, tool, {})
     assert outcome.error is None, outcome.error
@@ -215,9 +221,9 @@ async def _pid_of(client: AsyncClient, session_id: str, pattern: str) -> int:
     return pids[0]
 
 
-def _assert_all_refused(output: str, servers: dict[str, int]) -> None:
+def _assert_all_refused(output: str, servers: dict[str, int], uid: int) -> None:
     lines = output.splitlines()
-    assert lines[0] == "attacker uids: 1000 1000 1000", output  # a plain tool process, whatever spawned it
+    assert lines[0] == f"attacker uids: {uid} {uid} {uid}", output  # a plain tool process, whatever spawned it
     attempts = lines[1:]
     assert len(attempts) == 7 * len(servers), output
     assert all(line.endswith((": EPERM", ": EACCES")) for line in attempts), output
@@ -230,7 +236,7 @@ async def test_no_tool_process_can_ptrace_read_write_or_signal_a_server(
     servers = await _servers_running(client, session_id)
     args = " ".join(f"{name} {pid}" for name, pid in servers.items())
     output = await vector.run(client, session_id, python_probe(ATTACK, args))
-    _assert_all_refused(output, servers)
+    _assert_all_refused(output, servers, await _tool_uid(plane, session_id))
     await asyncio.sleep(0.3)  # a signal that got through would have acted by now
     assert await _servers_running(client, session_id) == servers
 

@@ -13,6 +13,7 @@ import pytest
 from controlplane.client import AsyncClient, PermissionRequest, allow_once
 from tests.archives import tar_of
 from tests.planes import Plane
+from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.docker
 
@@ -122,7 +123,8 @@ async def test_write_and_edit_act_as_the_tool_user(docker_plane: Plane) -> None:
         written = await client.execute_tool(session.id, "write", {"filePath": "/workspace/new.txt", "content": "x\n"})
         assert written.error is None, written.error
         owners = await _bash(client, session.id, "stat -c '%u %n' new.txt notes.txt && cat notes.txt")
-        assert owners == "1000 new.txt\n1000 notes.txt\ntwo\n"
+        uid = tool_uid(docker_plane.instance, session.sandbox_id)
+        assert owners == f"{uid} new.txt\n{uid} notes.txt\ntwo\n"
 
         refused = await client.execute_tool(session.id, "write", {"filePath": "/root/planted.txt", "content": "x"})
         assert refused.error is not None

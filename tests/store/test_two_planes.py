@@ -25,6 +25,7 @@ from controlplane.config import load_settings
 from controlplane.sandbox.docker import DockerSandboxProvider
 from controlplane.v1 import session_pb2, tool_pb2
 from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp
+from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.postgres
 
@@ -169,7 +170,7 @@ async def test_docker_planes_with_their_own_data_dirs_share_a_session(pg_url: st
         async with plane_on(pg_url, dir_a, "docker") as a, plane_on(pg_url, dir_b, "docker") as b:
             created = await a.client.create_session()
             ran = await b.client.execute_tool(created.id, "bash", bash("id -u; echo hi > /workspace/x; cat x"))
-            assert ran.output == "1000\nhi\n"
+            assert ran.output == f"{tool_uid(a.instance, created.sandbox_id)}\nhi\n"
             await b.client.execute_tool(created.id, "todowrite", {"todos": TODOS})
             assert json.loads((await a.client.execute_tool(created.id, "todoread", {})).output) == TODOS
             assert (await b.client.delete_session(created.id)).state == session_pb2.Session.DELETED

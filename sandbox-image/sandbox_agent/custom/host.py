@@ -18,7 +18,7 @@ from typing import Any
 from sandbox_agent import tracing
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.process import Chunk, Execution
-from sandbox_agent.server_identity import BUN_SERVER_UID, PY_SERVER_UID, ServerIdentityError, verify_server
+from sandbox_agent.server_identity import BUN_SERVER, PY_SERVER, ServerIdentityError, verify_server
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
 from sandbox_agent.tools.runner import ToolRunner
 
@@ -465,7 +465,7 @@ def bun_launcher(runner: ToolRunner, bun: str, host_ts: str, cwd: str, env: dict
     """
     bunfig = os.path.join(os.path.dirname(host_ts), "bunfig.toml")
     argv = [bun, "--no-install", "--no-env-file", f"--config={bunfig}", "run", host_ts]
-    return _launcher(runner, argv, cwd, env | {"BUN_RUNTIME_TRANSPILER_CACHE_PATH": "0"}, BUN_SERVER_UID, "bun")
+    return _launcher(runner, argv, cwd, env | {"BUN_RUNTIME_TRANSPILER_CACHE_PATH": "0"}, BUN_SERVER, "bun")
 
 
 def python_launcher(runner: ToolRunner, python: str, host_py: str, cwd: str, env: dict[str, str]) -> Launch:
@@ -475,16 +475,16 @@ def python_launcher(runner: ToolRunner, python: str, host_py: str, cwd: str, env
     host also reads none from a directory the tool user can write, see pyhost_harden).
     """
     argv = [python, "-s", "-B", host_py]
-    return _launcher(runner, argv, cwd, env, PY_SERVER_UID, "python")
+    return _launcher(runner, argv, cwd, env, PY_SERVER, "python")
 
 
-def _launcher(runner: ToolRunner, argv: list[str], cwd: str, env: dict[str, str], server_uid: int,
+def _launcher(runner: ToolRunner, argv: list[str], cwd: str, env: dict[str, str], kind: int,
               name: str) -> Launch:
     async def launch() -> Execution:
-        execution = await runner.start_server(argv, cwd=cwd, env=env, server_uid=server_uid)
+        execution = await runner.start_server(argv, cwd=cwd, env=env, kind=kind)
         if runner.separates_servers:
             try:
-                await verify_server(execution.pid, server_uid, f"the {name} tool host")
+                await verify_server(execution.pid, runner.server_uid(kind), f"the {name} tool host")
             except ServerIdentityError as exc:
                 execution.stop(reason="not protected")
                 raise HostCallError(str(exc)) from None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sandbox_agent.errors import AgentError
 from sandbox_agent.lsp.client import LspClient
 from sandbox_agent.process import Execution
-from sandbox_agent.server_identity import LSP_SERVER_UID, ServerIdentityError, verify_server
+from sandbox_agent.server_identity import LSP_SERVER, ServerIdentityError, verify_server
 
 if TYPE_CHECKING:
     from sandbox_agent.tools.base import SessionState
@@ -32,7 +32,9 @@ PYHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pat
 class ProcessStarter(Protocol):
     """What starting a server needs from the tool runner (`ToolRunner.start_server`)."""
 
-    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], server_uid: int) -> Execution: ...
+    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], kind: int) -> Execution: ...
+
+    def server_uid(self, kind: int) -> int: ...
 
     @property
     def separates_servers(self) -> bool: ...
@@ -166,10 +168,10 @@ class SessionServers:
     async def _start(self, spec: ServerSpec, root: str, starter: ProcessStarter,
                      initialization: dict[str, Any]) -> LspClient:
         # A server of its own identity (see server_identity): no tool process can ptrace, read or signal it.
-        execution = await starter.start_server(list(spec.argv), cwd=root, env={}, server_uid=LSP_SERVER_UID)
+        execution = await starter.start_server(list(spec.argv), cwd=root, env={}, kind=LSP_SERVER)
         if starter.separates_servers:
             try:
-                await verify_server(execution.pid, LSP_SERVER_UID, f"the {spec.id} language server")
+                await verify_server(execution.pid, starter.server_uid(LSP_SERVER), f"the {spec.id} language server")
             except ServerIdentityError:
                 execution.stop(reason="not protected")
                 raise

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Identity
-from sandbox_agent.server_identity import server_argv
+from sandbox_agent.server_identity import server_argv, server_uid
 from sandbox_agent.tools.base import ProcessResult
 
 T = TypeVar("T")
@@ -35,17 +35,40 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
+_SETRES = {"x86_64": (117, 119), "aarch64": (147, 149)}
+"""The raw setresuid and setresgid call numbers: unlike glibc's wrappers they change this thread only."""
+
+
+@functools.cache
+def _has_fsuid() -> bool:
+    """False under gVisor as Debian ships it (runsc 2022), whose kernel answers setfsuid with ENOSYS."""
+    return bool(_libc().setfsuid(-1) != -1)
+
+
 def _take_identity(uid: int, gid: int) -> tuple[int, int]:
-    """Sets this thread's filesystem uid and gid; returns the previous ones (the calls return them)."""
+    """Sets this thread's filesystem uid and gid; returns the previous ones (the calls return them).
+
+    Without setfsuid the thread's effective ids are switched instead (the filesystem ids follow them): its
+    real and saved uid stay 0, so it can switch back, and no tool process may signal or trace it."""
     libc = _libc()
-    own_gid = libc.setfsgid(gid)
-    own_uid = libc.setfsuid(uid)
+    if _has_fsuid():
+        own_gid = libc.setfsgid(gid)
+        own_uid = libc.setfsuid(uid)
+        return own_uid, own_gid
+    own_uid, own_gid = os.geteuid(), os.getegid()
+    set_uid, set_gid = _SETRES[os.uname().machine]
+    # The gid while still (or once again) uid 0: a thread that is the tool user may not change it.
+    steps = [(set_gid, gid), (set_uid, uid)] if own_uid == 0 else [(set_uid, uid), (set_gid, gid)]
+    for number, value in steps:
+        libc.syscall(number, -1, value, -1)
     return own_uid, own_gid
 
 
 def _holds_identity(uid: int, gid: int) -> bool:
-    # Asked with an invalid id, each call changes nothing and reports the current value.
     libc = _libc()
+    if not _has_fsuid():
+        return os.geteuid() == uid and os.getegid() == gid
+    # Asked with an invalid id, each call changes nothing and reports the current value.
     return bool(libc.setfsuid(-1) == uid and libc.setfsgid(-1) == gid)
 
 
@@ -125,18 +148,22 @@ class ToolRunner:
                         kill_grace_s=0.2, merge_stderr=merge_stderr)
         return await Execution.start(spec, self._identity, self._buffer_limit)
 
-    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], server_uid: int) -> Execution:
-        """A long-lived server (a tool host) with stdin, under real uid `server_uid` and the tool user's
-        effective uid (see `server_identity`); unseparated when the agent has no tool user (a test run)."""
+    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], kind: int) -> Execution:
+        """A long-lived server (a tool host) with stdin, under the real uid of its `kind` (server_identity's
+        BUN_SERVER, ...) and the tool user's effective uid; unseparated when the agent has no tool user (a test run)."""
         if self._identity.uid is None:
             return await self.start(argv, cwd=cwd, env=env, timeout_s=None, merge_stderr=False, stdin=True)
         uid = self._identity.uid
         gid = self._identity.gid if self._identity.gid is not None else uid
-        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid, uid, gid)
+        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid(uid, kind), uid, gid)
         spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=None, stdin=True, kill_grace_s=0.2,
                         merge_stderr=False)
         # Started by the agent itself (the spawner runs as the tool user and cannot set another uid).
         return await Execution.start(spec, Identity(uid=None, gid=None), self._buffer_limit)
+
+    def server_uid(self, kind: int) -> int:
+        """The real uid `start_server` gives a server of `kind` (only meaningful when `separates_servers`)."""
+        return server_uid(self._identity.uid if self._identity.uid is not None else os.getuid(), kind)
 
     @property
     def separates_servers(self) -> bool:

@@ -1,0 +1,90 @@
+"""Which OCI runtime a tenant's sandboxes run on, and a warm pool for each runtime in use.
+
+A tenant whose `[[tenants]]` entry says `runtime = "runsc"` gets every session on gVisor; the others get
+the provider's runtime (`provider.runtime`, unset: the engine's default). A pooled sandbox is made before
+anyone asks for it, so each runtime has a pool of its own, and a pooled container is adopted back into
+the pool of the runtime the engine reports for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from controlplane.config import Settings
+from controlplane.core.seam.provider import PoolStats, Sandbox
+from controlplane.errors import ConfigError
+from controlplane.sandbox.pool import WarmPool
+
+DEFAULT = ""
+"""The key of the provider's own runtime (whatever `provider.runtime` says, or the engine's default)."""
+
+
+class RuntimePools:
+    def __init__(
+        self,
+        default_runtime: str | None,
+        tenant_runtimes: Mapping[str, str],
+        make_pool: Callable[[str | None], WarmPool],
+    ) -> None:
+        self._default = default_runtime
+        self._tenants = {t: r for t, r in tenant_runtimes.items() if r and r != default_runtime}
+        self._pools: dict[str, WarmPool] = {DEFAULT: make_pool(default_runtime)}
+        for runtime in sorted(set(self._tenants.values())):
+            self._pools[runtime] = make_pool(runtime)
+
+    def runtime_for(self, tenant: str) -> str | None:
+        """The runtime a session of `tenant` runs on (None: the engine's default)."""
+        return self._tenants.get(tenant, self._default)
+
+    def pool_for(self, tenant: str) -> WarmPool:
+        return self._pools[self._tenants.get(tenant, DEFAULT)]
+
+    def pool_of(self, engine_runtime: str) -> WarmPool | None:
+        """The pool a pooled container belongs to, by the runtime the engine reports for it; None: none of ours."""
+        if engine_runtime in self._pools and engine_runtime != DEFAULT:
+            return self._pools[engine_runtime]
+        if engine_runtime == (self._default or "runc"):
+            return self._pools[DEFAULT]
+        return None
+
+    def adopt(self, sandbox: Sandbox, attrs: Mapping[str, Any]) -> bool:
+        """Puts a pooled sandbox found at start back into its runtime's pool (`attrs`: its container's inspect
+        data); False when no pool runs on that runtime any more."""
+        pool = self.pool_of(str((attrs.get("HostConfig") or {}).get("Runtime", "")))
+        if pool is not None:
+            pool.adopt(sandbox)
+        return pool is not None
+
+    def start(self) -> None:
+        for pool in self._pools.values():
+            pool.start()
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+
+    def stats(self) -> PoolStats:
+        """All pools together (each runtime's pool keeps `pool.size` ready)."""
+        every = [pool.stats() for pool in self._pools.values()]
+        fields = ("ready", "creating", "target", "hits", "misses")
+        return PoolStats(*(sum(getattr(stats, f) for stats in every) for f in fields))
+
+
+def pool_maker(size: int, concurrency: int, create: Callable[[str | None], Awaitable[Sandbox]],
+               discard: Callable[[str], Awaitable[None]],
+               check: Callable[[Sandbox], Awaitable[bool]]) -> Callable[[str | None], WarmPool]:
+    """A WarmPool per runtime, each creating its sandboxes on that runtime."""
+    def make(runtime: str | None) -> WarmPool:
+        return WarmPool(size, concurrency, lambda: create(runtime), discard, check)
+
+    return make
+
+
+def tenant_runtimes(settings: Settings) -> dict[str, str]:
+    """`[[tenants]]` runtimes by tenant name; ConfigError when the provider is not Docker's (a Swarm service
+    cannot choose its runtime, the local provider has none): a tenant that asked for gVisor never runs without."""
+    runtimes = {t.name: t.runtime for t in settings.tenants if t.runtime}
+    if runtimes and settings.provider.type != "docker":
+        raise ConfigError(f"tenants {sorted(runtimes)} ask for a runtime; only provider.type = \"docker\" has one")
+    return runtimes
