@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import time
@@ -126,16 +127,26 @@ async def test_signal_death_reports_128_plus_signal() -> None:
 
 async def test_an_execution_dropped_after_stop_releases_its_fds() -> None:
     await collect(await Execution.start(spec("true"), ME, 1 << 20))
-    # Garbage earlier tests left holds fds too: collected first, so that only this execution's count here.
     gc.collect()
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_fds()
     # Reading is paused (nobody consumes the events), so the pipes never see their end.
     execution = await Execution.start(spec("cat /dev/zero", stdin=True), ME, 64 * 1024)
     await asyncio.sleep(0.05)
+    assert open_fds() - before, "the execution opened no fds: the check below would prove nothing"
     await execution.stop(reason="client went away")
     del execution
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == before
+    # Compared as (number, what it points at): an fd another test's leftovers close meanwhile (a stopped
+    # plane's poller) is no concern here, and a pipe of this execution still open is caught whatever its number.
+    assert open_fds() - before == set()
+
+
+def open_fds() -> set[tuple[str, str]]:
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            found.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+    return found
 
 
 def test_cgroup_counter_reads_whichever_file_exists_and_remembers_it(tmp_path: Path) -> None:
