@@ -18,6 +18,7 @@ AgentError
 ├── FrontmatterError        a frontmatter outside the supported YAML subset (custom/frontmatter.py)
 ├── ArchiveTooLargeError    a workspace archive expands past its limit (tario.py)
 ├── ServerIdentityError     a server did not reach its protected identity (server_identity.py)
+├── SyscallFilterError      the syscall filter the control plane asked for is not in force (syscall_filter.py)
 ├── LspStartError           a language server could not be started (lsp/servers.py)
 └── LspError                a language server request failed (lsp/client.py)
     ├── LspServerExitedError    the server exited

@@ -20,6 +20,7 @@ from tests.docker.custom_tools_support import (
     workspace,
 )
 from tests.planes import Plane, workspace_session
+from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.docker
 
@@ -66,11 +67,14 @@ async def test_thrown_errors_become_the_call_error(docker_plane: Plane, session_
     ("shell-fail", "nothrow=3:oops throw=4"),
     ("files", "true|21|written by Bun.write"),
     ("node-fs", 'true|{"at":"node-fs-out.json"}'),
-    ("child", "sync,1000|async"),
+    ("child", "sync,{uid}|async"),  # the sandbox's own tool uid (controlplane/sandbox/tool_ids.py)
     ("fetch", '200 {"path":"/probe"}'),
     ("env", '{"home":true,"path":true,"missing":"fallback"}'),
 ])
 async def test_runtime_apis(docker_plane: Plane, session_id: str, use: str, output: str) -> None:
+    if "{uid}" in output:
+        sandbox_id = (await docker_plane.client.get_session(session_id)).sandbox_id
+        output = output.format(uid=tool_uid(docker_plane.instance, sandbox_id))
     assert await output_of(docker_plane, session_id, "runtime", {"use": use}) == output
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -41,8 +42,11 @@ TODOS = [
 @asynccontextmanager
 async def plane_on(url: str, data_dir: Path, provider: str, **overrides: Any) -> AsyncIterator[Plane]:
     instance = new_instance("pg")
+    chosen: dict[str, Any] = {"type": provider}
+    if provider == "docker" and os.environ.get("OCSB_TEST_IMAGE"):
+        chosen["image"] = os.environ["OCSB_TEST_IMAGE"]  # as tests/planes.py: a checkout's own image
     settings = load_settings(
-        None, data_dir=data_dir, instance=instance, provider={"type": provider}, server={"listen": "127.0.0.1:0"},
+        None, data_dir=data_dir, instance=instance, provider=chosen, server={"listen": "127.0.0.1:0"},
         tenants=TENANTS, store={"url": url, "pool_size": 4}, pool={"size": 0}, **overrides,
     )
     plane = await app.start(settings)
