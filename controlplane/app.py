@@ -15,6 +15,7 @@ import grpc
 
 from controlplane import tenancy
 from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig, upstream_environment
+from controlplane.core.calls import arguments
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -99,7 +100,7 @@ def tool_settings(settings: Settings) -> catalog.ToolSettings:
 def build_tools(
     sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
     hooks: HookBus | None = None, policy: OperatorPolicy | None = None, settings: catalog.ToolSettings | None = None,
-    todos: TodoStore | None = None,
+    todos: TodoStore | None = None, max_args_bytes: int = arguments.DEFAULT_MAX_ARGS_BYTES,
 ) -> ToolRuntime:
     tools = catalog.implemented(settings)
     upstream = upstream_environment()
@@ -120,6 +121,7 @@ def build_tools(
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
+        max_args_bytes=max_args_bytes,
     )
 
 
@@ -189,7 +191,7 @@ async def start(settings: Settings) -> ControlPlane:
     audit = AuditWriter(store)
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
-        todos=store,
+        todos=store, max_args_bytes=settings.limits.max_args_bytes,
     )
     server, health_servicer, port = build_server(
         settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)

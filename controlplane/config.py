@@ -231,6 +231,9 @@ class LimitsConfig(_Closed):
     max_archive_entries: int = Field(default=50_000, ge=1)
     """Most entries (files, directories, links) a CreateSession workspace archive may hold; more is
     RESOURCE_EXHAUSTED before any sandbox is touched."""
+    max_args_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    """Largest tool call argument object (JSON, bytes); larger is INVALID_ARGUMENT before any parsing.
+    0: no limit beyond server.max_message_mb."""
 
 
 class QuotaConfig(_Closed):

@@ -1,0 +1,83 @@
+"""Bounded request work through the public API: tool call arguments over `limits.max_args_bytes` refused
+before any parsing, and large ones handled off the event loop so another tenant is served meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from controlplane.client import AsyncClient
+from tests.planes import Plane, served_plane
+
+TENANTS: list[dict[str, Any]] = [
+    {"name": "flood", "token": "token-flood"},
+    {"name": "quiet", "token": "token-quiet"},
+]
+LIMIT = 6 * 1024 * 1024
+
+plane = served_plane("local", tenants=TENANTS, pool={"size": 0}, limits={"max_args_bytes": LIMIT})
+
+
+@pytest.fixture
+async def clients(plane: Plane) -> AsyncIterator[dict[str, AsyncClient]]:
+    made = {t["name"]: AsyncClient(plane.plane.address, t["token"]) for t in TENANTS}
+    yield made
+    for client in made.values():
+        for session in await client.list_sessions():
+            await client.delete_session(session.id)
+        await client.close()
+
+
+def todos(mib: int) -> dict[str, Any]:
+    item = {"content": "t" * (64 * 1024), "status": "pending", "priority": "high"}
+    return {"todos": [item] * (mib * 16)}
+
+
+async def test_arguments_over_the_limit_are_refused_naming_it(clients: dict[str, AsyncClient]) -> None:
+    client = clients["flood"]
+    session = await client.create_session()
+    args = json.dumps({"command": "echo " + "x" * (LIMIT + 1), "description": "Big"})
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await client.execute_tool(session.id, "bash", args)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == (
+        f"tool call arguments are {len(args)} bytes; the limit is {LIMIT} bytes (limits.max_args_bytes)"
+    )
+    # Multi-byte text counts in bytes: under the limit in characters, over it in UTF-8.
+    wide = json.dumps({"command": "echo " + "é" * (LIMIT // 2 + 1), "description": "Wide"}, ensure_ascii=False)
+    assert len(wide) < LIMIT
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await client.execute_tool(session.id, "bash", wide)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "(limits.max_args_bytes)" in (info.value.details() or "")
+    done = await client.execute_tool(session.id, "bash", {"command": "echo fine", "description": "Small"})
+    assert done.output.strip() == "fine"
+
+
+async def test_another_tenant_is_served_while_huge_arguments_are_validated(clients: dict[str, AsyncClient]) -> None:
+    flood, quiet = clients["flood"], clients["quiet"]
+    busy = await flood.create_session()
+    calm = await quiet.create_session()
+    await quiet.list_tools(calm.id)  # warmed: the first listing reads the sandbox's custom tools
+    big = todos(4)
+    running = [asyncio.ensure_future(flood.execute_tool(busy.id, "todowrite", big)) for _ in range(8)]
+    try:
+        await asyncio.sleep(0.05)  # the big calls are on their way
+        started = time.monotonic()
+        listing = await quiet.list_tools(calm.id)
+        echoed = await quiet.execute_tool(calm.id, "bash", {"command": "echo here", "description": "Echo"})
+        waited = time.monotonic() - started
+        still_running = sum(not call.done() for call in running)
+    finally:
+        outcomes = await asyncio.gather(*running)
+    assert "bash" in [t.id for t in listing.tools]
+    assert echoed.output.strip() == "here"
+    assert all(o.result is not None and o.result.title == f"{len(big['todos'])} todos" for o in outcomes)
+    # The other tenant's calls did not wait for the whole flood (they did, on the loop, before).
+    assert still_running > 0, f"all 8 big calls finished before the other tenant's ({waited:.2f}s)"
