@@ -1,10 +1,13 @@
 """Bounded request work through the public API: tool call arguments over `limits.max_args_bytes` refused
-before any parsing, and large ones handled off the event loop so another tenant is served meanwhile."""
+before any parsing, large ones handled off the event loop so another tenant is served meanwhile, and a
+workspace archive declaring a huge header refused in bounded memory."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import resource
+import tarfile
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +16,9 @@ import grpc
 import pytest
 
 from controlplane.client import AsyncClient
+from controlplane.core.sessions.archive_stream import MAX_HEADER_BYTES
 from tests.planes import Plane, served_plane
+from tests.unit.test_archive_stream import gzip_of_zeros, header
 
 TENANTS: list[dict[str, Any]] = [
     {"name": "flood", "token": "token-flood"},
@@ -81,3 +86,29 @@ async def test_another_tenant_is_served_while_huge_arguments_are_validated(clien
     assert all(o.result is not None and o.result.title == f"{len(big['todos'])} todos" for o in outcomes)
     # The other tenant's calls did not wait for the whole flood (they did, on the loop, before).
     assert still_running > 0, f"all 8 big calls finished before the other tenant's ({waited:.2f}s)"
+
+
+async def test_an_archive_declaring_a_512_mib_pax_header_is_refused_in_bounded_memory(
+    clients: dict[str, AsyncClient],
+) -> None:
+    flood, quiet = clients["flood"], clients["quiet"]
+    huge = 512 << 20
+    bomb = gzip_of_zeros(header(tarfile.XHDTYPE, huge), huge)
+    calm = await quiet.create_session()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB; the plane runs in this process
+    started = time.monotonic()
+    refusals = [asyncio.ensure_future(flood.create_session(workspace_archive=bomb)) for _ in range(2)]
+    listing = await quiet.list_tools(calm.id)
+    for refused in refusals:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await refused
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert info.value.details() == (
+            f"workspace upload refused: a PAX header declares {huge} bytes; the limit is {MAX_HEADER_BYTES}"
+        )
+    took = time.monotonic() - started
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert "bash" in [t.id for t in listing.tools]
+    assert took < 10, took
+    assert grown < 64 * 1024, f"the plane's peak memory grew by {grown // 1024} MiB"
+    assert await flood.list_sessions() == []
