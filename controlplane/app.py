@@ -14,8 +14,13 @@ from dataclasses import dataclass
 import grpc
 
 from controlplane import tenancy
-from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig, upstream_environment
-from controlplane.core.calls import arguments
+from controlplane.config import (
+    DockerProviderConfig,
+    LimitsConfig,
+    Settings,
+    SwarmProviderConfig,
+    upstream_environment,
+)
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -100,7 +105,7 @@ def tool_settings(settings: Settings) -> catalog.ToolSettings:
 def build_tools(
     sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
     hooks: HookBus | None = None, policy: OperatorPolicy | None = None, settings: catalog.ToolSettings | None = None,
-    todos: TodoStore | None = None, max_args_bytes: int = arguments.DEFAULT_MAX_ARGS_BYTES,
+    todos: TodoStore | None = None, limits: LimitsConfig | None = None,
 ) -> ToolRuntime:
     tools = catalog.implemented(settings)
     upstream = upstream_environment()
@@ -121,7 +126,8 @@ def build_tools(
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
-        max_args_bytes=max_args_bytes,
+        max_args_bytes=(limits or LimitsConfig()).max_args_bytes,
+        max_pending_question_bytes=(limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024,
     )
 
 
@@ -181,7 +187,8 @@ async def start(settings: Settings) -> ControlPlane:
     policy = operator_policy(settings)
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=EventBus())
+    bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
+    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus)
     tenant_admin.sessions = sessions
     report = await sessions.start()
     log.info(
@@ -191,7 +198,7 @@ async def start(settings: Settings) -> ControlPlane:
     audit = AuditWriter(store)
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
-        todos=store, max_args_bytes=settings.limits.max_args_bytes,
+        todos=store, limits=settings.limits,
     )
     server, health_servicer, port = build_server(
         settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)

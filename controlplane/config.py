@@ -234,6 +234,12 @@ class LimitsConfig(_Closed):
     max_args_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
     """Largest tool call argument object (JSON, bytes); larger is INVALID_ARGUMENT before any parsing.
     0: no limit beyond server.max_message_mb."""
+    max_event_backlog_mb: int = Field(default=16, ge=0)
+    """Unread events one subscription may hold (estimated size); past it the subscription ends with
+    RESOURCE_EXHAUSTED, as past 4096 events. 0: bounded by count only."""
+    max_pending_question_mb: int = Field(default=64, ge=0)
+    """What one tenant's unanswered questions may hold together; a question past it fails its call with
+    ResourceExhaustedError. 0: no limit."""
 
 
 class QuotaConfig(_Closed):

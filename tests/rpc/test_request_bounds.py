@@ -1,6 +1,7 @@
 """Bounded request work through the public API: tool call arguments over `limits.max_args_bytes` refused
-before any parsing, large ones handled off the event loop so another tenant is served meanwhile, and a
-workspace archive declaring a huge header refused in bounded memory."""
+before any parsing, large ones handled off the event loop so another tenant is served meanwhile, a
+workspace archive declaring a huge header refused in bounded memory, event backlogs bounded by bytes and
+a tenant's pending questions bounded by bytes."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ TENANTS: list[dict[str, Any]] = [
 ]
 LIMIT = 6 * 1024 * 1024
 
-plane = served_plane("local", tenants=TENANTS, pool={"size": 0}, limits={"max_args_bytes": LIMIT})
+plane = served_plane("local", tenants=TENANTS, pool={"size": 0},
+                     limits={"max_args_bytes": LIMIT, "max_event_backlog_mb": 2, "max_pending_question_mb": 4})
 
 
 @pytest.fixture
@@ -112,3 +114,81 @@ async def test_an_archive_declaring_a_512_mib_pax_header_is_refused_in_bounded_m
     assert took < 10, took
     assert grown < 64 * 1024, f"the plane's peak memory grew by {grown // 1024} MiB"
     assert await flood.list_sessions() == []
+
+
+def big_question(mib: float, tag: str) -> dict[str, Any]:
+    """Told apart by `tag`: identical calls in a row would be asked about as a doom loop."""
+    text = "q" * int(mib * 1024 * 1024)
+    return {"questions": [{"question": text, "header": tag, "options": [{"label": "Yes", "description": "y"}]}]}
+
+
+async def pending(client: AsyncClient, session_id: str, count: int) -> None:
+    for _ in range(500):
+        if len(await client.pending_questions(session_id)) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"expected {count} pending questions")
+
+
+async def test_a_tenants_pending_questions_are_bounded_in_bytes(clients: dict[str, AsyncClient]) -> None:
+    flood, quiet = clients["flood"], clients["quiet"]
+    busy = await flood.create_session()
+    calm = await quiet.create_session()
+    waiting = [
+        flood.tool_call(busy.id, "question", big_question(1.5, f"big {i}"), call_id=f"call_big_{i}") for i in range(2)
+    ]
+    drained = [asyncio.ensure_future(drain(call)) for call, _ in waiting]
+    try:
+        await pending(flood, busy.id, 2)
+        refused = await flood.execute_tool(busy.id, "question", big_question(1.5, "one too many"))
+        assert refused.error is not None
+        assert "tenant flood's pending questions would hold" in refused.error, refused.error
+        assert refused.error.endswith(f"the limit is {4 * 1024 * 1024} (limits.max_pending_question_mb)")
+        # Another tenant's questions are counted apart.
+        other, outbox = quiet.tool_call(calm.id, "question", big_question(1.5, "other"))
+        other_events = asyncio.ensure_future(drain(other))
+        await pending(quiet, calm.id, 1)
+        [asked] = await quiet.pending_questions(calm.id)
+        await quiet.reply_question(asked.question.id, [["Yes"]])
+        await other_events
+        outbox.put_nowait(None)
+    finally:
+        for i, (_, outbox) in enumerate(waiting):
+            await flood.cancel_tool_call(busy.id, f"call_big_{i}")
+            outbox.put_nowait(None)
+        await asyncio.gather(*drained)
+    # Withdrawn questions give their room back.
+    again, outbox = flood.tool_call(busy.id, "question", big_question(1.5, "again"), call_id="call_again")
+    events = asyncio.ensure_future(drain(again))
+    await pending(flood, busy.id, 1)
+    await flood.cancel_tool_call(busy.id, "call_again")
+    outbox.put_nowait(None)
+    await events
+
+
+async def drain(call: Any) -> list[Any]:
+    return [event async for event in call]
+
+
+async def test_a_subscriber_that_never_reads_is_dropped_by_bytes_not_count(clients: dict[str, AsyncClient]) -> None:
+    flood = clients["flood"]
+    busy = await flood.create_session()
+    stalled = flood.subscribe_events(busy.id)
+    await flood.execute_tool(busy.id, "todowrite", {"todos": []})
+    first = await asyncio.wait_for(stalled.read(), 10)  # subscribed; from now on nothing is read
+    assert first is not grpc.aio.EOF
+    # 40 events of 1 MiB: far under 4096 events, over the 2 MiB backlog and what the transport buffers.
+    for i in range(40):
+        big = todos(1)
+        big["todos"][0] = {**big["todos"][0], "content": f"{i}"}  # no doom loop
+        await flood.execute_tool(busy.id, "todowrite", big)
+
+    async def read_all() -> None:
+        while await stalled.read() is not grpc.aio.EOF:
+            pass
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await asyncio.wait_for(read_all(), 30)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert info.value.details() == (
+        f"event subscription dropped: more than 4096 events or {2 * 1024 * 1024} bytes of events were not read in time"
+    )

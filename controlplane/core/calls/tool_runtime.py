@@ -40,7 +40,7 @@ from controlplane.core.permissions import permission, rule_layers
 from controlplane.core.permissions.asks import PermissionGate, Reply
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.policy import OperatorPolicy
-from controlplane.core.permissions.questions import QuestionBroker
+from controlplane.core.permissions.questions import MAX_PENDING_BYTES, QuestionBroker
 from controlplane.core.seam.messages import CustomListing
 from controlplane.core.seam.provider import Sandbox, SandboxAgent
 from controlplane.core.sessions.events import EventBus
@@ -98,7 +98,7 @@ class ToolRuntime:
         sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo], *,
         bus: EventBus | None = None, policy: OperatorPolicy | None = None, env: Mapping[str, str] | None = None,
         mcp: McpFactory | None = None, todos: TodoStore | None = None,
-        max_args_bytes: int = arguments.DEFAULT_MAX_ARGS_BYTES,
+        max_args_bytes: int = arguments.DEFAULT_MAX_ARGS_BYTES, max_pending_question_bytes: int = MAX_PENDING_BYTES,
     ) -> None:
         self._max_args_bytes = max_args_bytes
         self._mcp_factory = mcp
@@ -112,7 +112,7 @@ class ToolRuntime:
         self._env_permission = (env or {}).get("OPENCODE_PERMISSION")
         self._sessions_kept = RuntimeSessions()
         self.subtasks = Subtasks(sessions, self.bus, self)
-        self.questions = QuestionBroker(self.bus)
+        self.questions = QuestionBroker(self.bus, max_pending_question_bytes)
         self._todos = todos or MemoryTodos()
         sessions.on_end(self._forget_session)
 
