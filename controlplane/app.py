@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from controlplane import tenancy
+from controlplane import host_capacity, tenancy
 from controlplane.config import (
     DockerProviderConfig,
     LimitsConfig,
@@ -31,6 +31,7 @@ from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.core.sessions.admission import SessionPolicy
+from controlplane.core.sessions.capacity import bounded_maximum
 from controlplane.core.sessions.events import BusEvent, EventBus
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
@@ -77,7 +78,7 @@ def session_policy(settings: Settings) -> SessionPolicy:
     r, lt = settings.resources, settings.lifetime
     return SessionPolicy(
         defaults=Resources(r.cpu, r.memory_mb, r.pids),
-        maximum=Resources(r.max_cpu, r.max_memory_mb, r.max_pids),
+        maximum=bounded_maximum(Resources(r.max_cpu, r.max_memory_mb, r.max_pids), host_capacity.capacity(settings)),
         idle_timeout_s=lt.idle_timeout_s,
         max_lifetime_s=lt.max_lifetime_s,
         reap_interval_s=lt.reap_interval_s,
@@ -188,7 +189,8 @@ async def start(settings: Settings) -> ControlPlane:
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus)
+    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
+                              host=host_capacity.ledger(settings))
     tenant_admin.sessions = sessions
     report = await sessions.start()
     log.info(
