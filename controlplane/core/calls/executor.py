@@ -50,6 +50,7 @@ from controlplane.core.permissions.questions import QuestionScope
 from controlplane.core.sessions.services import SessionServices
 from controlplane.errors import SandboxLostError
 from controlplane.telemetry import spans
+from opencode_semantics.javascript import json_stringify
 
 ABORTED = "Tool execution aborted"
 ABORT_GRACE_S = 3.0
@@ -196,7 +197,8 @@ class ToolExecutor:
         )
 
         ask = CallAsks(self.gate, ask_scope, emit)
-        if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args):
+        text = await arguments.handled(n, json_stringify, raw_args) if n and not call.nested else None
+        if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args, text):
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):
             definition = await tool.init(InitContext(agent=scope.agent))
