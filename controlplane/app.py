@@ -122,13 +122,14 @@ def build_tools(
             await hooks.trigger("event", {"event": payload}, {}, tolerant=True)
 
         sessions.bus.listen(to_plugins)
-    gate = PermissionGate(approvals, audit, sessions.bus, hooks)
+    pending_bytes = (limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024
+    gate = PermissionGate(approvals, audit, sessions.bus, hooks, max_pending_bytes=pending_bytes)
     executor = ToolExecutor(gate, hooks, audit)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
         max_args_bytes=(limits or LimitsConfig()).max_args_bytes,
-        max_pending_question_bytes=(limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024,
+        max_pending_question_bytes=pending_bytes,
     )
 
 

@@ -258,8 +258,8 @@ class LimitsConfig(_Closed):
     """Unread events one subscription may hold (estimated size); past it the subscription ends with
     RESOURCE_EXHAUSTED, as past 4096 events. 0: bounded by count only."""
     max_pending_question_mb: int = Field(default=64, ge=0)
-    """What one tenant's unanswered questions may hold together; a question past it fails its call with
-    ResourceExhaustedError. 0: no limit."""
+    """What one tenant's unanswered questions may hold together, and (apart) its pending permission asks
+    (whose metadata carries diffs); the one past it fails its call with ResourceExhaustedError. 0: no limit."""
 
 
 class QuotaConfig(_Closed):

@@ -18,6 +18,7 @@ import pytest
 
 from controlplane.client import AsyncClient
 from controlplane.core.sessions.archive_stream import MAX_HEADER_BYTES
+from controlplane.v1 import tool_pb2
 from tests.planes import Plane, served_plane
 from tests.unit.test_archive_stream import gzip_of_zeros, header
 
@@ -92,7 +93,6 @@ async def test_another_tenant_is_served_while_huge_arguments_are_validated(clien
     assert echoed.output.strip() == "here"
     assert all(o.result is not None and o.result.title == f"{len(big['todos'])} todos" for o in outcomes)
     # The other tenant's calls did not wait for the whole flood (they did, on the loop, before).
-
     assert still_running > 0, f"all 8 big calls finished before the other tenant's ({waited:.2f}s)"
 
 
@@ -198,3 +198,30 @@ async def test_a_subscriber_that_never_reads_is_dropped_by_bytes_not_count(clien
     assert info.value.details() == (
         f"event subscription dropped: more than 4096 events or {2 * 1024 * 1024} bytes of events were not read in time"
     )
+
+
+async def test_a_tenants_pending_permission_asks_are_bounded_in_bytes(clients: dict[str, AsyncClient]) -> None:
+    flood = clients["flood"]
+    busy = await flood.create_session(config_json=json.dumps({"permission": {"edit": "ask"}}))
+
+    def write(i: int) -> dict[str, Any]:
+        return {"filePath": f"big{i}.txt", "content": f"{i}\n" + "w" * (1536 * 1024)}
+
+    waiting = [flood.tool_call(busy.id, "write", write(i), call_id=f"call_write_{i}") for i in range(2)]
+    try:
+        for call, _ in waiting:  # each stream's first events, up to its permission request
+            while True:
+                event = await asyncio.wait_for(call.read(), 20)
+                assert isinstance(event, tool_pb2.ToolEvent), event
+                if event.WhichOneof("event") == "permission_request":
+                    break
+        refused = await flood.execute_tool(busy.id, "write", write(2))
+        assert refused.error is not None
+        assert "tenant flood's pending permission asks would hold" in refused.error, refused.error
+        assert refused.error.endswith(f"the limit is {4 * 1024 * 1024} (limits.max_pending_question_mb)")
+    finally:
+        for i, (call, outbox) in enumerate(waiting):
+            await flood.cancel_tool_call(busy.id, f"call_write_{i}")
+            outbox.put_nowait(None)
+            while await call.read() is not grpc.aio.EOF:
+                pass
