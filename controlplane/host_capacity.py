@@ -28,8 +28,12 @@ def machine_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> int:
 
 
 def capacity(settings: Settings) -> HostCapacity:
-    """`[host]` where set; otherwise the machine's CPUs and its memory less `host.memory_reserve_mb`."""
+    """`[host]` where set; otherwise the machine's CPUs and its memory less `host.memory_reserve_mb`.
+    A swarm's sandboxes run on other nodes: there, what `[host]` leaves unset is not bounded here."""
     h = settings.host
+    if settings.provider.type == "swarm":
+        return HostCapacity(h.cpu if h.cpu is not None else float("inf"),
+                            h.memory_mb if h.memory_mb is not None else 1 << 62)
     cpu = h.cpu if h.cpu is not None else machine_cpus()
     memory = h.memory_mb if h.memory_mb is not None else max(machine_memory_mb() - h.memory_reserve_mb, 0)
     return HostCapacity(cpu, memory)

@@ -66,3 +66,10 @@ def test_the_defaults_admit_200_idle_sessions_on_this_machine(tmp_path: object) 
 def test_host_settings_override_the_machine(tmp_path: object) -> None:
     settings = load_settings(None, data_dir=tmp_path, host={"cpu": 1.5, "memory_mb": 300})
     assert capacity(settings) == HostCapacity(1.5, 300)
+
+
+def test_a_swarm_is_not_bounded_by_the_control_planes_machine(tmp_path: object) -> None:
+    settings = load_settings(None, data_dir=tmp_path, provider={"type": "swarm"})
+    assert capacity(settings).cpu == float("inf")
+    bounded = load_settings(None, data_dir=tmp_path, provider={"type": "swarm"}, host={"cpu": 64, "memory_mb": 1 << 20})
+    assert capacity(bounded) == HostCapacity(64, 1 << 20)
