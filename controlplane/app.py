@@ -13,8 +13,14 @@ from dataclasses import dataclass
 
 import grpc
 
-from controlplane import tenancy
-from controlplane.config import DockerProviderConfig, Settings, SwarmProviderConfig, upstream_environment
+from controlplane import host_capacity, tenancy
+from controlplane.config import (
+    DockerProviderConfig,
+    LimitsConfig,
+    Settings,
+    SwarmProviderConfig,
+    upstream_environment,
+)
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -25,6 +31,7 @@ from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.core.seam.provider import ReconcileReport, Sandbox, SandboxProvider
 from controlplane.core.sessions.admission import SessionPolicy
+from controlplane.core.sessions.capacity import bounded_maximum
 from controlplane.core.sessions.events import BusEvent, EventBus
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
@@ -75,7 +82,7 @@ def session_policy(settings: Settings) -> SessionPolicy:
     r, lt = settings.resources, settings.lifetime
     return SessionPolicy(
         defaults=Resources(r.cpu, r.memory_mb, r.pids),
-        maximum=Resources(r.max_cpu, r.max_memory_mb, r.max_pids),
+        maximum=bounded_maximum(Resources(r.max_cpu, r.max_memory_mb, r.max_pids), host_capacity.capacity(settings)),
         idle_timeout_s=lt.idle_timeout_s,
         max_lifetime_s=lt.max_lifetime_s,
         reap_interval_s=lt.reap_interval_s,
@@ -103,7 +110,7 @@ def tool_settings(settings: Settings) -> catalog.ToolSettings:
 def build_tools(
     sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
     hooks: HookBus | None = None, policy: OperatorPolicy | None = None, settings: catalog.ToolSettings | None = None,
-    todos: TodoStore | None = None,
+    todos: TodoStore | None = None, limits: LimitsConfig | None = None,
 ) -> ToolRuntime:
     tools = catalog.implemented(settings)
     upstream = upstream_environment()
@@ -119,11 +126,14 @@ def build_tools(
             await hooks.trigger("event", {"event": payload}, {}, tolerant=True)
 
         sessions.bus.listen(to_plugins)
-    gate = PermissionGate(approvals, audit, sessions.bus, hooks)
+    pending_bytes = (limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024
+    gate = PermissionGate(approvals, audit, sessions.bus, hooks, max_pending_bytes=pending_bytes)
     executor = ToolExecutor(gate, hooks, audit)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
+        max_args_bytes=(limits or LimitsConfig()).max_args_bytes,
+        max_pending_question_bytes=pending_bytes,
     )
 
 
@@ -183,7 +193,9 @@ async def start(settings: Settings) -> ControlPlane:
     policy = operator_policy(settings)
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=EventBus())
+    bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
+    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
+                              host=host_capacity.ledger(settings))
     tenant_admin.sessions = sessions
     report = await sessions.start()
     log.info(
@@ -193,7 +205,7 @@ async def start(settings: Settings) -> ControlPlane:
     audit = AuditWriter(store)
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
-        todos=store,
+        todos=store, limits=settings.limits,
     )
     server, health_servicer, port = build_server(
         settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)

@@ -48,6 +48,23 @@ class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ReserveConfig(_Closed):
+    """What every session is promised (host admission: the sum never exceeds `[host]`'s capacity)."""
+
+    cpu: float = Field(default=0.005, gt=0)
+    """Idle sessions use well under half a percent of a CPU: 200 per CPU."""
+    memory_mb: int = Field(default=64, gt=0)
+
+
+class HostConfig(_Closed):
+    """The host's capacity for admission; unset: the machine's CPUs and its memory less memory_reserve_mb."""
+
+    cpu: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, gt=0)
+    memory_reserve_mb: int = Field(default=2048, ge=0)
+    """Kept for the host itself (the control plane, the engine, page cache)."""
+
+
 class ResourcesConfig(_Closed):
     """Per-session limits: the default a session gets and the most it may ask for."""
 
@@ -58,7 +75,9 @@ class ResourcesConfig(_Closed):
     pids: int = 512
     """Process limit per session."""
     max_cpu: float = 4.0
+    """Never more than the host's CPUs in effect (host admission bounds it)."""
     max_memory_mb: int = 8192
+    """Never more than the host's memory capacity in effect."""
     max_pids: int = 4096
     tmpfs_mb: int = 256
     """Size of the /tmp tmpfs (counts against the memory limit)."""
@@ -67,6 +86,7 @@ class ResourcesConfig(_Closed):
     disk_mb: int = Field(default=2048, ge=0)
     """Workspace size per session, MiB: an ext4 image per session on a loop device (the Docker provider
     needs root, losetup and mkfs.ext4 on the host). 0: an unbounded Docker volume on the host's Docker disk."""
+    reserve: ReserveConfig = Field(default_factory=ReserveConfig)
     output_budget_mb: int = Field(default=0, ge=0)
     """What the saved full outputs of truncated tool results may take together in a session's /tmp, MiB (the
     oldest are removed first). 0: a quarter of the session's /tmp."""
@@ -235,6 +255,15 @@ class LimitsConfig(_Closed):
     max_archive_entries: int = Field(default=50_000, ge=1)
     """Most entries (files, directories, links) a CreateSession workspace archive may hold; more is
     RESOURCE_EXHAUSTED before any sandbox is touched."""
+    max_args_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    """Largest tool call argument object (JSON, bytes); larger is INVALID_ARGUMENT before any parsing.
+    0: no limit beyond server.max_message_mb."""
+    max_event_backlog_mb: int = Field(default=16, ge=0)
+    """Unread events one subscription may hold (estimated size); past it the subscription ends with
+    RESOURCE_EXHAUSTED, as past 4096 events. 0: bounded by count only."""
+    max_pending_question_mb: int = Field(default=64, ge=0)
+    """What one tenant's unanswered questions may hold together, and (apart) its pending permission asks
+    (whose metadata carries diffs); the one past it fails its call with ResourceExhaustedError. 0: no limit."""
 
 
 class QuotaConfig(_Closed):
@@ -277,6 +306,7 @@ class Settings(BaseSettings):
     provider: ProviderConfig = Field(default_factory=DockerProviderConfig)
     pool: PoolConfig = Field(default_factory=PoolConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    host: HostConfig = Field(default_factory=HostConfig)
     lifetime: LifetimeConfig = Field(default_factory=LifetimeConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     exec: ExecConfig = Field(default_factory=ExecConfig)

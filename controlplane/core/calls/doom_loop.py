@@ -18,12 +18,13 @@ class DoomLoopDetector:
     def __init__(self) -> None:
         self._recent: dict[tuple[str, str], deque[tuple[str, str]]] = {}
 
-    def observe(self, session_id: str, message_id: str, tool: str, args: Any) -> bool:
-        """Records a call; True when it completes a run of REPEATS identical ones."""
+    def observe(self, session_id: str, message_id: str, tool: str, args: Any, text: str | None = None) -> bool:
+        """Records a call; True when it completes a run of REPEATS identical ones. `text`: the arguments
+        already stringified (large ones are, off the loop)."""
         key = (session_id, message_id)
         recent = self._recent.pop(key, None) or deque(maxlen=REPEATS)
         self._recent[key] = recent  # re-inserted: most recently used last
-        recent.append((tool, json_stringify(args)))
+        recent.append((tool, json_stringify(args) if text is None else text))
         if len(self._recent) > MAX_TRACKED:
             del self._recent[next(iter(self._recent))]
         return len(recent) == REPEATS and len(set(recent)) == 1

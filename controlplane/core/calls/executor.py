@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controlplane.core.calls import truncation
+from controlplane.core.calls import arguments, truncation
 from controlplane.core.calls.abort import on_abort
 from controlplane.core.calls.doom_loop import DoomLoopDetector
 from controlplane.core.calls.hooks import HookBus
@@ -50,6 +50,7 @@ from controlplane.core.permissions.questions import QuestionScope
 from controlplane.core.sessions.services import SessionServices
 from controlplane.errors import SandboxLostError
 from controlplane.telemetry import spans
+from opencode_semantics.javascript import json_stringify
 
 ABORTED = "Tool execution aborted"
 ABORT_GRACE_S = 3.0
@@ -188,14 +189,16 @@ class ToolExecutor:
         return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
-        tool, raw_args = self._resolve(scope, call)
+        n = arguments.size(call.args_json) if len(call.args_json) >= arguments.OFF_LOOP_BYTES else 0
+        tool, raw_args = await arguments.handled(n, self._resolve, scope, call)
         ask_scope = AskScope(
             tenant=scope.tenant, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
             tool=tool.id, ruleset=scope.ruleset, policy=scope.policy, ceiling=scope.ceiling,
         )
 
         ask = CallAsks(self.gate, ask_scope, emit)
-        if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args):
+        text = await arguments.handled(n, json_stringify, raw_args) if n and not call.nested else None
+        if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args, text):
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):
             definition = await tool.init(InitContext(agent=scope.agent))
@@ -212,7 +215,9 @@ class ToolExecutor:
         if not isinstance(args, dict):
             raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
         if definition.parameters is not None:
-            args = validate(tool.id, definition.parameters, args, definition.format_validation_error)
+            args = await arguments.handled(
+                n, validate, tool.id, definition.parameters, args, definition.format_validation_error
+            )
         env: dict[str, str] = {}
         if tool.id == "bash":
             env = await self._shell_env(scope, call, args)

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controlplane.core.calls import arguments
 from controlplane.core.calls.abort import AbortSignal
 from controlplane.core.calls.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.calls.hooks import DEFAULT_TIMEOUT_S as HOOK_TIMEOUT_S
@@ -39,7 +40,7 @@ from controlplane.core.permissions import permission, rule_layers
 from controlplane.core.permissions.asks import PermissionGate, Reply
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.policy import OperatorPolicy
-from controlplane.core.permissions.questions import QuestionBroker
+from controlplane.core.permissions.questions import MAX_PENDING_BYTES, QuestionBroker
 from controlplane.core.seam.messages import CustomListing
 from controlplane.core.seam.provider import Sandbox, SandboxAgent
 from controlplane.core.sessions.events import EventBus
@@ -97,7 +98,9 @@ class ToolRuntime:
         sandbox_calls: Callable[[Sandbox], SandboxCalls], extra_builtins: Mapping[str, ToolInfo], *,
         bus: EventBus | None = None, policy: OperatorPolicy | None = None, env: Mapping[str, str] | None = None,
         mcp: McpFactory | None = None, todos: TodoStore | None = None,
+        max_args_bytes: int = arguments.DEFAULT_MAX_ARGS_BYTES, max_pending_question_bytes: int = MAX_PENDING_BYTES,
     ) -> None:
+        self._max_args_bytes = max_args_bytes
         self._mcp_factory = mcp
         self._sessions = sessions
         self._registry = registry
@@ -109,7 +112,7 @@ class ToolRuntime:
         self._env_permission = (env or {}).get("OPENCODE_PERMISSION")
         self._sessions_kept = RuntimeSessions()
         self.subtasks = Subtasks(sessions, self.bus, self)
-        self.questions = QuestionBroker(self.bus)
+        self.questions = QuestionBroker(self.bus, max_pending_question_bytes)
         self._todos = todos or MemoryTodos()
         sessions.on_end(self._forget_session)
 
@@ -213,6 +216,7 @@ class ToolRuntime:
 
     async def start_call(self, asked: ClientCall) -> RunningCall:
         tenant, session_id, tool = asked.tenant, asked.session_id, asked.tool
+        arguments.check_size(asked.args_json, self._max_args_bytes)  # before any work on them
         stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         kept = self._sessions_kept.of(session_id)

@@ -30,6 +30,7 @@ from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.permissions.permission import STRICTNESS, Rule, Ruleset, strictest
 from controlplane.core.permissions.rule_layers import CEILING_SOURCE
 from controlplane.core.sessions.events import EventBus
+from controlplane.core.sessions.held_bytes import TenantBytes, approximate_size
 from controlplane.core.sessions.ids import ascending
 from controlplane.errors import NotFoundError
 from controlplane.telemetry import attributes, spans
@@ -104,8 +105,9 @@ def describe_rule(rule: Rule, source: str) -> str:
 class PermissionGate:
     def __init__(
         self, approvals: ApprovalStore | None = None, audit: AuditLog | None = None, bus: EventBus | None = None,
-        hooks: HookBus | None = None,
+        hooks: HookBus | None = None, max_pending_bytes: int = 64 * 1024 * 1024,
     ) -> None:
+        self._held = TenantBytes(max_pending_bytes, "pending permission asks", "limits.max_pending_question_mb")
         self._approvals = approvals or MemoryApprovals()
         self._audit = audit or NoAudit()
         self._bus = bus or EventBus()
@@ -196,23 +198,25 @@ class PermissionGate:
                 spans.permission_decided(attributes.DECISION_DENY, "plugin permission.ask")
                 await self._record(scope, ask, "reject", "plugin permission.ask")
                 raise permission.RejectedError()
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        pending = state.pending[request.id] = _Pending(request, scope, waiter)
-        self._owner[request.id] = scope.session_id
-        # The payload is upstream's request object, in its key order.
-        self._bus.publish(
-            "permission.asked", scope.tenant, scope.session_id, id=request.id, sessionID=scope.session_id,
-            permission=request.permission, patterns=request.patterns, metadata=request.metadata,
-            always=request.always, tool={"messageID": scope.message_id, "callID": scope.call_id},
-        )
-        announce(request)
-        try:
-            await waiter
-        finally:
-            state.pending.pop(request.id, None)
-            self._owner.pop(request.id, None)
-            if pending.decision:
-                spans.permission_decided(pending.decision, pending.rule)
+        # What waits is held per tenant in bytes: an ask's metadata carries whole diffs.
+        with self._held.holding(scope.tenant, approximate_size([request.patterns, request.metadata, request.checks])):
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending = state.pending[request.id] = _Pending(request, scope, waiter)
+            self._owner[request.id] = scope.session_id
+            # The payload is upstream's request object, in its key order.
+            self._bus.publish(
+                "permission.asked", scope.tenant, scope.session_id, id=request.id, sessionID=scope.session_id,
+                permission=request.permission, patterns=request.patterns, metadata=request.metadata,
+                always=request.always, tool={"messageID": scope.message_id, "callID": scope.call_id},
+            )
+            announce(request)
+            try:
+                await waiter
+            finally:
+                state.pending.pop(request.id, None)
+                self._owner.pop(request.id, None)
+                if pending.decision:
+                    spans.permission_decided(pending.decision, pending.rule)
 
     @staticmethod
     def _strictest(name: str, scope: AskScope) -> tuple[Rule, str]:

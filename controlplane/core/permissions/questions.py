@@ -16,6 +16,7 @@ from typing import Any
 from controlplane.core.calls.tool import ToolError
 from controlplane.core.calls.tool_events import QuestionAsked
 from controlplane.core.sessions.events import EventBus
+from controlplane.core.sessions.held_bytes import TenantBytes, approximate_size
 from controlplane.core.sessions.ids import ascending
 from controlplane.errors import NotFoundError
 
@@ -48,10 +49,16 @@ class _Pending:
     waiter: asyncio.Future[Answers]
 
 
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+"""What one tenant's unanswered questions may hold together (estimated): thirty 3 MiB questions fit,
+four hundred do not."""
+
+
 class QuestionBroker:
-    def __init__(self, bus: EventBus | None = None) -> None:
+    def __init__(self, bus: EventBus | None = None, max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
         self._bus = bus or EventBus()
         self._pending: dict[str, _Pending] = {}
+        self._held = TenantBytes(max_pending_bytes, "pending questions", "limits.max_pending_question_mb")
 
     async def ask(
         self, scope: QuestionScope, questions: list[dict[str, Any]], announce: Callable[[QuestionAsked], None],
@@ -59,8 +66,16 @@ class QuestionBroker:
     ) -> Answers:
         """Waits for the answers (one list of labels per question).
 
-        Raises QuestionRejectedError when dismissed and ToolError(ABORTED) when the call is aborted.
+        Raises QuestionRejectedError when dismissed, ToolError(ABORTED) when the call is aborted and
+        ResourceExhaustedError when the tenant's pending questions would hold too much.
         """
+        with self._held.holding(scope.tenant, approximate_size(questions)):
+            return await self._ask(scope, questions, announce, abort)
+
+    async def _ask(
+        self, scope: QuestionScope, questions: list[dict[str, Any]], announce: Callable[[QuestionAsked], None],
+        abort: asyncio.Event | None,
+    ) -> Answers:
         request = QuestionAsked(
             id=ascending("que"), session_id=scope.session_id, questions=questions, call_id=scope.call_id,
             message_id=scope.message_id,

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controlplane.core.config import project_files
-from controlplane.core.sessions import workspace_archive
+from controlplane.core.sessions import archive_stream, workspace_archive
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 
 INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
-"""Archives up to this size are checked on the event loop (about a millisecond); larger ones in a thread."""
+"""Uncompressed archives up to this size are checked on the event loop (about a millisecond); larger ones,
+and every compressed one (a few KiB can expand to the whole expanded-size limit), in a thread."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ async def check_archive(policy: SessionPolicy, archive: bytes) -> dict[str, byte
 
 
 async def _archive_pass(archive: bytes, check: Callable[[], workspace_archive.ArchiveStats]) -> dict[str, bytes]:
-    if len(archive) > INLINE_ARCHIVE_CHECK_BYTES:
+    if len(archive) > INLINE_ARCHIVE_CHECK_BYTES or archive_stream.compression(archive):
         stats = await asyncio.to_thread(check)  # mostly headers, but a big (or compressed) archive takes a while
     else:
         stats = check()

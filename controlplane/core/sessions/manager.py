@@ -17,6 +17,7 @@ from controlplane.core.config import project_files
 from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
 from controlplane.core.sessions import admission
 from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
+from controlplane.core.sessions.capacity import HostCapacity, HostLedger
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import fail_stored, still_answers
 from controlplane.core.sessions.models import Session, SessionState
@@ -48,9 +49,11 @@ class SessionStore(Protocol):
 class SessionManager:
     def __init__(
         self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
-        clock: Callable[[], float] = time.time, bus: EventBus | None = None,
+        clock: Callable[[], float] = time.time, bus: EventBus | None = None, host: HostLedger | None = None,
     ) -> None:
         self.bus = bus or EventBus()
+        self.host = host or HostLedger(HostCapacity(float("inf"), 1 << 62))
+        """Host admission (capacity): unbounded unless the app gives the machine's capacity."""
         self._store = store
         self._provider = provider
         self._policy = policy
@@ -92,6 +95,7 @@ class SessionManager:
             else:
                 live[session.sandbox_id] = session.id
                 self._live[session.id] = session
+                self.host.hold(session.id)
         # Failed sessions not yet deleted keep their workspaces: reconciliation must not take them for orphans.
         ended = await self._store.list_sessions()
         self._provider.retain(s.sandbox_id for s in ended if s.state == SessionState.FAILED and s.sandbox_id)
@@ -127,8 +131,11 @@ class SessionManager:
     # -- API ------------------------------------------------------------------------------------
 
     async def create(self, tenant: str, spec: CreateSpec) -> Session:
-        with spans.span(attributes.SPAN_CREATE_SESSION, {attributes.TENANT: tenant}) as span:
+        admission.resources(self._policy, spec.resources)  # a request the host could never run: refused first
+        with spans.span(attributes.SPAN_CREATE_SESSION, {attributes.TENANT: tenant}) as span, \
+                self.host.admitting() as keep:
             session = await self._create(tenant, spec)
+            keep(session.id)  # its reservation is held until the session ends
             spans.set_attributes(span, {attributes.SESSION_ID: session.id, attributes.SANDBOX_ID: session.sandbox_id})
             return session
 
@@ -312,6 +319,7 @@ class SessionManager:
         # A READY session this plane does not hold is another plane's: its owner removes the sandbox
         # when it sees the new state (`_sync_with_store`).
         held = self._live.pop(session.id, None)
+        self.host.release(session.id)
         foreign = held is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)

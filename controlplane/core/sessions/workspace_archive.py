@@ -7,12 +7,12 @@ first turns a hostile archive into one clear error instead of a session with ent
 from __future__ import annotations
 
 import builtins
-import io
 import tarfile
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from controlplane.core.sessions import archive_stream
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, ResourceExhaustedError
 
 PREFIX = "workspace upload refused: "
@@ -120,7 +120,8 @@ def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str]
     tree = _Tree()
     tree.grant(WALK_STEPS)
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r|*") as tar:
+        stream = archive_stream.decompressed(archive)
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=archive_stream.CappedTarInfo) as tar:
             # Iterating reads the next header only after this body ran, so sizes are checked before a
             # declared (maybe huge, maybe absent) payload is skipped or decompressed.
             for member in tar:
@@ -143,6 +144,11 @@ def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str]
                         )
     except tarfile.TarError as exc:
         raise InvalidArgumentError(f"{PREFIX}not a valid tar archive: {exc}") from exc
+    except ControlPlaneError:
+        raise
+    except archive_stream.STREAM_ERRORS as exc:  # a corrupt compressed stream
+        kind = archive_stream.compression(archive) or "tar"
+        raise InvalidArgumentError(f"{PREFIX}not a valid {kind} stream: {exc}") from exc
     # A later entry can change where an earlier link leads (a link to "a/.." before "a" became a link to ".").
     for name, node in tree.links:
         if node.link is not None:  # not replaced by a later entry

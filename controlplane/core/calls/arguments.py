@@ -1,0 +1,47 @@
+"""Bounds on a tool call's arguments: a size refused before any parsing, and large ones handled off the loop.
+
+The control plane serves every tenant from one event loop, so parsing and validating a multi-MiB argument
+object there would make every other tenant's RPC wait for it (eight 4 MiB todo lists once held the loop
+for half a minute). Small arguments stay on the loop: a thread hop costs more than they take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from controlplane.errors import InvalidArgumentError
+
+DEFAULT_MAX_ARGS_BYTES = 8 * 1024 * 1024
+"""Twice the largest argument object the suite sends (a 3 MiB bash command, 1 MiB todo lists), an eighth
+of the default message cap: real tool calls (a whole file to write) fit, a flood of them does not add up
+to the control plane's memory."""
+OFF_LOOP_BYTES = 64 * 1024
+"""From this size on, parsing and validation run in a worker thread (a 64 KiB object takes about a ms)."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def size(args_json: str) -> int:
+    """The arguments' size in UTF-8 bytes, without encoding an ASCII text."""
+    return len(args_json) if args_json.isascii() else len(args_json.encode("utf-8", "surrogatepass"))
+
+
+def check_size(args_json: str, limit: int) -> None:
+    """INVALID_ARGUMENT naming the limit when the arguments are larger than `limit` bytes (0: no limit)."""
+    if limit <= 0 or len(args_json) <= limit // 4:  # cheap: a char is at most four bytes
+        return
+    n = size(args_json)
+    if n > limit:
+        raise InvalidArgumentError(
+            f"tool call arguments are {n} bytes; the limit is {limit} bytes (limits.max_args_bytes)"
+        )
+
+
+async def handled(n: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)`, in a worker thread when the arguments it works on are `n` >= OFF_LOOP_BYTES."""
+    if n >= OFF_LOOP_BYTES:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return fn(*args, **kwargs)
