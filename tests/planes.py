@@ -107,6 +107,22 @@ def workspace_session(files: Mapping[str, str | bytes], *, config_json: str = ""
     return pytest.fixture(scope="module", name="session_id")(_asking_for(session_id, plane))
 
 
+def tenant_clients(tenants: list[dict[str, Any]], *, plane: str = "plane") -> Any:
+    """A test's fixture `clients`: a client per tenant of `tenants` (name -> client) on `plane` (a fixture's
+    name); each tenant's sessions are deleted after the test."""
+
+    async def clients(**fixtures: Plane) -> AsyncIterator[dict[str, AsyncClient]]:
+        served = fixtures[plane]
+        made = {t["name"]: AsyncClient(served.plane.address, t["token"]) for t in tenants}
+        yield made
+        for client in made.values():
+            for session in await client.list_sessions():
+                await client.delete_session(session.id)
+            await client.close()
+
+    return pytest.fixture(name="clients")(_asking_for(clients, plane))
+
+
 def _asking_for(function: Callable[..., T], *fixtures: str) -> Callable[..., T]:
     """`function` (taking **kwargs) with a signature naming `fixtures`, so that pytest sets them up first and
     passes them in, whatever their names (a fixture asked for by a running async fixture could not be set up)."""

@@ -10,7 +10,6 @@ import json
 import resource
 import tarfile
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -19,7 +18,7 @@ import pytest
 from controlplane.client import AsyncClient
 from controlplane.core.sessions.archive_stream import MAX_HEADER_BYTES
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, served_plane
+from tests.planes import served_plane, tenant_clients
 from tests.unit.test_archive_stream import gzip_of_zeros, header
 
 TENANTS: list[dict[str, Any]] = [
@@ -32,14 +31,7 @@ plane = served_plane("local", tenants=TENANTS, pool={"size": 0},
                      limits={"max_args_bytes": LIMIT, "max_event_backlog_mb": 2, "max_pending_question_mb": 4})
 
 
-@pytest.fixture
-async def clients(plane: Plane) -> AsyncIterator[dict[str, AsyncClient]]:
-    made = {t["name"]: AsyncClient(plane.plane.address, t["token"]) for t in TENANTS}
-    yield made
-    for client in made.values():
-        for session in await client.list_sessions():
-            await client.delete_session(session.id)
-        await client.close()
+clients = tenant_clients(TENANTS)
 
 
 def todos(mib: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 
 from controlplane.admin_client import AsyncAdminClient, quota
 from controlplane.client import AsyncClient
-from tests.planes import Plane, served_plane
+from tests.planes import Plane, served_plane, tenant_clients
 
 TENANTS: list[dict[str, Any]] = [
     {"name": "alpha", "token": "token-alpha", "quota": {"sessions": 2, "cpu": 1.5, "memory_mb": 768, "calls": 1,
@@ -34,14 +34,7 @@ async def admin(plane: Plane) -> AsyncIterator[AsyncAdminClient]:
         yield client
 
 
-@pytest.fixture
-async def clients(plane: Plane) -> AsyncIterator[dict[str, AsyncClient]]:
-    made = {t["name"]: AsyncClient(plane.plane.address, t["token"]) for t in TENANTS}
-    yield made
-    for client in made.values():
-        for session in await client.list_sessions():
-            await client.delete_session(session.id)
-        await client.close()
+clients = tenant_clients(TENANTS)
 
 
 async def exhausted(call: Any) -> str:
