@@ -219,7 +219,12 @@ def span(recorder: Recorder | None, name: str, attributes: Mapping[str, Attribut
         opened.fail(str(exc) or type(exc).__name__)
         raise
     finally:
-        _current.reset(token)
+        try:
+            _current.reset(token)
+        except ValueError:
+            # A call's coroutine that the garbage collector closes (its loop is gone) runs this in whatever
+            # context is current then, where the token is not valid: there is nothing of its own to restore.
+            pass
         opened.end()
 
 

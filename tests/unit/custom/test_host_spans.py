@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+from collections.abc import Generator
 
 import pytest
 
@@ -284,3 +286,22 @@ async def test_concurrent_traced_calls_keep_their_own_parents(sandbox: Sandbox, 
     results = await asyncio.gather(*(one(n) for n in range(4)))
     for span_id, host_spans in results:
         assert [r.parent_span_id for r in host_spans] == [span_id]
+
+
+def test_a_span_closed_from_another_context_neither_raises_nor_loses_its_end() -> None:
+    """A suspended call's coroutine closed by the garbage collector runs its span's exit in another context:
+    that must not raise (it surfaced as an unraisable exception in whichever test ran next)."""
+    kept = recorder()
+
+    class Suspend:
+        def __await__(self) -> Generator[None, None, None]:
+            yield  # as a call waiting on its loop does
+
+    async def call() -> None:
+        with tracing.span(kept, "sandbox.tool write"):
+            await Suspend()
+
+    coroutine = call()
+    contextvars.copy_context().run(coroutine.send, None)  # suspended inside the span, in a context of its own
+    coroutine.close()  # GeneratorExit, in this (another) context
+    assert [record.name for record in kept.drain()] == ["sandbox.tool write"]
