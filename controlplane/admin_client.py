@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from controlplane.client import sendable_token
 from controlplane.v1 import admin_pb2, admin_pb2_grpc
 
 T = TypeVar("T")
@@ -29,6 +30,7 @@ def quota(**limits: float | None) -> admin_pb2.Quota:
 
 class AsyncAdminClient:
     def __init__(self, target: str, admin_token: str, *, root_certificates: bytes | None = None) -> None:
+        sendable_token(admin_token)
         if root_certificates is not None:
             self._channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(root_certificates))
         else:

@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry import propagate, trace
 
+from controlplane.core.tenants.records import token_too_long
+from controlplane.errors import InvalidArgumentError
 from controlplane.stream_accept import accepted
 from controlplane.v1 import (
     event_pb2,
@@ -93,10 +95,20 @@ async def allow_once(_: PermissionRequest) -> tuple[int, str]:
     return tool_pb2.PermissionReply.ONCE, ""
 
 
+def sendable_token(token: str) -> str:
+    """`token`, or a clear local error when the server would refuse it for its length alone (a much longer
+    one would not even reach its authenticator: the transport's header limit answers first)."""
+    too_long = token_too_long(token)
+    if too_long:
+        raise InvalidArgumentError(f"{too_long}; check that the token file holds the token alone")
+    return token
+
+
 class AsyncClient:
     """`target` is host:port; `token` the tenant's bearer token."""
 
     def __init__(self, target: str, token: str, *, root_certificates: bytes | None = None) -> None:
+        sendable_token(token)
         options = [("grpc.max_receive_message_length", 256 * 1024 * 1024),
                    ("grpc.max_send_message_length", 256 * 1024 * 1024)]
         if root_certificates is not None:

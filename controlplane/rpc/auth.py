@@ -1,19 +1,21 @@
 """Bearer-token authentication: every RPC names a tenant (AdminService: the operator), except health and
-reflection. A token revoked, rotated away, expired or deleted is refused from the next RPC on."""
+reflection. A token revoked, rotated away, expired or deleted is refused from the next RPC on, and ends
+the streams it opened (token_watch)."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 
+from controlplane.core.permissions.audit import AuditLog
 from controlplane.core.sessions.models import Tenant
 from controlplane.core.tenants.quota import Slot, TenantQuotas
-from controlplane.core.tenants.records import TokenDirectory
+from controlplane.core.tenants.records import TokenDirectory, token_too_long
 from controlplane.errors import ControlPlaneError, UnauthenticatedError
 from controlplane.rpc.errors import abort_with
+from controlplane.rpc.token_watch import StreamGuard
 from controlplane.stream_accept import ACCEPTED
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -26,6 +28,9 @@ def bearer(metadata: Sequence[tuple[str, Any]] | Any) -> str:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthenticatedError(MISSING)
+    too_long = token_too_long(token.strip())
+    if too_long:  # refused before any hashing or comparing
+        raise UnauthenticatedError(too_long)
     return token.strip()
 
 
@@ -51,12 +56,16 @@ class Authenticator:
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects unauthenticated calls before any handler runs, and admits request streams (ExecuteTool, Exec:
-    a tenant's calls) under its `calls` quota before saying they are accepted."""
+    """Rejects unauthenticated calls before any handler runs, admits request streams (ExecuteTool, Exec:
+    a tenant's calls) under its `calls` quota before saying they are accepted, and keeps every stream
+    under its token for as long as it is open (controlplane.rpc.token_watch)."""
 
-    def __init__(self, authenticator: Authenticator, quotas: TenantQuotas | None = None) -> None:
+    def __init__(
+        self, authenticator: Authenticator, quotas: TenantQuotas | None = None, audit: AuditLog | None = None,
+    ) -> None:
         self._auth = authenticator
         self._quotas = quotas or TenantQuotas.unlimited()
+        self._guard = StreamGuard(authenticator.directory, audit)
 
     async def intercept_service(
         self,
@@ -73,56 +82,53 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             tenant = self._auth.tenant(handler_call_details.invocation_metadata)
         except UnauthenticatedError as exc:
             return _rejecting(handler, str(exc))
-        return self._accepting(handler, tenant.name)
+        token = bearer(handler_call_details.invocation_metadata)
+        return self._accepting(handler, tenant.name, token, handler_call_details.method)
 
-    def _accepting(self, handler: grpc.RpcMethodHandler[Any, Any], tenant: str) -> grpc.RpcMethodHandler[Any, Any]:
-        """A request-streaming handler that takes a call slot, then says the call is accepted
-        (controlplane.stream_accept): a refusal (quota) comes before the mark, so it reaches the client exactly."""
-        if not handler.request_streaming:
+    def _accepting(
+        self, handler: grpc.RpcMethodHandler[Any, Any], tenant: str, token: str = "", method: str = "",
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """A streaming handler under its token's watch; a request-streaming one first takes a call slot, then
+        says the call is accepted (controlplane.stream_accept): a refusal (quota) comes before the mark, so it
+        reaches the client exactly."""
+        if not handler.request_streaming and not handler.response_streaming:
             return handler
-        return _streaming(handler, lambda: self._quotas.take_call(tenant))
+        if not handler.request_streaming:
+            inner: Any = handler.unary_stream
+            watched = self._guard.responses(inner, token, tenant, method)
+            return grpc.unary_stream_rpc_method_handler(
+                watched, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return _streaming(handler, lambda: self._quotas.take_call(tenant), self._guard, token, tenant, method)
 
 
-def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot]) -> grpc.RpcMethodHandler[Any, Any]:
+def _streaming(
+    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot], guard: StreamGuard, token: str,
+    tenant: str, method: str,
+) -> grpc.RpcMethodHandler[Any, Any]:
+    async def accept(context: grpc.aio.ServicerContext[Any, Any]) -> Callable[[], None]:
+        try:
+            slot = admit()
+        except ControlPlaneError as exc:
+            await abort_with(context, exc)
+            raise  # unreachable: abort raises
+        try:
+            await context.send_initial_metadata(ACCEPTED)
+        except BaseException:
+            slot.release()
+            raise
+        return slot.release
+
     inner: Any = handler.stream_stream if handler.response_streaming else handler.stream_unary
-
-    async def stream_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        try:
-            slot = admit()
-        except ControlPlaneError as exc:
-            await abort_with(context, exc)
-            raise  # unreachable: abort raises
-        try:
-            await context.send_initial_metadata(ACCEPTED)
-            result = inner(requests, context)
-            if inspect.isasyncgen(result):
-                async for response in result:
-                    yield response
-            else:
-                await result
-        finally:
-            slot.release()
-
-    async def stream_unary(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            slot = admit()
-        except ControlPlaneError as exc:
-            await abort_with(context, exc)
-            raise  # unreachable: abort raises
-        try:
-            await context.send_initial_metadata(ACCEPTED)
-            return await inner(requests, context)
-        finally:
-            slot.release()
-
     if handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(
-            stream_stream, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            guard.responses(inner, token, tenant, method, accept),
+            request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer,
         )
     return grpc.stream_unary_rpc_method_handler(
-        stream_unary, request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
+        guard.unary_response(inner, token, tenant, method, accept),
+        request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer,
     )
 
 

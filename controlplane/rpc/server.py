@@ -51,6 +51,14 @@ ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
 """Served beside SERVICES, under the admin token instead of a tenant's."""
 
 
+MAX_METADATA_BYTES = 256 * 1024
+"""A request's headers, all together: gRPC's default (8 KiB soft, 16 KiB hard) answered a long wrong token
+RESOURCE_EXHAUSTED before authentication could say UNAUTHENTICATED. Raised so that any token up to far past
+MAX_TOKEN_BYTES reaches the authenticator; past this, the transport refuses the request itself."""
+METADATA_OPTIONS = (("grpc.max_metadata_size", MAX_METADATA_BYTES),
+                    ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES))
+
+
 def build_server(
     settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator,
     tenants: TenantAdmin | None = None, exec_gate: ExecGate | None = None,
@@ -59,8 +67,9 @@ def build_server(
     quotas = tenants.quotas if tenants is not None else TenantQuotas.unlimited()
     limit = settings.server.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
-        interceptors=[*server_interceptors(), AuthInterceptor(auth, quotas)],
-        options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
+        interceptors=[*server_interceptors(), AuthInterceptor(auth, quotas, exec_gate.audit if exec_gate else None)],
+        options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                 *METADATA_OPTIONS],
     )
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas), server)
     sandbox = SandboxService(sessions, auth, settings.exec, exec_gate)
