@@ -139,7 +139,10 @@ def build_tools(
 
 async def bootstrap_tenants(settings: Settings, store: Store) -> None:
     """Configured tenants are upserted; with none, a `default` tenant gets a token file (0600)."""
+    stored = {r.name for r in await store.tenant_records()}
     for tenant in settings.tenants:
+        if tenant.name not in stored:  # new, or deleted through the API: nothing of an earlier one carries over
+            await store.purge_tenant(tenant.name)
         if bool(tenant.token) == bool(tenant.token_sha256):
             raise ConfigError(f"tenant {tenant.name!r}: set exactly one of token and token_sha256")
         await store.put_tenant(tenant.name, tenant.token_sha256 or hash_token(tenant.token or ""))
@@ -156,6 +159,8 @@ async def bootstrap_tenants(settings: Settings, store: Store) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     os.chmod(settings.token_file, 0o600)
+    if "default" not in stored:
+        await store.purge_tenant("default")
     await store.put_tenant("default", hash_token(token), origin="default")
     log.info("created tenant 'default'; its token is in %s", settings.token_file)
 
@@ -198,6 +203,7 @@ async def start(settings: Settings) -> ControlPlane:
                               host=host_capacity.ledger(settings))
     tenant_admin.sessions = sessions
     report = await sessions.start()
+    await tenant_admin.finish_deletes()
     log.info(
         "reconciled: %d adopted, %d pooled, %d removed, %d lost",
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),

@@ -14,7 +14,7 @@ from opentelemetry import propagate, trace
 
 from controlplane.core.tenants.records import token_too_long
 from controlplane.errors import InvalidArgumentError
-from controlplane.stream_accept import accepted
+from controlplane.stream_accept import accepted, ended
 from controlplane.v1 import (
     event_pb2,
     event_pb2_grpc,
@@ -184,8 +184,11 @@ class AsyncClient:
             yield sandbox_pb2.ExecRequest(start=start)
             if stdin is not None:
                 async for data in stdin:
+                    if await ended(call):
+                        return
                     yield sandbox_pb2.ExecRequest(stdin=data)
-                yield sandbox_pb2.ExecRequest(close_stdin=True)
+                if not await ended(call):
+                    yield sandbox_pb2.ExecRequest(close_stdin=True)
             # Returning half-closes the request side; the command keeps running until `exited`.
 
         call = self.sandbox.Exec(requests(), metadata=self._metadata)
@@ -248,6 +251,8 @@ class AsyncClient:
             if not await accepted(stream):
                 return  # refused: writing now would turn the server's status into a local INTERNAL
             while (item := await outbox.get()) is not None:
+                if await ended(call=stream):
+                    return
                 yield item
 
         stream = self.tools.ExecuteTool(requests(), metadata=self._metadata)

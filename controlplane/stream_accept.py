@@ -9,6 +9,7 @@ the header is there; without it the call was refused, and the client only waits 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 ACCEPTED_KEY = "ocsb-accepted"
@@ -23,3 +24,12 @@ async def accepted(call: Any) -> bool:
         return True
     await call.code()
     return False
+
+
+async def ended(call: Any) -> bool:
+    """Whether the server has ended `call`, asked before each later write: a server may end an accepted stream at
+    any time (its token revoked), and a write that meets the end is reported as a local INTERNAL, hiding the
+    server's status. The loop turns first, so that a status already received is seen."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+    return bool(call.done())

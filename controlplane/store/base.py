@@ -72,7 +72,7 @@ def tenant_of(row: Row) -> TenantRecord:
     return TenantRecord(
         name=row["name"], token_sha256=row["token_sha256"], created_at=row["created_at"], origin=row["origin"],
         expires_at=row["expires_at"], revoked_at=row["revoked_at"],
-        quota=Quota.from_dict(json.loads(row["quota_json"])),
+        quota=Quota.from_dict(json.loads(row["quota_json"])), deleting_at=row["deleting_at"],
     )
 
 
@@ -105,6 +105,15 @@ class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, Pr
     async def revoke_tenant(self, name: str, at: float) -> None: ...
 
     async def delete_tenant(self, name: str) -> None: ...
+
+    async def mark_tenant_deleting(self, name: str, at: float) -> None:
+        """Revokes the tenant (if it was not) and marks its delete begun."""
+        ...
+
+    async def purge_tenant(self, name: str) -> None:
+        """Removes every session record of tenant `name` with its approvals and todos; the audit stays (the
+        operator's record). Called before a tenant of that name is made again, so it starts with nothing."""
+        ...
 
     async def set_tenant_quota(self, name: str, quota: Quota) -> None: ...
 

@@ -106,5 +106,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("tenants", "revoked_at", "DOUBLE PRECISION"),
         ("tenants", "quota_json", "TEXT NOT NULL DEFAULT '{}'"),
     )),
+    Migration(5, "a tenant's delete, marked so that a restart finishes it", added_columns=(
+        ("tenants", "deleting_at", "DOUBLE PRECISION"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

@@ -141,6 +141,20 @@ class SqliteStore:
     async def delete_tenant(self, name: str) -> None:
         await self._execute("DELETE FROM tenants WHERE name = ?", (name,))
 
+    async def mark_tenant_deleting(self, name: str, at: float) -> None:
+        await self._execute(
+            "UPDATE tenants SET deleting_at = ?, revoked_at = COALESCE(revoked_at, ?) WHERE name = ?",
+            (at, at, name),
+        )
+
+    async def purge_tenant(self, name: str) -> None:
+        owned = "SELECT id FROM sessions WHERE tenant = ?"
+        # One statement each, children first: a crash between them leaves sessions whose leftovers a retry
+        # (the next create of the name) removes, never leftovers without their session.
+        await self._execute(f"DELETE FROM approvals WHERE session_id IN ({owned})", (name,))
+        await self._execute(f"DELETE FROM todos WHERE session_id IN ({owned})", (name,))
+        await self._execute("DELETE FROM sessions WHERE tenant = ?", (name,))
+
     async def set_tenant_quota(self, name: str, quota: Quota) -> None:
         await self._execute("UPDATE tenants SET quota_json = ? WHERE name = ?", (json.dumps(quota.to_dict()), name))
 

@@ -84,7 +84,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 4
+    assert rows[-1][0] == LATEST == 5
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -161,6 +161,25 @@ async def test_tenant_lifecycle_records(store: Store, opener: Opener) -> None:
     assert {r.name: r.revoked_at for r in await store.tenant_records()} == {"acme": None, "beta": None}
     await store.delete_tenant("beta")
     assert [r.name for r in await store.tenant_records()] == ["acme"]
+
+
+async def test_a_tenant_purge_takes_its_sessions_approvals_and_todos_and_keeps_the_audit(store: Store) -> None:
+    await store.put_tenant("acme", "a" * 64)
+    await store.mark_tenant_deleting("acme", 7.0)
+    assert [(r.revoked_at, r.deleting_at) for r in await store.tenant_records()] == [(7.0, 7.0)]
+    for sid, tenant in (("ses_a", "acme"), ("ses_b", "beta")):
+        await store.put_session(_session(sid, tenant=tenant, state=SessionState.DELETED, deleted_at=2.0))
+        await store.add_approvals(sid, [Rule("bash", "git *", "allow")])
+        await store.put_todos(sid, [{"content": "x", "status": "pending", "priority": "low"}])
+        await store.add_audit([AuditEntry(tenant, sid, "call", "bash", "c1", "ok")])
+    await store.delete_tenant("acme")
+    await store.purge_tenant("acme")
+    assert [s.id for s in await store.list_sessions()] == ["ses_b"]
+    assert await store.get_session("ses_a") is None
+    assert (await store.load_approvals("ses_a"), await store.get_todos("ses_a")) == ([], [])
+    assert len(await store.load_approvals("ses_b")) == 1  # another tenant's stay
+    assert len(await store.get_todos("ses_b")) == 1
+    assert [e.session_id for e in await store.audit_entries("acme")] == ["ses_a"]  # the operator's record
 
 
 async def test_the_admin_token_is_one_replaceable_digest(store: Store) -> None:

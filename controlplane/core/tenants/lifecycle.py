@@ -39,6 +39,10 @@ class TenantStore(Protocol):
 
     async def delete_tenant(self, name: str) -> None: ...
 
+    async def mark_tenant_deleting(self, name: str, at: float) -> None: ...
+
+    async def purge_tenant(self, name: str) -> None: ...
+
     async def set_tenant_quota(self, name: str, quota: Quota) -> None: ...
 
     async def admin_token_sha256(self) -> str | None: ...
@@ -73,6 +77,7 @@ class TenantAdmin:
         self.sessions = sessions
         self._clock = clock
         self._refresher: asyncio.Task[None] | None = None
+        self._declared: dict[str, Declared] = {}
         self.usage_seen: dict[str, Usage] = {}
         """Every tenant's usage at the last refresh round (what the metrics report)."""
 
@@ -82,6 +87,7 @@ class TenantAdmin:
         """Upserts the declared tenants and revokes every earlier declared one the TOML no longer names, and
         the generated `default` one once it names any. Tenants made through the API are the operator's."""
         declared = list(declared)
+        self._declared = {d.name: d for d in declared}
         names = {d.name for d in declared}
         for d in declared:
             await self._store.put_tenant(d.name, d.token_sha256, origin="config")
@@ -157,6 +163,7 @@ class TenantAdmin:
         if any(r.name == name for r in await self._store.tenant_records()):
             raise FailedPreconditionError(f"tenant {name!r} exists; rotate its token or delete it first")
         token = new_token()
+        await self._store.purge_tenant(name)  # what a deleted tenant of this name left is not the new one's
         await self._store.put_tenant(name, hash_token(token), origin="api", expires_at=self._expiry(ttl_s))
         if quota is not None and quota != Quota():
             await self._store.set_tenant_quota(name, quota)
@@ -188,15 +195,44 @@ class TenantAdmin:
         return await self.get(name)
 
     async def delete(self, name: str) -> tuple[TenantRecord, list[str]]:
-        """Revoked first, so no new session appears while its sessions are deleted."""
-        record = await self.revoke(name)
+        """Revoked and marked first, so no new session appears while its sessions are deleted, and a restart
+        in the middle finishes the delete (finish_deletes). The session records stay until a tenant of the
+        same name is made again (create purges them), so the operator can still read what the tenant had."""
+        await self.get(name)
+        await self._store.mark_tenant_deleting(name, self._clock())
+        await self.refresh()
+        record = await self.get(name)
+        deleted = await self._delete_sessions(name)
+        await self._store.delete_tenant(name)
+        await self.refresh()
+        self.quotas.forget(name)
+        return replace(record), deleted
+
+    async def _delete_sessions(self, name: str) -> list[str]:
         deleted: list[str] = []
         if self.sessions is not None:
             for session in await self.sessions.list_sessions(name):
                 if session.state != SessionState.DELETED:
                     await self.sessions.delete(name, session.id)
                     deleted.append(session.id)
-        await self._store.delete_tenant(name)
-        await self.refresh()
-        self.quotas.forget(name)
-        return replace(record), deleted
+        return deleted
+
+    async def finish_deletes(self) -> list[str]:
+        """At start, once sessions can be deleted: finishes every delete a stop interrupted. A tenant the TOML
+        still declares is then made again from nothing, as at a first start."""
+        finished = []
+        for record in await self._store.tenant_records():
+            if record.deleting_at is None:
+                continue
+            await self._delete_sessions(record.name)
+            await self._store.delete_tenant(record.name)
+            self.quotas.forget(record.name)
+            declared = self._declared.get(record.name)
+            if declared is not None:
+                await self._store.purge_tenant(record.name)
+                await self._store.put_tenant(record.name, declared.token_sha256, origin="config")
+            finished.append(record.name)
+        if finished:
+            log.warning("finished deleting tenants: %s", ", ".join(sorted(finished)))
+            await self.refresh()
+        return finished

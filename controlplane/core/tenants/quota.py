@@ -125,7 +125,10 @@ class TenantQuotas:
         self._stored[tenant] = quota
 
     def forget(self, tenant: str) -> None:
+        """A deleted tenant's quota and counters: a new tenant of the same name starts from zero (a slot
+        still held by an ending stream is released on the old counters)."""
         self._stored.pop(tenant, None)
+        self._held.pop(tenant, None)
 
     def quota(self, tenant: str) -> Quota:
         layered = self._stored.get(tenant, Quota()).over(self._configured.get(tenant, Quota()).over(self._defaults))

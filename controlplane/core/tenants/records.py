@@ -62,10 +62,10 @@ class TenantRecord:
 
     def refusal(self, now: float) -> str | None:
         """Why this record's token is refused now, or None."""
+        if self.revoked_at is not None:  # a delete revokes first: this is what its streams end with
+            return "bearer token revoked"
         if self.deleting_at is not None:
             return "tenant deleted"
-        if self.revoked_at is not None:
-            return "bearer token revoked"
         if self.expires_at is not None and now >= self.expires_at:
             return "bearer token expired"
         return None
