@@ -39,6 +39,7 @@ from controlplane.core.sessions.services import TodoStore
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
+from controlplane.exec_commands import read_command
 from controlplane.mcp.session import mcp_factory
 from controlplane.plugins import PluginInput, load_plugins
 from controlplane.rpc.auth import Authenticator
@@ -208,7 +209,7 @@ async def start(settings: Settings) -> ControlPlane:
         todos=store, limits=settings.limits,
     )
     server, health_servicer, port = build_server(
-        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)
+        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit, read_command)
     )
     await server.start()
     await mark_serving(health_servicer, True)

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
-from controlplane.core.permissions.exec_policy import ExecGate, command_text, exec_outcome
+from controlplane.core.permissions.exec_policy import ExecGate, exec_outcome
 from controlplane.core.seam.messages import Exited
 from controlplane.core.seam.provider import ExecStream
 from controlplane.core.sessions.manager import SessionManager
@@ -49,8 +49,9 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             session_id = first.start.session_id
             spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
             sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
-            text = command_text(first.start.argv, first.start.command)
-            await self._gate.admit(tenant.name, session_id, text)
+            text = await self._gate.admit(
+                tenant.name, session_id, first.start.argv, first.start.command, dict(first.start.env)
+            )
             audited = (tenant.name, text)
             stream = await sandbox.agent.exec(spec)
             pump = asyncio.ensure_future(_relay(requests, stream))
