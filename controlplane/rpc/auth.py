@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.sessions.models import Tenant
 from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory
@@ -19,6 +20,12 @@ from controlplane.stream_accept import ACCEPTED
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 ADMIN_PREFIX = "/controlplane.v1.AdminService/"
 MISSING = "missing `authorization: Bearer <token>` metadata"
+AUDITED_CALLS = {
+    "/controlplane.v1.SandboxService/Exec": ("exec", "exec"),
+    "/controlplane.v1.ToolService/ExecuteTool": ("call", ""),
+}
+"""(kind, tool) of the audit row a refused call leaves: refused before its first message, it names no
+session (nor, for ExecuteTool, a tool)."""
 
 
 def bearer(metadata: Sequence[tuple[str, Any]] | Any) -> str:
@@ -54,9 +61,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Rejects unauthenticated calls before any handler runs, and admits request streams (ExecuteTool, Exec:
     a tenant's calls) under its `calls` quota before saying they are accepted."""
 
-    def __init__(self, authenticator: Authenticator, quotas: TenantQuotas | None = None) -> None:
+    def __init__(
+        self, authenticator: Authenticator, quotas: TenantQuotas | None = None, audit: AuditLog | None = None,
+    ) -> None:
         self._auth = authenticator
         self._quotas = quotas or TenantQuotas.unlimited()
+        self._audit = audit or NoAudit()
 
     async def intercept_service(
         self,
@@ -72,24 +82,53 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 return handler
             tenant = self._auth.tenant(handler_call_details.invocation_metadata)
         except UnauthenticatedError as exc:
+            await self._refused_token(handler_call_details, str(exc))
             return _rejecting(handler, str(exc))
-        return self._accepting(handler, tenant.name)
+        return self._accepting(handler, tenant.name, handler_call_details.method)
 
-    def _accepting(self, handler: grpc.RpcMethodHandler[Any, Any], tenant: str) -> grpc.RpcMethodHandler[Any, Any]:
+    def _accepting(
+        self, handler: grpc.RpcMethodHandler[Any, Any], tenant: str, method: str,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         """A request-streaming handler that takes a call slot, then says the call is accepted
         (controlplane.stream_accept): a refusal (quota) comes before the mark, so it reaches the client exactly."""
         if not handler.request_streaming:
             return handler
-        return _streaming(handler, lambda: self._quotas.take_call(tenant))
+
+        async def refused(reason: str) -> None:
+            await self._record_refusal(tenant, method, "quota calls", reason)
+
+        return _streaming(handler, lambda: self._quotas.take_call(tenant), refused)
+
+    async def _refused_token(self, details: grpc.HandlerCallDetails, reason: str) -> None:
+        """A call refused for its token is audited under the tenant the token was issued to (revoked or
+        expired); a token no tenant holds names no one, and is not recorded (anyone can send one)."""
+        if details.method not in AUDITED_CALLS:
+            return
+        try:
+            holder = self._auth.directory.holder(bearer(details.invocation_metadata))
+        except UnauthenticatedError:
+            return
+        if holder is not None:
+            await self._record_refusal(holder, details.method, "authentication", reason)
+
+    async def _record_refusal(self, tenant: str, method: str, rule: str, reason: str) -> None:
+        kind, tool = AUDITED_CALLS.get(method, ("call", ""))
+        await self._audit.record(AuditEntry(
+            tenant=tenant, session_id="", kind=kind, tool=tool, call_id="", outcome="denied", rule=rule,
+            detail=reason,
+        ))
 
 
-def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot]) -> grpc.RpcMethodHandler[Any, Any]:
+def _streaming(
+    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot], refused: Callable[[str], Awaitable[None]],
+) -> grpc.RpcMethodHandler[Any, Any]:
     inner: Any = handler.stream_stream if handler.response_streaming else handler.stream_unary
 
     async def stream_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
             slot = admit()
         except ControlPlaneError as exc:
+            await refused(str(exc))
             await abort_with(context, exc)
             raise  # unreachable: abort raises
         try:
@@ -107,6 +146,7 @@ def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slo
         try:
             slot = admit()
         except ControlPlaneError as exc:
+            await refused(str(exc))
             await abort_with(context, exc)
             raise  # unreachable: abort raises
         try:

@@ -59,7 +59,9 @@ def build_server(
     quotas = tenants.quotas if tenants is not None else TenantQuotas.unlimited()
     limit = settings.server.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
-        interceptors=[*server_interceptors(), AuthInterceptor(auth, quotas)],
+        interceptors=[
+            *server_interceptors(), AuthInterceptor(auth, quotas, exec_gate.audit if exec_gate else None)
+        ],
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
     )
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas), server)

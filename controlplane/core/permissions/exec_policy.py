@@ -141,12 +141,54 @@ class ExecGate:
             )
         return text
 
-    async def finished(self, tenant: str, text: str, *, session_id: str, outcome: str, detail: str) -> None:
-        """`outcome`: ok (exit 0), error (another exit, a signal, a failure) or cancelled."""
+    async def finished(
+        self, tenant: str, text: str, *, session_id: str, outcome: str, detail: str, stdin: StdinRecord | None = None,
+    ) -> None:
+        """`outcome`: ok (exit 0), error (another exit, a signal, a failure) or cancelled. With `stdin` (the
+        Exec took a standard input), what it received comes first, in a `stdin` row."""
+        if stdin is not None:
+            await self.audit.record(AuditEntry(
+                tenant=tenant, session_id=session_id, kind="stdin", tool=PERMISSION, call_id="",
+                outcome="cut" if stdin.cut else "whole", permission=PERMISSION, patterns=(stdin.text(),),
+                detail=stdin.describe(),
+            ))
         await self.audit.record(AuditEntry(
             tenant=tenant, session_id=session_id, kind="exec", tool=PERMISSION, call_id="", outcome=outcome,
             permission=PERMISSION, patterns=(text,), detail=detail,
         ))
+
+
+STDIN_RECORD_BYTES = 64 * 1024
+"""How much of an Exec's standard input the audit record keeps (the total is always counted)."""
+
+
+@dataclass
+class StdinRecord:
+    """The standard input an Exec received, bounded: its first `limit` bytes and its total length."""
+
+    limit: int = STDIN_RECORD_BYTES
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    closed: bool = False
+
+    def add(self, data: bytes) -> None:
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+        self.total += len(data)
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.head)
+
+    def text(self) -> str:
+        # Readable in the record; bytes that are not UTF-8 show as \xNN.
+        return bytes(self.head).decode("utf-8", "backslashreplace")
+
+    def describe(self) -> str:
+        kept = f"; only the first {len(self.head)} recorded" if self.cut else ""
+        end = "closed by the client" if self.closed else "not closed by the client"
+        return f"{self.total} bytes received{kept}; {end}"
 
 
 def exec_outcome(exited: Exited) -> tuple[str, str]:
