@@ -116,9 +116,9 @@ async def test_every_respelling_of_a_denied_command_is_refused(plane: Plane) -> 
     assert b"victim" in listing.stdout.split()  # none ran
     assert (await alpha.run(session.id, command="echo rm victim | grep -c victim")).stdout == b"1\n"
     # What the reading adds is in the record: the sub-command or the reason the strictest rule decided.
-    details = {e.patterns[0]: e.detail for e in await audited(plane, "alpha", session.id) if e.outcome == "deny"}
-    assert details["sh -c 'rm victim'"] == "matched by `rm victim`"
-    assert details["$(echo rm) victim"] == (
+    reasons = {e.patterns[0]: e.detail for e in await audited(plane, "alpha", session.id) if e.outcome == "deny"}
+    assert reasons["sh -c 'rm victim'"] == "matched by `rm victim`"
+    assert reasons["$(echo rm) victim"] == (
         "the strictest exec rule decides, since the command name '$(echo rm)' is known only when it runs"
     )
 
