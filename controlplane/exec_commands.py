@@ -30,9 +30,6 @@ from sandbox_agent.tools.bash_runners import RUNNERS
 from sandbox_agent.tools.bash_words import literal
 
 _LANGUAGE = Language(tree_sitter_bash.language())
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""A shell variable's name: other environment keys cannot change what bash or a wrapper does."""
-
 STDIN_PATHS = re.compile(r"-|/dev/stdin|/dev/fd/0|/proc/(self|thread-self|\d+)/fd/0|/proc/self/fd/0")
 """Names of the standard input as a file a program may be told to run."""
 INTERPRETERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -93,10 +90,9 @@ def read_command(argv: Sequence[str], command: str, env: Mapping[str, str]) -> C
     normaliser = Normaliser(lambda script: parser.parse(script.encode("utf-8", "surrogatepass")).root_node,
                             RUNNERS, statement)
     for name, value in env.items():
-        # The Exec's environment is the command's, as a `NAME=value command` prefix would be (PATH,
-        # LD_PRELOAD, BASH_ENV, GIT_SSH_COMMAND... are followed or make the command unknown).
-        if NAME.fullmatch(name):
-            normaliser.variable(name, literal(value), Context())
+        # The Exec's environment is the command's, as `env NAME=value command` would set it (PATH, LD_PRELOAD,
+        # BASH_ENV, GIT_SSH_COMMAND, BASH_FUNC_ls%%... are followed or make the command unknown).
+        normaliser.variable(name, literal(value), Context())
     tree = parser.parse(text.encode("utf-8", "surrogatepass"))
     if tree.root_node.has_error:
         normaliser.opaque("part of the command does not parse, so what it runs is not known")

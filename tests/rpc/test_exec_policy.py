@@ -162,4 +162,7 @@ async def test_the_exec_environment_is_read_as_the_commands_environment(plane: P
     await denied(alpha.run(session.id, ["git", "--version"], env={"GIT_SSH_COMMAND": "rm victim"}))
     details = await denied(alpha.run(session.id, ["ls"], env={"PATH": "/workspace/bin:/usr/bin"}))
     assert "PATH makes the command run or load files" in details
+    # bash would import this as a function `ls` that runs in place of the command.
+    details = await denied(alpha.run(session.id, command="ls", env={"BASH_FUNC_ls%%": "() { rm victim; }"}))
+    assert "BASH_FUNC_ls%% defines a function" in details
     assert (await alpha.run(session.id, ["sh", "-c", "echo $GREETING"], env={"GREETING": "hi"})).stdout == b"hi\n"

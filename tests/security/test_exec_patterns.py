@@ -65,6 +65,8 @@ def test_the_environment_is_read_as_the_commands() -> None:
         value = "$(rm f)" if name == "PS4" else "/workspace/x"
         assert verdict(["bash", "-xc", "ls"], env={name: value}).rule.action == "deny", name
     assert verdict(["ls"], env={"LANG": "C", "1x": "rm f"}).rule.action == "allow"
+    # bash imports `BASH_FUNC_ls%%` as a function `ls`: what `ls` runs is then not on the command line.
+    assert verdict([], "ls", env={"BASH_FUNC_ls%%": "() { rm f; }"}).rule.action == "deny"
 
 
 async def test_whole_exec_rules_read_nothing_and_the_last_decides() -> None:
