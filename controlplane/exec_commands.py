@@ -78,8 +78,9 @@ INFORMATIONAL = frozenset({"--version", "--help", "-V", "-h", "--usage"})
 """An interpreter asked only for its version or help runs nothing."""
 
 
-def read_command(argv: Sequence[str], command: str, env: Mapping[str, str]) -> CommandReading:
-    """Every command the Exec may run, as written and normalised, and why some are not known.
+def read_command(argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool = True) -> CommandReading:
+    """Every command the Exec may run, as written and normalised, and why some are not known; with `stdin`
+    (the Exec takes one: without, the command's stdin is /dev/null), programs that would read code from it.
 
     `command` runs as `bash -c COMMAND` (the agent's shell), `argv` directly: it is read as the shell
     line `shlex.join(argv)`, which a shell splits back into exactly `argv`.
@@ -107,7 +108,7 @@ def read_command(argv: Sequence[str], command: str, env: Mapping[str, str]) -> C
             written[(shown.text or b"").decode("utf-8", "replace")] = None
             normaliser.command(node)
         stack.extend(reversed(node.children))
-    for form in list(normaliser.forms.values()):
+    for form in list(normaliser.forms.values()) if stdin else ():
         why = reads_code_from_stdin(form) if form.name else ""
         if why:
             normaliser.opaque(why)

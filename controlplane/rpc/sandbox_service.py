@@ -52,7 +52,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
             sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
             text = await self._gate.admit(
-                tenant.name, session_id, first.start.argv, first.start.command, dict(first.start.env)
+                tenant.name, session_id, first.start.argv, first.start.command, dict(first.start.env),
+                stdin=first.start.stdin,
             )
             audited = (tenant.name, text)
             stdin = StdinRecord()

@@ -139,6 +139,8 @@ async def test_a_shell_or_interpreter_reading_stdin_is_refused_under_restrictive
     assert (await alpha.run(session.id, ["cat"], stdin=script())).stdout == b"rm victim\n"
     assert (await alpha.run(session.id, ["sh", "-c", "wc -l"], stdin=script())).stdout.strip() == b"1"
     assert (await alpha.run(session.id, ["python3", "-c", "print(1)"])).stdout == b"1\n"
+    # Started without a stdin, an interpreter reads /dev/null: nothing the client sends can reach it.
+    assert (await alpha.run(session.id, ["python3"])).exit_code == 0
     assert b"victim" in (await alpha.run(session.id, ["ls"])).stdout.split()
 
 

@@ -19,8 +19,8 @@ CASES = [case for case in CORPUS if case.ruleset in RM_RULESETS]
 GATE = ExecGate(OperatorPolicy(permission={"exec": {"*": "allow", "rm *": "deny"}}))
 
 
-def verdict(argv: list[str], command: str = "", env: dict[str, str] | None = None) -> Verdict:
-    return GATE.decide(GATE.rules("t"), read_command(argv, command, env or {}))
+def verdict(argv: list[str], command: str = "", env: dict[str, str] | None = None, *, stdin: bool = True) -> Verdict:
+    return GATE.decide(GATE.rules("t"), read_command(argv, command, env or {}, stdin))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.ruleset}:{c.command}" for c in CASES])
@@ -50,6 +50,17 @@ def test_a_program_reading_its_code_from_stdin_gets_the_strictest_rule(argv: lis
     assert decided.reason.startswith("the strictest exec rule decides, since"), decided.reason
 
 
+@pytest.mark.parametrize("argv", [["python3"], ["perl"], ["node"], ["awk", "-f", "-"], ["ed", "notes.txt"]])
+def test_without_a_stdin_an_interpreter_reads_nothing_from_it(argv: list[str]) -> None:
+    """An Exec started without `stdin` gets /dev/null: nothing the client sends later reaches the program."""
+    assert verdict(argv, stdin=False).rule.action == "allow", argv
+
+
+def test_a_bare_shell_is_not_known_stdin_or_not() -> None:
+    """The bash tool's analysis counts a shell reading its stdin as not known, whatever feeds it."""
+    assert verdict(["sh"], stdin=False).rule.action == "deny"
+
+
 @pytest.mark.parametrize("argv", [
     ["cat"], ["wc", "-l"], ["python3", "-c", "print(1)"], ["python3", "-m", "json.tool"], ["python3", "x.py"],
     ["perl", "-ne", "print"], ["node", "-e", "1"], ["awk", "{print}"], ["sed", "s/a/b/"], ["sh", "-c", "wc -l"],
@@ -71,7 +82,7 @@ def test_the_environment_is_read_as_the_commands() -> None:
 
 async def test_whole_exec_rules_read_nothing_and_the_last_decides() -> None:
     def read(*_: object) -> CommandReading:
-        raise AssertionError("a whole-Exec rule needs no reading")
+        raise AssertionError("a whole-Exec rule needs no reading")  # pragma: no cover - the test fails
 
     gate = ExecGate(OperatorPolicy(permission={"exec": "deny"}, tenants={"t": {"exec": "allow"}}), reader=read)
     assert await gate.admit("t", "s", ["sh"], "") == "sh"

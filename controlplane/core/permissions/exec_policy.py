@@ -56,11 +56,11 @@ class CommandReading:
     """Why some of what it runs is known only when it runs (then the strictest `exec` rule decides)."""
 
 
-CommandReader = Callable[[Sequence[str], str, Mapping[str, str]], CommandReading]
-"""(argv, command, env) -> the reading; controlplane.exec_commands.read_command in a served plane."""
+CommandReader = Callable[[Sequence[str], str, Mapping[str, str], bool], CommandReading]
+"""(argv, command, env, takes stdin) -> the reading; controlplane.exec_commands.read_command in a served plane."""
 
 
-def literal_reading(argv: Sequence[str], command: str, env: Mapping[str, str]) -> CommandReading:
+def literal_reading(argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
     """The command's text alone: only whole-Exec rules (`"*"`) are a boundary with this reader."""
     text = command_text(argv, command)
     return CommandReading(text, (text,))
@@ -109,13 +109,14 @@ class ExecGate:
                 verdict = Verdict(rule, f"the strictest exec rule decides, since {reading.unknown[0]}")
         return verdict or Verdict(DEFAULT)
 
-    async def read(self, argv: Sequence[str], command: str, env: Mapping[str, str]) -> CommandReading:
+    async def read(self, argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
         if len(command) + sum(len(a) for a in argv) + sum(len(v) for v in env.values()) <= READ_NOW_CHARS:
-            return self.reader(argv, command, env)
-        return await asyncio.to_thread(self.reader, argv, command, env)
+            return self.reader(argv, command, env, stdin)
+        return await asyncio.to_thread(self.reader, argv, command, env, stdin)
 
     async def admit(
         self, tenant: str, session_id: str, argv: Sequence[str], command: str, env: Mapping[str, str] | None = None,
+        *, stdin: bool = True,
     ) -> str:
         """Records the decision and returns the command's text; raises ExecDeniedError when the policy
         refuses the command."""
@@ -126,7 +127,7 @@ class ExecGate:
             text = command_text(argv, command)
             verdict = Verdict(rules[-1] if rules else DEFAULT)
         else:
-            reading = await self.read(argv, command, env)
+            reading = await self.read(argv, command, env, stdin)
             text, verdict = reading.text, self.decide(rules, reading)
         allowed = verdict.rule.action == "allow"
         await self.audit.record(AuditEntry(
