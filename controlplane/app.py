@@ -37,8 +37,10 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.tenants.lifecycle import TenantAdmin
+from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
+from controlplane.exec_commands import read_command
 from controlplane.mcp.session import mcp_factory
 from controlplane.plugins import PluginInput, load_plugins
 from controlplane.rpc.auth import Authenticator
@@ -110,7 +112,7 @@ def tool_settings(settings: Settings) -> catalog.ToolSettings:
 def build_tools(
     sessions: SessionManager, *, approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
     hooks: HookBus | None = None, policy: OperatorPolicy | None = None, settings: catalog.ToolSettings | None = None,
-    todos: TodoStore | None = None, limits: LimitsConfig | None = None,
+    todos: TodoStore | None = None, limits: LimitsConfig | None = None, quotas: TenantQuotas | None = None,
 ) -> ToolRuntime:
     tools = catalog.implemented(settings)
     upstream = upstream_environment()
@@ -128,7 +130,7 @@ def build_tools(
         sessions.bus.listen(to_plugins)
     pending_bytes = (limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024
     gate = PermissionGate(approvals, audit, sessions.bus, hooks, max_pending_bytes=pending_bytes)
-    executor = ToolExecutor(gate, hooks, audit)
+    executor = ToolExecutor(gate, hooks, audit, quotas)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
@@ -211,10 +213,10 @@ async def start(settings: Settings) -> ControlPlane:
     audit = AuditWriter(store)
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
-        todos=store, limits=settings.limits,
+        todos=store, limits=settings.limits, quotas=tenant_admin.quotas,
     )
     server, health_servicer, port = build_server(
-        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)
+        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit, read_command)
     )
     await server.start()
     await mark_serving(health_servicer, True)

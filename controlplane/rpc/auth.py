@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from controlplane.core.permissions.audit import AuditLog
+from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.sessions.models import Tenant
 from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, token_too_long
@@ -21,6 +21,12 @@ from controlplane.stream_accept import ACCEPTED
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 ADMIN_PREFIX = "/controlplane.v1.AdminService/"
 MISSING = "missing `authorization: Bearer <token>` metadata"
+AUDITED_CALLS = {
+    "/controlplane.v1.SandboxService/Exec": ("exec", "exec"),
+    "/controlplane.v1.ToolService/ExecuteTool": ("call", ""),
+}
+"""(kind, tool) of the audit row a refused call leaves: refused before its first message, it names no
+session (nor, for ExecuteTool, a tool)."""
 
 
 def bearer(metadata: Sequence[tuple[str, Any]] | Any) -> str:
@@ -66,6 +72,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._auth = authenticator
         self._quotas = quotas or TenantQuotas.unlimited()
         self._guard = StreamGuard(authenticator.directory, audit)
+        self._audit = audit or NoAudit()
 
     async def intercept_service(
         self,
@@ -81,6 +88,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 return handler
             tenant = self._auth.tenant(handler_call_details.invocation_metadata)
         except UnauthenticatedError as exc:
+            await self._refused_token(handler_call_details, str(exc))
             return _rejecting(handler, str(exc))
         token = bearer(handler_call_details.invocation_metadata)
         return self._accepting(handler, tenant.name, token, handler_call_details.method)
@@ -100,17 +108,43 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 watched, request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return _streaming(handler, lambda: self._quotas.take_call(tenant), self._guard, token, tenant, method)
+
+        async def refused(reason: str) -> None:
+            await self._record_refusal(tenant, method, "quota calls", reason)
+
+        return _streaming(
+            handler, lambda: self._quotas.take_call(tenant), refused, self._guard, token, tenant, method,
+        )
+
+    async def _refused_token(self, details: grpc.HandlerCallDetails, reason: str) -> None:
+        """A call refused for its token is audited under the tenant the token was issued to (revoked or
+        expired); a token no tenant holds names no one, and is not recorded (anyone can send one)."""
+        if details.method not in AUDITED_CALLS:
+            return
+        try:
+            holder = self._auth.directory.holder(bearer(details.invocation_metadata))
+        except UnauthenticatedError:
+            return
+        if holder is not None:
+            await self._record_refusal(holder, details.method, "authentication", reason)
+
+    async def _record_refusal(self, tenant: str, method: str, rule: str, reason: str) -> None:
+        kind, tool = AUDITED_CALLS.get(method, ("call", ""))
+        await self._audit.record(AuditEntry(
+            tenant=tenant, session_id="", kind=kind, tool=tool, call_id="", outcome="denied", rule=rule,
+            detail=reason,
+        ))
 
 
 def _streaming(
-    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot], guard: StreamGuard, token: str,
-    tenant: str, method: str,
+    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot], refused: Callable[[str], Awaitable[None]],
+    guard: StreamGuard, token: str, tenant: str, method: str,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     async def accept(context: grpc.aio.ServicerContext[Any, Any]) -> Callable[[], None]:
         try:
             slot = admit()
         except ControlPlaneError as exc:
+            await refused(str(exc))
             await abort_with(context, exc)
             raise  # unreachable: abort raises
         try:

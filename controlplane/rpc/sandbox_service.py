@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
-from controlplane.core.permissions.exec_policy import ExecGate, command_text, exec_outcome
+from controlplane.core.permissions.exec_policy import ExecGate, StdinRecord, exec_outcome
 from controlplane.core.seam.messages import Exited
 from controlplane.core.seam.provider import ExecStream
 from controlplane.core.sessions.manager import SessionManager
@@ -40,6 +40,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         finished = False
         session_id = ""
         audited: tuple[str, str] | None = None  # (tenant, command) once admitted: its end is audited too
+        stdin: StdinRecord | None = None
+        took_stdin = False
         outcome, detail = "cancelled", "the client went away"
         try:
             tenant = self._auth.tenant_of(context)
@@ -49,11 +51,15 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             session_id = first.start.session_id
             spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
             sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
-            text = command_text(first.start.argv, first.start.command)
-            await self._gate.admit(tenant.name, session_id, text)
+            text = await self._gate.admit(
+                tenant.name, session_id, first.start.argv, first.start.command, dict(first.start.env),
+                stdin=first.start.stdin,
+            )
             audited = (tenant.name, text)
+            stdin = StdinRecord()
+            took_stdin = first.start.stdin
             stream = await sandbox.agent.exec(spec)
-            pump = asyncio.ensure_future(_relay(requests, stream))
+            pump = asyncio.ensure_future(_relay(requests, stream, stdin))
             seq = 0
             async for event in stream.events():
                 seq += 1
@@ -67,6 +73,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             await abort_with(context, exc)
         except ControlPlaneError as exc:
             outcome, detail = "error", str(exc)
+            if stream is None:
+                await _drain(requests)
             await abort_with(context, exc)
         finally:
             if pump is not None:
@@ -74,16 +82,44 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             if stream is not None and not finished:
                 stream.cancel()  # the agent stops the command's whole process group
             if audited is not None:
-                await self._gate.finished(*audited, session_id=session_id, outcome=outcome, detail=detail)
+                await self._gate.finished(
+                    *audited, session_id=session_id, outcome=outcome, detail=detail,
+                    stdin=stdin if stdin is not None and (took_stdin or stdin.total or stdin.closed) else None,
+                )
 
 
-async def _relay(requests: AsyncIterator[sandbox_pb2.ExecRequest], stream: ExecStream) -> None:
+DRAIN_S = 5.0
+DRAIN_BYTES = 8 * 1024 * 1024
+
+
+async def _drain(requests: AsyncIterator[sandbox_pb2.ExecRequest]) -> None:
+    """Reads what the client still sends after a refusal (the stdin it wrote before it could know), until it
+    half-closes, so its status arrives as sent: a client whose write meets an ended call sees its own
+    INTERNAL error instead. Bounded in time and bytes; a client that goes on writing past them gets that."""
+
+    async def read() -> None:
+        total = 0
+        async for request in requests:
+            total += request.ByteSize()
+            if total > DRAIN_BYTES:
+                return
+
+    with contextlib.suppress(TimeoutError, grpc.RpcError, asyncio.InvalidStateError):
+        await asyncio.wait_for(read(), DRAIN_S)
+
+
+async def _relay(
+    requests: AsyncIterator[sandbox_pb2.ExecRequest], stream: ExecStream, stdin: StdinRecord,
+) -> None:
+    """Carries the client's later messages to the command; what reaches its stdin is recorded first."""
     with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
         async for request in requests:
             kind = request.WhichOneof("msg")
             if kind == "stdin":
+                stdin.add(request.stdin)
                 await stream.write_stdin(request.stdin)
             elif kind == "close_stdin":
+                stdin.closed = True
                 await stream.close_stdin()
             elif kind == "abort":
                 await stream.abort(request.abort or "aborted by the client")

@@ -318,9 +318,19 @@ WRAPPER_OPTIONS_AND_CALLBACKS = [
     ),
 ]
 
+EXPORTED_FUNCTIONS = [
+    # bash imports a function from an environment variable named `BASH_FUNC_NAME%%`; only `env` (or an Exec's
+    # environment) can set one, and the function then runs in place of the command NAME.
+    *_many("rm-deny", "deny", "env 'BASH_FUNC_ls%%=() { rm f; }' bash -c ls",
+           "env BASH_FUNC_ls%%='() { rm f; }' bash -c ls", "env -S \"BASH_FUNC_ls%%='() { rm f; }'\" bash -c ls",
+           "env -i 'BASH_FUNC_echo%%=() { rm f; }' bash -c 'echo hi'"),
+    *_many("operator-rm-deny", "deny", "env 'BASH_FUNC_ls%%=() { rm f; }' bash -c ls"),
+    *_many("rm-deny", "allow", "env LANG=C bash -c ls"),
+]
+
 CORPUS: list[Case] = [
     *PATH_AND_QUOTES, *ASSIGNMENTS_AND_WRAPPERS, *NESTED_SCRIPTS, *RUNNERS, *SHELL_SYNTAX,
     *NOT_KNOWN_BEFORE_IT_RUNS, *ASK_RULES, *GIT_ONLY, *OTHER_PROGRAMS, *OPERATOR_POLICY, *BENIGN, *RED_TEAM_RESPELLINGS,
-    *WRAPPER_OPTIONS_AND_CALLBACKS,
+    *WRAPPER_OPTIONS_AND_CALLBACKS, *EXPORTED_FUNCTIONS,
 ]
 EVASIONS = [case for case in CORPUS if case.expected != "allow"]

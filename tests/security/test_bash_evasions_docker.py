@@ -30,6 +30,7 @@ LATER_RM = [
     "[[ -v 'a[$(rm victim)]' ]]", "printf -v 'a[$(rm victim)]' x", "declare 'a[$(rm victim)]=1'",
     "let 'a[$(rm victim)]=1'", "hash -p /bin/rm ls; ls victim", "sed -n '1e rm victim' notes.txt",
     "tar --checkpoint=1 --checkpoint-action=exec='rm victim' -cf /tmp/x.tar notes.txt",
+    "env 'BASH_FUNC_ls%%=() { rm victim; }' bash -c ls",
 ]
 RESPELLED_RM = [
     "/bin/rm victim", "\\rm victim", "env rm victim", "X=1 rm victim", "command rm victim", "r''m victim",

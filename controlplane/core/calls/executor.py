@@ -48,6 +48,7 @@ from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.permissions.questions import QuestionScope
 from controlplane.core.sessions.services import SessionServices
+from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import SandboxLostError
 from controlplane.telemetry import spans
 from opencode_semantics.javascript import json_stringify
@@ -97,10 +98,14 @@ Emit = Callable[[CallEvent], None]
 
 
 class ToolExecutor:
-    def __init__(self, gate: PermissionGate, hooks: HookBus, audit: AuditLog | None = None) -> None:
+    def __init__(
+        self, gate: PermissionGate, hooks: HookBus, audit: AuditLog | None = None, quotas: TenantQuotas | None = None,
+    ) -> None:
         self.gate = gate
         self.hooks = hooks
         self.audit = audit or NoAudit()
+        self.quotas = quotas
+        """The tenants' quotas: a sub-call (a `batch` entry) takes a call slot of its own."""
         self.doom_loop = DoomLoopDetector()
 
     async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
@@ -269,9 +274,21 @@ class ToolExecutor:
             sub = CallRequest(scope.session_id, tool, args_json, call_id, call.message_id, nested=True)
             await self.execute(scope, sub, sub_emit, abort)
 
+        quotas = self.quotas
+
+        async def refused(tool: str, call_id: str, message: str) -> None:
+            await self.audit.record(AuditEntry(
+                tenant=scope.tenant, session_id=scope.session_id, kind="call", tool=tool, call_id=call_id,
+                outcome="denied", rule="quota calls", detail=message,
+            ))
+
+        subcalls = ExecutorSubCalls(
+            run_call, emit, scope.services.registered,
+            (lambda: quotas.take_call(scope.tenant)) if quotas is not None else None, refused,
+        )
         return replace(
             scope.services, raw_args=raw_args, ask_questions=ask_questions if broker is not None else None,
-            subcalls=ExecutorSubCalls(run_call, emit, scope.services.registered), announce=emit,
+            subcalls=subcalls, announce=emit,
         )
 
     async def _after_hooks(self, scope: CallScope, hook_in: dict[str, Any], result: ToolResult) -> ToolResult:

@@ -1,26 +1,38 @@
 """SandboxService.Exec under operator policy, and in the audit record.
 
 Exec runs a raw command in a session's sandbox, outside any tool and any agent's rules, so only the
-operator's policy governs it: rules under the `exec` key, global then per tenant, matched against the
-command's text (`exec = "deny"`, or `exec = { "*" = "allow", "rm *" = "deny" }`). Only that key counts:
-a catch-all `"*" = "deny"` written for tools does not cut the raw API as a side effect. No matching
-rule allows (Exec is allowed by default); `ask` refuses, since an Exec has no one to ask.
+operator's policy governs it: rules under the `exec` key, global then per tenant (`exec = "deny"`, or
+`exec = { "*" = "allow", "rm *" = "deny" }`). Only that key counts: a catch-all `"*" = "deny"` written
+for tools does not cut the raw API as a side effect. No matching rule allows (Exec is allowed by
+default); `ask` refuses, since an Exec has no one to ask.
+
+Patterns are matched against every command the Exec runs, as the `bash` tool's rules are (a
+`CommandReading`, made by controlplane/exec_commands.py with the agent's bash analysis): the command as
+written and each sub-command reduced to what runs, so `/bin/rm`, `env rm` or `sh -c 'rm f'` meet
+`rm *`. The most restrictive answer wins. What cannot be known before the command runs (`$(echo rm)`,
+a shell or an interpreter reading its code from the Exec's stdin) gets the strictest `exec` rule.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
-from controlplane.core.permissions.permission import Rule
+from controlplane.core.permissions.permission import STRICTNESS, Rule, is_catch_all, strictest
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.core.seam.messages import Exited
 from controlplane.errors import ControlPlaneError, ErrorCode
 from opencode_semantics.wildcard import match
 
 PERMISSION = "exec"
+DEFAULT = Rule(PERMISSION, "*", "allow")
+"""What decides a command no `exec` rule matches."""
+READ_NOW_CHARS = 4096
+"""A command up to this long is read on the loop's thread; longer ones in a worker thread, so one huge
+command does not hold every tenant's RPCs."""
 
 
 class ExecDeniedError(ControlPlaneError):
@@ -32,42 +44,152 @@ def command_text(argv: Sequence[str], command: str) -> str:
     return command or shlex.join(argv)
 
 
+@dataclass(frozen=True)
+class CommandReading:
+    """What an Exec runs, as far as it is known before it runs."""
+
+    text: str
+    """The command as one shell line (the audit record shows it)."""
+    texts: tuple[str, ...]
+    """Every command it runs: as written, and reduced to what runs (`/bin/rm f` also as `rm f`)."""
+    unknown: tuple[str, ...] = ()
+    """Why some of what it runs is known only when it runs (then the strictest `exec` rule decides)."""
+
+
+CommandReader = Callable[[Sequence[str], str, Mapping[str, str], bool], CommandReading]
+"""(argv, command, env, takes stdin) -> the reading; controlplane.exec_commands.read_command in a served plane."""
+
+
+def literal_reading(argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
+    """The command's text alone: only whole-Exec rules (`"*"`) are a boundary with this reader."""
+    text = command_text(argv, command)
+    return CommandReading(text, (text,))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rule: Rule
+    """The deciding rule (DEFAULT when none matched)."""
+    reason: str = ""
+    """Which command it decided, when not the whole line, or why the strictest rule decided."""
+
+    @property
+    def described(self) -> str:
+        if self.rule is DEFAULT:
+            return "default allow"
+        return f"{self.rule.permission} {self.rule.pattern} {self.rule.action} (operator)"
+
+
 @dataclass
 class ExecGate:
     policy: OperatorPolicy | None = None
     audit: AuditLog = NoAudit()  # noqa: RUF009 - stateless, shared
+    reader: CommandReader = field(default=literal_reading)
 
-    def decide(self, tenant: str, text: str) -> Rule | None:
-        """The last `exec` rule matching `text`, or None (allowed by default)."""
+    def rules(self, tenant: str) -> list[Rule]:
         if self.policy is None:
-            return None
-        found: Rule | None = None
-        for rule in self.policy.rules(tenant, home="/workspace"):
-            if rule.permission == PERMISSION and match(text, rule.pattern):
-                found = rule
-        return found
+            return []
+        return [r for r in self.policy.rules(tenant, home="/workspace") if r.permission == PERMISSION]
 
-    async def admit(self, tenant: str, session_id: str, text: str) -> None:
-        """Records the decision; raises ExecDeniedError when the policy refuses the command."""
-        rule = self.decide(tenant, text)
-        action = rule.action if rule is not None else "allow"
-        described = f"{rule.permission} {rule.pattern} {rule.action} (operator)" if rule else "default allow"
+    @staticmethod
+    def decide(rules: Sequence[Rule], reading: CommandReading) -> Verdict:
+        """The most restrictive answer over every command the Exec runs."""
+        verdict: Verdict | None = None
+        for text in reading.texts:
+            found = DEFAULT
+            for rule in rules:
+                if match(text, rule.pattern):
+                    found = rule
+            if verdict is None or STRICTNESS[found.action] > STRICTNESS[verdict.rule.action]:
+                verdict = Verdict(found, "" if text == reading.text else f"matched by `{text}`")
+        if reading.unknown:
+            # The default allow comes first, so the strictest rule is looked for back to the last catch-all.
+            rule = strictest(PERMISSION, [DEFAULT, *rules])
+            if verdict is None or STRICTNESS[rule.action] > STRICTNESS[verdict.rule.action]:
+                verdict = Verdict(rule, f"the strictest exec rule decides, since {reading.unknown[0]}")
+        return verdict or Verdict(DEFAULT)
+
+    async def read(self, argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
+        if len(command) + sum(len(a) for a in argv) + sum(len(v) for v in env.values()) <= READ_NOW_CHARS:
+            return self.reader(argv, command, env, stdin)
+        return await asyncio.to_thread(self.reader, argv, command, env, stdin)
+
+    async def admit(
+        self, tenant: str, session_id: str, argv: Sequence[str], command: str, env: Mapping[str, str] | None = None,
+        *, stdin: bool = True,
+    ) -> str:
+        """Records the decision and returns the command's text; raises ExecDeniedError when the policy
+        refuses the command."""
+        rules = self.rules(tenant)
+        env = env or {}
+        if all(is_catch_all(r.pattern) for r in rules):
+            # Whole-Exec rules (or none): the last one decides whatever runs, nothing to read.
+            text = command_text(argv, command)
+            verdict = Verdict(rules[-1] if rules else DEFAULT)
+        else:
+            reading = await self.read(argv, command, env, stdin)
+            text, verdict = reading.text, self.decide(rules, reading)
+        allowed = verdict.rule.action == "allow"
         await self.audit.record(AuditEntry(
             tenant=tenant, session_id=session_id, kind="permission", tool=PERMISSION, call_id="",
-            outcome="allow" if action == "allow" else "deny", permission=PERMISSION, patterns=(text,),
-            rule=described,
+            outcome="allow" if allowed else "deny", permission=PERMISSION, patterns=(text,),
+            rule=verdict.described, detail=verdict.reason,
         ))
-        if action != "allow":
+        if not allowed:
+            why = f", {verdict.reason}" if verdict.reason else ""
             raise ExecDeniedError(
-                f"the operator's policy does not allow this command in a sandbox (rule: {described})"
+                f"the operator's policy does not allow this command in a sandbox (rule: {verdict.described}{why})"
             )
+        return text
 
-    async def finished(self, tenant: str, text: str, *, session_id: str, outcome: str, detail: str) -> None:
-        """`outcome`: ok (exit 0), error (another exit, a signal, a failure) or cancelled."""
+    async def finished(
+        self, tenant: str, text: str, *, session_id: str, outcome: str, detail: str, stdin: StdinRecord | None = None,
+    ) -> None:
+        """`outcome`: ok (exit 0), error (another exit, a signal, a failure) or cancelled. With `stdin` (the
+        Exec took a standard input), what it received comes first, in a `stdin` row."""
+        if stdin is not None:
+            await self.audit.record(AuditEntry(
+                tenant=tenant, session_id=session_id, kind="stdin", tool=PERMISSION, call_id="",
+                outcome="cut" if stdin.cut else "whole", permission=PERMISSION, patterns=(stdin.text(),),
+                detail=stdin.describe(),
+            ))
         await self.audit.record(AuditEntry(
             tenant=tenant, session_id=session_id, kind="exec", tool=PERMISSION, call_id="", outcome=outcome,
             permission=PERMISSION, patterns=(text,), detail=detail,
         ))
+
+
+STDIN_RECORD_BYTES = 64 * 1024
+"""How much of an Exec's standard input the audit record keeps (the total is always counted)."""
+
+
+@dataclass
+class StdinRecord:
+    """The standard input an Exec received, bounded: its first `limit` bytes and its total length."""
+
+    limit: int = STDIN_RECORD_BYTES
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    closed: bool = False
+
+    def add(self, data: bytes) -> None:
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+        self.total += len(data)
+
+    @property
+    def cut(self) -> bool:
+        return self.total > len(self.head)
+
+    def text(self) -> str:
+        # Readable in the record; bytes that are not UTF-8 show as \xNN.
+        return bytes(self.head).decode("utf-8", "backslashreplace")
+
+    def describe(self) -> str:
+        kept = f"; only the first {len(self.head)} recorded" if self.cut else ""
+        end = "closed by the client" if self.closed else "not closed by the client"
+        return f"{self.total} bytes received{kept}; {end}"
 
 
 def exec_outcome(exited: Exited) -> tuple[str, str]:

@@ -127,5 +127,14 @@ class TokenDirectory:
         why = found.refusal(self.clock())
         return (None, why, found) if why else (Tenant(found.name), "", found)
 
+    def holder(self, token: str) -> str | None:
+        """The tenant `token` was issued to, valid or not (for auditing a refused one), or None."""
+        digest = hash_token(token)
+        found = None
+        for known, record in self._by_digest.items():
+            if hmac.compare_digest(known, digest):
+                found = record.name
+        return found
+
     def is_admin(self, token: str) -> bool:
         return bool(self._admin) and hmac.compare_digest(self._admin, hash_token(token))

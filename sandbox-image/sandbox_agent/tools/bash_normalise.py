@@ -114,6 +114,10 @@ class Normaliser:
                 self.opaque(f"{name} names a program known only when it runs")
             elif value.value:
                 self.script(value.value, ctx)
+        elif name.startswith("BASH_FUNC_"):
+            # bash imports `BASH_FUNC_ls%%=() { ...; }` from its environment as a function `ls` that shadows
+            # the command of that name (only `env` can set such a name): what `ls` then runs is not on the line.
+            self.opaque(f"{name} defines a function that a bash started with it runs in place of a command")
         elif name in FILE_VARIABLES and value.value != "":
             # A command-prefix PATH or preload changes what a name runs: no rule can see the file.
             self.opaque(f"{name} makes the command run or load files that permission rules cannot read")
