@@ -55,7 +55,7 @@ class Plane:
 async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIterator[Plane]:
     data_dir = short_tmp()
     instance = overrides.pop("instance", new_instance())
-    provider_settings: dict[str, Any] = {"type": provider}
+    provider_settings: dict[str, Any] = {"type": provider, **overrides.pop("provider_options", {})}
     if provider == "docker" and os.environ.get("OCSB_TEST_IMAGE"):
         # A checkout beside main builds and tests its own image (OCSB_IMAGE_TAG at build time).
         provider_settings["image"] = os.environ["OCSB_TEST_IMAGE"]
