@@ -148,6 +148,10 @@ class SwarmProviderConfig(_Closed):
     """How often tasks and relays are checked; a lost node fails its sessions within a few of these."""
     relay_failures: int = Field(default=3, ge=1)
     """Consecutive failed relay pings after which a node's sandboxes count as lost."""
+    tool_uid_first: int = 200000
+    tool_uid_count: int = 65536
+    """As the Docker provider's: a block of 8 ids per sandbox, unique across the swarm (the services' labels,
+    sandbox/swarm/tool_blocks.py). No account on any node may use one (checked on the manager's host at start)."""
 
 
 ProviderConfig = Annotated[

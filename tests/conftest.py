@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import asyncio
+import contextlib
 import shutil
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -70,3 +71,17 @@ def pytest_asyncio_loop_factories(
     if factory is None or "guard" in getattr(item, "fixturenames", ()):
         return {"asyncio": asyncio.new_event_loop}
     return {"uvloop": factory}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Sandbox dirs left mounted by a data dir a test deleted (its rmtree emptied them and could not remove
+    them): only orphans, so another run's live planes are not touched."""
+    import glob
+    from pathlib import Path
+
+    from controlplane.sandbox import dir_mounts
+
+    for point in glob.glob("/tmp/ocsb*/sandboxes/*"):
+        if os.path.ismount(point) and not os.path.exists(os.path.join(point, "labels.json")):
+            with contextlib.suppress(OSError):
+                dir_mounts.unmount(Path(point))

@@ -24,6 +24,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from controlplane.sandbox import dir_mounts
 from tests.archives import tar_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ class Plane:
 async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIterator[Plane]:
     data_dir = short_tmp()
     instance = overrides.pop("instance", new_instance())
-    provider_settings: dict[str, Any] = {"type": provider}
+    provider_settings: dict[str, Any] = {"type": provider, **overrides.pop("provider_options", {})}
     if provider == "docker" and os.environ.get("OCSB_TEST_IMAGE"):
         # A checkout beside main builds and tests its own image (OCSB_IMAGE_TAG at build time).
         provider_settings["image"] = os.environ["OCSB_TEST_IMAGE"]
@@ -74,6 +75,7 @@ async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIter
         await client.close()
         await app.stop(plane)
         remove_instance_leftovers(instance)
+        dir_mounts.unmount_all_under(data_dir)  # sandbox dirs are tmpfs mounts (a plane stopped with live ones)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

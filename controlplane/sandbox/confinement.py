@@ -29,6 +29,9 @@ from docker.types import Mount
 from controlplane.errors import HardeningError
 from controlplane.sandbox.layout import ENV_SYSCALL_DENY, ENV_TOOL_UID, LABEL_TOOL_UID
 
+CLONE_NAMESPACES = "clone:namespaces"
+"""The agent's name for `clone` with a namespace flag (sandbox_agent.syscall_filter.CLONE_NAMESPACES)."""
+
 DOCKER_MASKED = [
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
     "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
@@ -48,9 +51,15 @@ SYSCALL_DENY = [
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     # Page-fault handling from user space widens races against the kernel; no tool in the image needs it.
     "userfaultfd",
+    # Namespaces, mounts and chroot: the engine's default profile refuses them to a process without
+    # CAP_SYS_ADMIN, so on runc this changes nothing. gVisor does not apply that profile (runsc's
+    # --oci-seccomp breaks threads in its 2022 build: clone3 gets EPERM, not ENOSYS, and glibc does not fall
+    # back), and there `unshare -r` made the tool user root of a new user namespace, with mount and chroot.
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", CLONE_NAMESPACES, "clone3",
 ]
-"""Denied with EPERM in every sandbox process, on top of the engine's default profile. Measured first: bash,
-git, python3, bun (custom tools, MCP servers), ripgrep and the language servers run the suite with it."""
+"""Denied with EPERM in every sandbox process, on top of the engine's default profile (clone3: ENOSYS, and clone
+only when it asks for new namespaces; sandbox_agent/syscall_filter.py). Measured first: bash, git, python3, bun
+(custom tools, MCP servers), ripgrep and the language servers run the suite with it."""
 SYSCALL_DENY_ENV = ENV_SYSCALL_DENY
 
 

@@ -90,7 +90,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._disks = WorkspaceDisks(data_dir, resources.disk_mb) if resources.disk_mb else None
         self._instance = instance
         self._ledger = ledger
-        self._dirs = SandboxDirs(data_dir)
+        self._dirs = SandboxDirs(data_dir, own_filesystem=True)
         self._tool_ids = ToolIds(config.tool_uid_first, config.tool_uid_count)
         self._client = docker.DockerClient(base_url=config.base_url) if config.base_url else docker.from_env()
         self._live: dict[str, Sandbox] = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError
+from controlplane.sandbox import dir_mounts
 
 # -- labels: on containers, services, networks, volumes and each sandbox dir's labels.json ------------
 
@@ -112,10 +113,12 @@ _MAX_UNIX_PATH = 107
 
 
 class SandboxDirs:
-    """`DATA_DIR/sandboxes/<id>/`: private (0700) host dirs, one per sandbox."""
+    """`DATA_DIR/sandboxes/<id>/`: private (0700) host dirs, one per sandbox. With `own_filesystem` each is a
+    tmpfs of its own (dir_mounts: what a container binds from it then names no host path)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, own_filesystem: bool = False) -> None:
         self.root = data_dir / "sandboxes"
+        self._own_filesystem = own_filesystem
         probe = self.socket_path("x" * 12)
         if len(str(probe)) > _MAX_UNIX_PATH:
             raise ConfigError(f"data_dir {data_dir} is too long for a Unix socket path; choose a shorter one")
@@ -130,6 +133,8 @@ class SandboxDirs:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(sandbox_id)
         path.mkdir(mode=0o700, exist_ok=True)
+        if self._own_filesystem and not os.path.ismount(path):
+            dir_mounts.mount_private(path)
         self.write_labels(sandbox_id, labels)
         return path
 
@@ -147,6 +152,8 @@ class SandboxDirs:
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def remove(self, sandbox_id: str) -> None:
+        if self._own_filesystem:
+            dir_mounts.unmount(self.path(sandbox_id))
         shutil.rmtree(self.path(sandbox_id), ignore_errors=True)
 
     def list_ids(self) -> list[str]:

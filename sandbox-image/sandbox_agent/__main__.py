@@ -2,7 +2,7 @@
 
 import os
 
-from sandbox_agent import event_loop, syscall_filter
+from sandbox_agent import environ_scrub, event_loop, syscall_filter
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.server import serve
 
@@ -13,6 +13,8 @@ def main() -> None:
     # are dropped before any thread exists: a root-group-readable file stays closed to the tool user.
     os.setgroups([])
     config = AgentConfig.from_env()
+    # Read: from here what a process can see of the agent's start-up environment is blank (gVisor shows it to all).
+    environ_scrub.scrub()
     # Before any thread and any tool: the filter holds for every process the agent starts.
     syscall_filter.install(syscall_filter.from_env(config.syscall_deny))
     event_loop.run(serve(config))

@@ -58,12 +58,13 @@ async def test_tool_processes_are_hardened_on_the_worker(cluster: Cluster, plane
         session.id, command="grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; id -u; "
         "touch /etc/x /x 2>&1 | sed 's/.*: //'; touch /workspace/ok /tmp/ok && echo writable",
     )
-    assert done.stdout.decode() == (
-        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\n1000\n"
-        "Read-only file system\nRead-only file system\nwritable\n"
-    )
     api: Any = docker.from_env().api
     spec = api.inspect_service(f"ocsb-{plane.instance}-{session.sandbox_id}")["Spec"]
+    tool_uid = spec["Labels"]["ocsb.tool_uid"]  # the sandbox's own block (test_swarm_confinement.py)
+    assert done.stdout.decode() == (
+        f"CapEff:\t0000000000000000\nNoNewPrivs:\t1\n{tool_uid}\n"
+        "Read-only file system\nRead-only file system\nwritable\n"
+    )
     container, limits = spec["TaskTemplate"]["ContainerSpec"], spec["TaskTemplate"]["Resources"]["Limits"]
     assert container["CapabilityDrop"] == ["ALL"]
     assert sorted(container["CapabilityAdd"]) == ["KILL", "SETGID", "SETUID"]

@@ -20,7 +20,7 @@ import pytest
 from controlplane.client import AsyncClient
 from tests.planes import Plane, running_plane
 from tests.runtimes import skip_unless_usable
-from tests.security.conftest import python_probe, through_bash_tool
+from tests.security.conftest import new_session, python_probe, through_bash_tool
 from tests.security.test_escape import NETWORK_PROBE, Listener, listeners  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
@@ -153,3 +153,42 @@ async def test_network_reaches_nothing_outside(
 async def test_the_agents_proc_entries_are_closed(gvisor_plane: Plane, sessions: tuple[str, str]) -> None:
     out = await bash(gvisor_plane.client, sessions[0], f"A={AGENT}; " + python_probe(AGENT_PROC, "$A"))
     assert out == "environ refused\nmaps refused\nauxv refused\nfd refused\n"
+
+
+ENVIRON = """
+import sys
+for pid in sys.argv[1:]:
+    raw = open(f"/proc/{pid}/environ", "rb").read()
+    names = sorted(entry.split(b"=", 1)[0].decode() for entry in raw.split(b"\\0") if b"=" in entry)
+    print(pid, len(raw.replace(b"\\0", b"")), names)
+"""
+
+CONTAINER_ENV = ["AGENT_CODE_DIR", "AGENT_OUTPUT_BUDGET_BYTES", "AGENT_SOCKET", "AGENT_SYSCALL_DENY", "AGENT_TOOL_UID",
+                 "AGENT_WORKSPACE", "GRPC_ENABLE_FORK_SUPPORT", "HOME", "HOSTNAME", "LANG", "PATH", "PYTHONPATH"]
+"""Everything the container starts with (the image's and the Docker provider's): paths, the tool uid, the
+filter's list. No secret may ever be added: on gVisor every process in the sandbox can read PID 1's copy."""
+
+
+async def test_what_gvisor_shows_of_the_agents_environment_holds_nothing(
+    gvisor_plane: Plane, sessions: tuple[str, str],
+) -> None:
+    """Gap 7: where gVisor lets a tool process read another process's environ, the agent's is blank (it scrubs
+    its start-up strings, sandbox_agent/environ_scrub.py) and init's holds only the known, non-secret names."""
+    out = await bash(gvisor_plane.client, sessions[0], f"A={AGENT}; " + python_probe(ENVIRON, "$A", "1"))
+    agent_line, init_line = out.splitlines()
+    assert agent_line.split(" ", 1)[1] == "0 []"  # readable here (the xfail below), but blank
+    pid, _size, names = init_line.split(" ", 2)
+    assert pid == "1"
+    assert names == str(CONTAINER_ENV)
+
+
+@pytest.mark.xfail(strict=True, reason="custom tools do not load on gVisor (runsc 2022): its execve resets the "
+                                       "effective uid to the real one, so a tool host cannot start with the server "
+                                       "identity the agent verifies (docs/security.md, gap 8)")
+async def test_custom_tools_load_on_gvisor(gvisor_plane: Plane) -> None:
+    session = await new_session(gvisor_plane.client)
+    try:
+        outcome = await gvisor_plane.client.execute_tool(session.id, "probe", {"script": "echo from bun"})
+        assert outcome.output == "from bun\n"
+    finally:
+        await gvisor_plane.client.delete_session(session.id)

@@ -212,11 +212,10 @@ async def test_a_scan_of_sys_and_proc_finds_no_other_sandbox(neighbours: Neighbo
     n = neighbours
     await through_bash_tool(n.b, n.b_session, "head -c 4M /dev/urandom > /workspace/busy.bin; sync; echo ok")
     data_dir = str(n.plane.plane.settings.data_dir)
-    # A's own mount table names its own socket dir (DATA_DIR/sandboxes/<A>): the kernel shows a bind mount's
-    # host path and runc cannot mask a per-process file; B's dirs and disk image must appear nowhere.
-    needles = [n.b_sandbox, n.b_session, n.b_tenant, f"{data_dir}/disks", f"{data_dir}/sandboxes/{n.b_sandbox}"]
-    if n.runtime == "runsc":
-        needles.append(data_dir)  # gVisor's mount table names no host path at all
+    # Nothing names the data dir either: A's own socket dir and account files are bound from a tmpfs of their
+    # own (sandbox/dir_mounts.py), so A's mount table shows `/` on a tmpfs where runc showed the host path.
+    needles = [n.b_sandbox, n.b_session, n.b_tenant, data_dir, f"{data_dir}/disks",
+               f"{data_dir}/sandboxes/{n.b_sandbox}"]
     encoded = [base64.b64encode(needle.encode()).decode() for needle in needles]
     out = await through_bash_tool(n.a, n.a_session, python_probe(SCAN, *encoded))
     lines = out.splitlines()
@@ -224,3 +223,28 @@ async def test_a_scan_of_sys_and_proc_finds_no_other_sandbox(neighbours: Neighbo
     # The scan really read /sys and /proc (gVisor's are small: its own kernel's, with no devices at all).
     assert int(lines[0].split(": ")[1]) > (1000 if n.runtime == "runc" else 100)
     assert lines[1:] == [], out
+
+
+MOUNTS = """
+import sys
+for line in open("/proc/self/mountinfo"):
+    fields = line.split()
+    point, root, source = fields[4], fields[3], fields[fields.index("-") + 2]
+    if point in sys.argv[1:]:
+        print(point, root, source)
+"""
+
+
+async def test_the_sandboxes_own_mounts_name_no_host_path(neighbours: Neighbours) -> None:
+    """Gap 5: each of A's own mounts (workspace disk, /tmp, the code tmpfs, the socket dir, the account files)
+    shows the root of its filesystem, never where the control plane keeps it on the host."""
+    n = neighbours
+    points = ["/workspace", "/tmp", "/run/code", "/run/agent", "/etc/passwd", "/etc/group"]
+    out = await through_bash_tool(n.a, n.a_session, python_probe(MOUNTS, *points))
+    seen = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert sorted(seen) == sorted(points), out
+    data_dir = str(n.plane.plane.settings.data_dir)
+    for point, (root, source) in seen.items():
+        # a file bound from the sandbox's own tmpfs shows its name in that filesystem, a dir its root
+        assert root in ("/", f"/{point.rsplit('/', 1)[1]}"), (point, root, out)
+        assert data_dir not in source, (point, source, out)

@@ -57,6 +57,6 @@ def test_a_service_without_the_private_code_mount_fails_hardening(mounts: list[d
     problems = code_mount.service_problems(mounts)
     assert bool(problems) is refused
     with pytest.raises(HardeningError) as info:
-        verify_service_hardening(service(mounts), Resources(1.0, 256, 64), "net")
+        verify_service_hardening(service(mounts), Resources(1.0, 256, 64), "net", 200000, lambda uid: True)
     # The command check fails in this fixture on purpose (its own message): only the code mount's is looked at.
     assert ("the code snapshot dir /run/code" in str(info.value)) is refused

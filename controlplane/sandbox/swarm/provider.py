@@ -3,8 +3,8 @@
 Per session: a service `ocsb-<instance>-<id>` (restart none, limits and reservations, all caps
 dropped but the agent's three, read-only root, tmpfs /tmp and /workspace) attached only to its own
 `--internal` overlay network of the same name, so it has no route out and nothing to talk to.
-Services have no no-new-privileges option: the agent is started under PR_SET_NO_NEW_PRIVS instead,
-which every tool process inherits. The agent's channel: channel (control plane) -> mutual TLS ->
+Tools run as the sandbox's own uid block (tool_blocks), under no_new_privs and the agent's syscall
+filter (service). The agent's channel: channel (control plane) -> mutual TLS ->
 relay (a global service, one per node) -> the agent's Unix socket on that node. The task template and
 its fail-closed check are in service, the relay service and its per-node clients in fleet.
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,15 @@ from controlplane.sandbox.layout import (
     LABEL_SANDBOX,
     LABEL_SESSION,
     LABEL_TENANT,
+    LABEL_TOOL_UID,
     engine_name,
 )
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.swarm.channel import LocalForward
 from controlplane.sandbox.swarm.fleet import RelayFleet
 from controlplane.sandbox.swarm.service import sandbox_template, verify_service_hardening
+from controlplane.sandbox.swarm.tool_blocks import create_with_block
+from controlplane.sandbox.tool_ids import ToolIds
 
 # The package's logger, as before the split: operators (and tests) read the Swarm provider's story there.
 log = logging.getLogger("controlplane.sandbox.swarm")
@@ -79,7 +83,6 @@ class _Remote:
 @dataclass
 class _Placement:
     node: str
-    reasons: list[str] = field(default_factory=list)
 
 
 class SwarmSandboxProvider(SandboxProvider):
@@ -98,6 +101,7 @@ class SwarmSandboxProvider(SandboxProvider):
         self._instance = instance
         self._ledger = ledger
         self._state_dir = data_dir / "swarm"
+        self._tool_ids = ToolIds(config.tool_uid_first, config.tool_uid_count)
         self._client = (
             docker.DockerClient(base_url=config.base_url, version="auto") if config.base_url
             else docker.from_env(version="auto")
@@ -135,7 +139,7 @@ class SwarmSandboxProvider(SandboxProvider):
         return labels
 
     def node_of(self, sandbox_id: str) -> str:
-        """The Swarm node id the sandbox runs on (for tests, benchmarks and operators)."""
+        """The Swarm node id the sandbox runs on."""
         remote = self._live.get(sandbox_id)
         if remote is None:
             raise SandboxLostError(f"sandbox {sandbox_id} does not exist (any more)")
@@ -212,9 +216,8 @@ class SwarmSandboxProvider(SandboxProvider):
         return remote.sandbox
 
     async def attach(self, sandbox_id: str) -> Sandbox:
-        """Another control plane's sandbox (they share the store): reached through this plane's own relay on
-        the sandbox's node, which serves every instance's socket dirs under the node root, so both planes
-        must use the same `node_root`."""
+        """Another control plane's sandbox (they share the store), through this plane's relay on its node, which
+        serves every instance's socket dirs under the node root: both planes must use the same `node_root`."""
         async with self._attaching:
             known = self._live.get(sandbox_id) or self._attached.get(sandbox_id)
             if known is not None:
@@ -294,11 +297,13 @@ class SwarmSandboxProvider(SandboxProvider):
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
-        creating: asyncio.Future[str] | None = None
+        creating: asyncio.Future[tuple[str, int]] | None = None
         try:
             excluded = await self._prepare_dirs(sandbox_id)
-            creating = in_thread(self._create_service, sandbox_id, session_id, resources, tenant, excluded)
-            service_id = await asyncio.shield(creating)
+            creating = in_thread(create_with_block, self._tool_ids, self._api, sandbox_id, functools.partial(
+                self._create_service, sandbox_id, session_id, resources, tenant, excluded,
+            ), functools.partial(self._remove_service_and_network, sandbox_id))
+            service_id, _ = await asyncio.shield(creating)
             placement = await self._wait_placed(sandbox_id, service_id)
             remote = await self._connect(sandbox_id, placement.node, service_id)
             await remote.sandbox.agent.health(timeout_s=max(1.0, self._config.start_timeout_s))
@@ -327,18 +332,19 @@ class SwarmSandboxProvider(SandboxProvider):
         await asyncio.gather(*(c.request(request) for c in others), return_exceptions=True)
 
     def _create_service(
-        self, sandbox_id: str, session_id: str, resources: Resources, tenant: str, excluded: list[str]
+        self, sandbox_id: str, session_id: str, resources: Resources, tenant: str, excluded: list[str], tool_uid: int
     ) -> str:
         name = self._name(sandbox_id)
         labels = self._labels(sandbox_id, session_id, tenant)
         network = self._api.create_network(
             name, driver="overlay", internal=True, attachable=False, labels=labels, check_duplicate=True,
         )
+        labels[LABEL_TOOL_UID] = str(tool_uid)
         template = sandbox_template(
             self._config, labels, self._agent_dir_source(self._instance, sandbox_id), self._tmpfs_mb, resources,
             [*self._config.constraints, *self._config.tenant_constraints.get(tenant, []),
              *(f"node.id!={node}" for node in excluded)],
-            network["Id"],
+            network["Id"], tool_uid,
         )
         try:
             created = self._api.create_service(
@@ -347,7 +353,8 @@ class SwarmSandboxProvider(SandboxProvider):
         except docker.errors.APIError as exc:
             raise HardeningError(f"the engine refused the hardened service: {exc.explanation or exc}") from exc
         service_id = str(created["ID"])
-        verify_service_hardening(self._api.inspect_service(service_id), resources, network["Id"])
+        verify_service_hardening(self._api.inspect_service(service_id), resources, network["Id"], tool_uid,
+                                 self._tool_ids.owns)
         return service_id
 
     async def _wait_placed(self, sandbox_id: str, service_id: str) -> _Placement:

@@ -3,6 +3,7 @@ the engine stored what was asked (fail closed)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -11,13 +12,15 @@ from docker.types import Mount
 from controlplane.config import SwarmProviderConfig
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import HardeningError
-from controlplane.sandbox import code_mount
+from controlplane.sandbox import code_mount, confinement
 from controlplane.sandbox.layout import (
     AGENT_CAPS,
     AGENT_DIR,
     CAP_DROP,
     CODE_DIR,
     CODE_MODE,
+    ENV_TOOL_UID,
+    LABEL_TOOL_UID,
     WORKSPACE,
     agent_env,
     limit_problems,
@@ -40,14 +43,15 @@ AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"
 
 def sandbox_template(
     config: SwarmProviderConfig, labels: dict[str, str], agent_dir: str, tmpfs_mb: int, resources: Resources,
-    constraints: list[str], network_id: str,
+    constraints: list[str], network_id: str, tool_uid: int,
 ) -> Any:
     """The one-replica task of a sandbox: the agent under no_new_privs, tmpfs /tmp, /workspace and code dir,
-    its socket dir bound from the node, limits and reservations, only its own internal network."""
+    its socket dir bound from the node, limits and reservations, only its own internal network; its tools run
+    as its own uid block (`tool_uid`, also in `labels`) under the agent's syscall filter."""
     memory = resources.memory_mb * 1024 * 1024
     spec = docker.types.ContainerSpec(
         config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
-        env={**agent_env()},  # a copy typed as docker-py asks
+        env={**agent_env(), **confinement.agent_env(tool_uid)},
         mounts=[
             Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
             Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
@@ -71,7 +75,9 @@ def sandbox_template(
     )
 
 
-def verify_service_hardening(service: dict[str, Any], resources: Resources, network_id: str) -> None:
+def verify_service_hardening(
+    service: dict[str, Any], resources: Resources, network_id: str, tool_uid: int, owns_uid: Callable[[int], bool],
+) -> None:
     """Fails closed when the engine stored a weaker service than asked (old engines drop fields)."""
     template = service["Spec"]["TaskTemplate"]
     container = template["ContainerSpec"]
@@ -92,5 +98,23 @@ def verify_service_hardening(service: dict[str, Any], resources: Resources, netw
     if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
         problems.append("the Docker socket is mounted")
     problems += code_mount.service_problems(container.get("Mounts") or [])
+    problems += confinement_problems(service, tool_uid, owns_uid)
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))
+
+
+def confinement_problems(service: dict[str, Any], tool_uid: int, owns_uid: Callable[[int], bool]) -> list[str]:
+    """What is wrong with the stored service's tool uid block and syscall filter ([] when both are its own).
+    The agent stops when its filter does not hold (a denied call succeeds), so asking for it is what the
+    control plane can check here: unlike the Docker provider's, a task's /proc is on another node."""
+    container = service["Spec"]["TaskTemplate"]["ContainerSpec"]
+    env = dict(str(e).partition("=")[::2] for e in container.get("Env") or [])
+    wanted = confinement.agent_env(tool_uid)
+    found = []
+    if env.get(confinement.SYSCALL_DENY_ENV) != wanted[confinement.SYSCALL_DENY_ENV]:
+        found.append("the agent's syscall filter is not asked for")
+    labels = [(service["Spec"].get("Labels") or {}), (container.get("Labels") or {})]
+    if env.get(ENV_TOOL_UID) != str(tool_uid) or any(lab.get(LABEL_TOOL_UID) != str(tool_uid) for lab in labels) \
+            or not owns_uid(tool_uid):
+        found.append(f"the tool uid is not the sandbox's own block ({env.get(ENV_TOOL_UID)})")
+    return found
