@@ -37,6 +37,7 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.tenants.lifecycle import TenantAdmin
+from controlplane.discovery import ENDPOINT_FILE
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
 from controlplane.mcp.session import mcp_factory
@@ -51,7 +52,6 @@ from controlplane.tools.websearch import SearchConfig
 from sandbox_agent.gc_tuning import tune_after_startup
 
 log = logging.getLogger(__name__)
-ENDPOINT_FILE = "endpoint"
 DEFAULT_TOKEN_PREFIX = "ocsb_"
 """Starts every generated default-tenant token."""
 
