@@ -1,7 +1,9 @@
 """A local directory as a workspace archive for CreateSession, read without leaving the directory.
 
-Symlinks are stored as links, never followed: a link to `~/.ssh` puts the link in the archive, not the keys
-(the sandbox's extraction then refuses to write through it). Each file is opened with O_NOFOLLOW and checked
+Symlinks are stored as links, never followed. A link pointing out of the directory is refused with its name
+(the server refuses such an archive too; failing here says which link, before anything is sent), and an
+absolute link into the directory is stored relative, so that it still resolves once the workspace lives
+under /workspace. Each file is opened with O_NOFOLLOW and checked
 to still be a regular file, so a file swapped for a link between listing and reading is refused as well.
 FIFOs, sockets and devices are skipped: opening a FIFO would block the caller forever. The size is bounded
 while reading, so pointing at a home directory fails fast with a clear error instead of filling memory.
@@ -61,9 +63,29 @@ def archive_directory(
                             f"(max_bytes= raises the bound, up to the server's server.max_message_mb)"
                         )
                     _add_file(tar, path, arcname)
+                elif stat.S_ISLNK(info.st_mode):
+                    tar.addfile(_link_info(root, path, arcname, info))
                 else:
                     tar.add(path, arcname=arcname, recursive=False)
     return buf.getvalue()
+
+
+def _link_info(root: Path, path: Path, arcname: str, info: os.stat_result) -> tarfile.TarInfo:
+    target = os.readlink(path)
+    # Resolved lexically: the link's own target may not exist, and following it is what must not happen.
+    resolved = Path(os.path.normpath(path.parent / target))
+    top = Path(os.path.normpath(root.absolute()))
+    if resolved != top and top not in resolved.parents:
+        raise InvalidArgumentError(
+            f"workspace link {arcname} points out of {root} (to {target}); remove it, or pass the archive "
+            f"yourself as workspace=bytes"
+        )
+    member = tarfile.TarInfo(arcname)
+    member.type = tarfile.SYMTYPE
+    member.linkname = os.path.relpath(resolved, path.parent.absolute()) if os.path.isabs(target) else target
+    member.mtime = int(info.st_mtime)
+    member.mode = 0o777
+    return member
 
 
 def _add_file(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
