@@ -53,7 +53,7 @@ def test_a_bad_entry_is_refused_at_start(tmp_path: Path, name: str, content: str
     (texts / "glob.txt").write_text("fine\n")
     entry = texts / name
     entry.write_bytes(content) if isinstance(content, bytes) else entry.write_text(content)
-    with pytest.raises(ConfigError, match="tools.descriptions_dir") as raised:
+    with pytest.raises(ConfigError, match=r"tools\.descriptions_dir") as raised:
         settings_with(texts)
     assert message in str(raised.value)
     assert "built-in tool ids: " in str(raised.value)
