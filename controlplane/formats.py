@@ -191,7 +191,10 @@ def from_openai_arguments(listing: Listing, name: str, arguments: str | Mapping[
                           strict: bool = False) -> dict[str, Any]:
     """A tool call's `arguments` (the JSON string or its object) as the platform's arguments: with `strict`,
     nulls of optional properties are dropped and JSON strings standing for free-form values are parsed."""
-    value = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    except (ValueError, RecursionError) as exc:  # the model's text: malformed or absurdly nested
+        raise InvalidArgumentError(f"the arguments of {name!r} are not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"the arguments of {name!r} are not a JSON object")
     if not strict:
@@ -205,7 +208,7 @@ def _restore(node: Schema, value: Any, *, drop_nulls: bool) -> Any:
         if isinstance(value, str):
             try:
                 return json.loads(value)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 return value  # the tool's validation says what is wrong, in its own words
         return value
     if isinstance(value, dict) and isinstance(node.get("properties"), dict):

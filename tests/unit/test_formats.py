@@ -81,6 +81,13 @@ def test_strict_arguments_are_turned_back(listing: tool_pb2.ListToolsResponse) -
     assert formats.from_openai_arguments(listing, "read", model_said) == model_said
     with pytest.raises(InvalidArgumentError, match="not in the tool listing"):
         formats.from_openai_arguments(listing, "nope", "{}", strict=True)
+    with pytest.raises(InvalidArgumentError, match="not valid JSON"):
+        formats.from_openai_arguments(listing, "read", '{"filePath": ', strict=True)
+    with pytest.raises(InvalidArgumentError, match="not valid JSON"):
+        formats.from_openai_arguments(listing, "read", "[" * 100_000 + "]" * 100_000)
+    nested = json.dumps({"tool_calls": [{"tool": "read", "parameters": "[" * 100_000 + "]" * 100_000}]})
+    kept = formats.from_openai_arguments(listing, "batch", nested, strict=True)
+    assert kept["tool_calls"][0]["parameters"].startswith("[[[")  # left for the tool's own validation
 
 
 def test_plain_openai_and_anthropic_keep_the_schema_without_schema_and_ref(
