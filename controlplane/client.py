@@ -1,4 +1,6 @@
-"""A typed client for the public API: `AsyncClient`, and `Client` for synchronous callers."""
+"""A typed client for the public API: `connect()` and `AsyncClient`; `Client` (sync_client.py) for synchronous
+callers, method for method. What they return and the handler types are in client_types.py; docs/agent-developers.md
+walks through them."""
 
 from __future__ import annotations
 
