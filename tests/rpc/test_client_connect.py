@@ -48,6 +48,14 @@ async def test_connect_finds_the_plane_from_the_data_dir(plane: Plane, from_data
         await client.delete_session(session.id)
 
 
+async def test_the_sync_client_connects_the_same_way(plane: Plane, from_data_dir: Path) -> None:
+    def listed() -> list[str]:
+        with Client() as client:
+            return [s.id for s in client.list_sessions()]
+
+    assert await asyncio.to_thread(listed) == [s.id for s in await plane.client.list_sessions()]
+
+
 async def test_connect_without_a_token_says_where_one_comes_from(
     from_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
