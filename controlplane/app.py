@@ -38,6 +38,7 @@ from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
+from controlplane.discovery import ENDPOINT_FILE
 from controlplane.egress import EgressPolicy
 from controlplane.errors import ConfigError
 from controlplane.exec_commands import read_command
@@ -49,11 +50,11 @@ from controlplane.sandbox.tool_bridge import AgentToolCalls
 from controlplane.store.base import AuditWriter, Store, describe, hash_token, open_store
 from controlplane.telemetry import setup as telemetry
 from controlplane.tools import catalog
+from controlplane.tools.description_overrides import load_descriptions
 from controlplane.tools.websearch import SearchConfig
 from sandbox_agent.gc_tuning import tune_after_startup
 
 log = logging.getLogger(__name__)
-ENDPOINT_FILE = "endpoint"
 DEFAULT_TOKEN_PREFIX = "ocsb_"
 """Starts every generated default-tenant token."""
 
@@ -106,6 +107,7 @@ def tool_settings(settings: Settings) -> catalog.ToolSettings:
         search=SearchConfig(
             endpoint=s.endpoint, api_key=s.api_key, timeout=s.timeout_s, api_key_header=s.api_key_header,
         ),
+        descriptions=load_descriptions(settings.tools.descriptions_dir, catalog.tool_ids()),
     )
 
 
@@ -198,6 +200,7 @@ async def start(settings: Settings) -> ControlPlane:
     tenant_admin = await tenancy.start(settings, store)
     auth = Authenticator(tenant_admin.directory)
     policy = operator_policy(settings)
+    configured_tools = tool_settings(settings)  # reads tools.descriptions_dir: refused before anything starts
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
@@ -212,7 +215,7 @@ async def start(settings: Settings) -> ControlPlane:
     )
     audit = AuditWriter(store)
     tools = build_tools(
-        sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=tool_settings(settings),
+        sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=configured_tools,
         todos=store, limits=settings.limits, quotas=tenant_admin.quotas,
     )
     server, health_servicer, port = build_server(

@@ -26,9 +26,9 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from controlplane import app, cli_tenants
+from controlplane import app, cli_tenants, discovery
 from controlplane.client import AsyncClient, PermissionRequest
-from controlplane.config import Settings, client_environment, load_settings
+from controlplane.config import Settings, load_settings
 from controlplane.errors import ControlPlaneError
 from controlplane.v1 import session_pb2, tool_pb2
 from sandbox_agent import event_loop
@@ -41,22 +41,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _target_and_token(args: argparse.Namespace) -> tuple[str, str]:
-    settings = _settings(args)
-    env = client_environment()
-    target = args.target or env.target
-    if not target:
-        endpoint = settings.data_dir / app.ENDPOINT_FILE
-        target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
-    token = args.token or env.token or _read_token(settings.token_file)
-    if not token:
-        raise SystemExit(
-            f"no token: pass --token, set CONTROLPLANE_TOKEN, or start the server once ({settings.token_file})"
-        )
-    return target, token
-
-
-def _read_token(path: Path) -> str | None:
-    return path.read_text().strip() if path.exists() else None
+    return discovery.find_endpoint(args.target, args.token, config=Path(args.config) if args.config else None)
 
 
 def _ts(ts: Any) -> str:

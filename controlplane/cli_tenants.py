@@ -12,9 +12,8 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from controlplane import app
+from controlplane import discovery
 from controlplane.admin_client import AsyncAdminClient, quota
-from controlplane.config import client_environment, load_settings
 from controlplane.core.tenants.quota import KEYS
 from controlplane.v1 import admin_pb2
 
@@ -37,21 +36,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _target_and_admin_token(args: argparse.Namespace) -> tuple[str, str]:
-    settings = load_settings(Path(args.config) if args.config else None)
-    environment = client_environment()
-    target = args.target or environment.target
-    if not target:
-        endpoint = settings.data_dir / app.ENDPOINT_FILE
-        target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
-    path = settings.admin_token_file
-    token = args.token or environment.admin_token or (
-        path.read_text().strip() if path.exists() else ""
-    )
-    if not token:
-        raise SystemExit(
-            f"no admin token: pass --token, set CONTROLPLANE_ADMIN_TOKEN, or start the server once ({path})"
-        )
-    return target, token
+    return discovery.find_endpoint(args.target, args.token, config=Path(args.config) if args.config else None,
+                                   admin=True)
 
 
 def _when(ts: float) -> str:

@@ -1,18 +1,36 @@
-"""A typed client for the public API: `AsyncClient`, and `Client` for synchronous callers."""
+"""A typed client for the public API: `connect()` and `AsyncClient`; `Client` (sync_client.py) for synchronous
+callers, method for method. What they return and the handler types are in client_types.py; docs/agent-developers.md
+walks through them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 from opentelemetry import propagate, trace
 
+from controlplane.client_types import (
+    Completed,
+    EventHandler,
+    FileAttachment,
+    PermissionAnswer,
+    PermissionRequest,
+    Question,
+    QuestionAnswerer,
+    Reply,
+    Subtask,
+    SubtaskRunner,
+    ToolOutcome,
+    allow_once,
+    call_handler,
+    reject_unanswered,
+)
 from controlplane.core.tenants.records import token_too_long
+from controlplane.discovery import find_endpoint
 from controlplane.errors import InvalidArgumentError
 from controlplane.stream_accept import accepted, ended
 from controlplane.v1 import (
@@ -29,70 +47,47 @@ from controlplane.v1 import (
     tool_pb2,
     tool_pb2_grpc,
 )
+from controlplane.workspace_dir import DEFAULT_MAX_BYTES, archive_directory
+
+__all__ = [
+    "AsyncClient", "Client", "Completed", "EventHandler", "FileAttachment", "PermissionAnswer", "PermissionRequest",
+    "Question", "QuestionAnswerer", "Reply", "Session", "Subtask", "SubtaskRunner", "ToolOutcome", "allow_once",
+    "connect",
+]
 
 T = TypeVar("T")
 Session = session_pb2.Session
 ExecEvent = sandbox_pb2.ExecEvent
 ToolEvent = tool_pb2.ToolEvent
-PermissionRequest = tool_pb2.PermissionRequest
-Reply = tool_pb2.PermissionReply.Reply
-PermissionAnswer = Callable[[PermissionRequest], Awaitable[tuple[int, str]]]
-"""Decides a permission request: (ONCE|ALWAYS|REJECT, message)."""
-Question = tool_pb2.Question
-QuestionAnswerer = Callable[[Question], Awaitable[list[list[str]] | None]]
-"""Answers a question request: one list of labels per asked question, or None to dismiss it."""
-Subtask = tool_pb2.Subtask
-SubtaskRunner = Callable[[Subtask], Awaitable[str]]
-"""Runs a subagent's loop in the subtask's child session; returns its final text (raising fails the task)."""
 
 
-@dataclass(frozen=True)
-class Completed:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    signal: int = 0
-    timed_out: bool = False
-    aborted: bool = False
+def connect(
+    target: str | None = None, token: str | None = None, *, config: Path | None = None,
+    root_certificates: bytes | None = None,
+) -> AsyncClient:
+    """A client for the control plane found as the CLI finds it (`controlplane.discovery`): the arguments,
+    then CONTROLPLANE_TARGET / CONTROLPLANE_TOKEN, then the data dir of a server started on this machine.
+    Use it as `async with connect() as client:`."""
+    found_target, found_token = find_endpoint(target, token, config=config)
+    return AsyncClient(found_target, found_token, root_certificates=root_certificates)
 
 
-@dataclass
-class ToolOutcome:
-    """A finished tool call: exactly one of `result` and `error` is set."""
-
-    call_id: str
-    result: tool_pb2.ToolResult | None
-    error: str | None
-    events: list[tool_pb2.ToolEvent] = field(default_factory=list)
-
-    @property
-    def output(self) -> str:
-        if self.result is None:
-            raise AssertionError(f"the call failed: {self.error}")
-        return self.result.output
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        if self.result is None:
-            raise AssertionError(f"the call failed: {self.error}")
-        value: dict[str, Any] = json.loads(self.result.metadata_json or "{}")
-        return value
-
-    @property
-    def questions(self) -> list[tool_pb2.Question]:
-        return [e.question for e in self.events if e.WhichOneof("event") == "question"]
-
-    def of_call(self, call_id: str) -> list[tool_pb2.ToolEvent]:
-        """The events of one call on this stream (a `batch` entry's, by its call id)."""
-        return [e for e in self.events if e.call_id == call_id]
-
-    @property
-    def permission_requests(self) -> list[tool_pb2.PermissionRequest]:
-        return [e.permission_request for e in self.events if e.WhichOneof("event") == "permission_request"]
-
-
-async def allow_once(_: PermissionRequest) -> tuple[int, str]:
-    return tool_pb2.PermissionReply.ONCE, ""
+def workspace_bytes(workspace: Path | bytes | None, workspace_archive: bytes, max_bytes: int) -> bytes:
+    """The archive CreateSession takes: `workspace` a directory (archived here), a tar file, or its bytes."""
+    if workspace is not None and workspace_archive:
+        raise InvalidArgumentError("pass workspace= or workspace_archive=, not both")
+    if workspace is None:
+        return workspace_archive
+    if isinstance(workspace, bytes | bytearray):
+        return bytes(workspace)
+    path = Path(workspace)
+    if path.is_dir():
+        return archive_directory(path, max_bytes=max_bytes)
+    if path.is_file():
+        if path.stat().st_size > max_bytes:
+            raise InvalidArgumentError(f"workspace archive {path} is larger than {max_bytes} bytes (max_bytes=)")
+        return path.read_bytes()
+    raise InvalidArgumentError(f"workspace {path}: no such directory or archive")
 
 
 def sendable_token(token: str) -> str:
@@ -143,12 +138,15 @@ class AsyncClient:
         await self._channel.close()
 
     async def create_session(
-        self, *, agent: str = "", workspace_archive: bytes = b"", config_json: str = "",
-        labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0, pids: int = 0,
-        deadline_s: float | None = 120,
+        self, *, agent: str = "", workspace: Path | bytes | None = None, workspace_archive: bytes = b"",
+        config_json: str = "", labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0,
+        pids: int = 0, deadline_s: float | None = 120, max_workspace_bytes: int = DEFAULT_MAX_BYTES,
     ) -> Session:
+        """`workspace` is a directory (archived without following its symlinks, at most `max_workspace_bytes`),
+        a tar(.gz) file, or archive bytes; `workspace_archive` (bytes) is the older spelling of the last."""
+        archive = workspace_bytes(workspace, workspace_archive, max_workspace_bytes)
         request = session_pb2.CreateSessionRequest(
-            agent=agent, workspace_archive=workspace_archive, config_json=config_json, labels=labels or {},
+            agent=agent, workspace_archive=archive, config_json=config_json, labels=labels or {},
         )
         if cpu or memory_mb or pids:
             request.resources.CopyFrom(session_pb2.Resources(cpu=cpu, memory_mb=memory_mb, pids=pids))
@@ -260,10 +258,15 @@ class AsyncClient:
 
     async def execute_tool(
         self, session_id: str, tool: str, args: dict[str, Any] | str, *, call_id: str = "", message_id: str = "",
-        agent: str = "", on_permission: PermissionAnswer = allow_once, on_subtask: SubtaskRunner | None = None,
-        on_question: QuestionAnswerer | None = None,
+        agent: str = "", on_permission: PermissionAnswer | None = None, on_subtask: SubtaskRunner | None = None,
+        on_question: QuestionAnswerer | None = None, on_event: EventHandler | None = None,
     ) -> ToolOutcome:
         """Runs one tool call to its end, answering each permission request with `on_permission`.
+
+        Without `on_permission` every permission request is rejected, with a message saying how to answer:
+        approving has to be a decision. `on_event` sees every event of the stream (state, metadata with live
+        output, permission requests, questions, subtasks, the result or error) in order, before it is
+        handled; an exception from it aborts the call. Handlers may be plain or coroutine functions.
 
         A `task` call's subtask is run with `on_subtask` (concurrently, so this stream keeps being
         served) and its text sent back on the stream; without `on_subtask` someone else must answer
@@ -271,6 +274,7 @@ class AsyncClient:
         it they wait for an answer from another connection (`reply_question`). Events of a `batch`'s
         entries carry their own call ids; the outcome is the streamed call's own result or error.
         """
+        decide = on_permission or reject_unanswered
         stream, outbox = self.tool_call(
             session_id, tool, args, call_id=call_id, message_id=message_id, agent=agent
         )
@@ -281,7 +285,7 @@ class AsyncClient:
 
         async def answer_question(question: Question) -> None:
             assert on_question is not None
-            answers = await on_question(question)
+            answers = await call_handler(on_question, question)
             reply = tool_pb2.QuestionReply(
                 request_id=question.id, dismissed=answers is None,
                 answers=[tool_pb2.QuestionAnswer(labels=labels) for labels in answers or []],
@@ -291,7 +295,8 @@ class AsyncClient:
         async def run_subtask(request: Subtask) -> None:
             assert on_subtask is not None
             try:
-                result = tool_pb2.SubtaskResult(session_id=request.session_id, text=await on_subtask(request))
+                text = await call_handler(on_subtask, request)
+                result = tool_pb2.SubtaskResult(session_id=request.session_id, text=text)
             except Exception as exc:  # the subagent failed: the task call reports it
                 result = tool_pb2.SubtaskResult(session_id=request.session_id, error=str(exc) or type(exc).__name__)
             outbox.put_nowait(tool_pb2.ExecuteToolRequest(subtask_result=result))
@@ -299,10 +304,12 @@ class AsyncClient:
         try:
             async for event in stream:
                 events.append(event)
+                if on_event is not None:
+                    await call_handler(on_event, event)
                 top = top or event.call_id  # the streamed call's first event comes before any sub-call's
                 kind = event.WhichOneof("event")
                 if kind == "permission_request":
-                    reply, message = await on_permission(event.permission_request)
+                    reply, message = await call_handler(decide, event.permission_request)
                     answer = tool_pb2.PermissionReply(
                         request_id=event.permission_request.id, reply=reply, message=message  # type: ignore[arg-type]
                     )
@@ -380,48 +387,4 @@ class AsyncClient:
         return self.events.SubscribeEvents(request, metadata=self._metadata)
 
 
-class Client:
-    """Synchronous wrapper: the async client driven on a private event-loop thread."""
-
-    def __init__(self, target: str, token: str, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="controlplane-client", daemon=True)
-        self._thread.start()
-        self._async = self._call(_make(target, token, kwargs))
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def create_session(self, **kwargs: Any) -> Session:
-        return self._call(self._async.create_session(**kwargs))
-
-    def get_session(self, session_id: str) -> Session:
-        return self._call(self._async.get_session(session_id))
-
-    def list_sessions(self, include_deleted: bool = False) -> list[Session]:
-        return self._call(self._async.list_sessions(include_deleted))
-
-    def delete_session(self, session_id: str) -> Session:
-        return self._call(self._async.delete_session(session_id))
-
-    def run(self, session_id: str, argv: Iterable[str] = (), **kwargs: Any) -> Completed:
-        return self._call(self._async.run(session_id, list(argv), **kwargs))
-
-    def reload_tools(self, session_id: str) -> tool_pb2.ReloadToolsResponse:
-        return self._call(self._async.reload_tools(session_id))
-
-    def close(self) -> None:
-        self._call(self._async.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-async def _make(target: str, token: str, kwargs: dict[str, Any]) -> AsyncClient:
-    return AsyncClient(target, token, **kwargs)
+from controlplane.sync_client import Client  # noqa: E402  (it imports this module lazily: no cycle)

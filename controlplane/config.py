@@ -232,6 +232,16 @@ class SearchConfig(_Closed):
     """None keeps each tool's own (websearch 25 s, codesearch 30 s)."""
 
 
+class ToolsConfig(_Closed):
+    """The built-in tools as the model is shown them."""
+
+    descriptions_dir: Path | None = None
+    """A directory of `<tool id>.txt` files, each replacing that built-in tool's description (the platform's
+    own words by default), e.g. for a site that wants upstream's exact prompt text. `${name}` placeholders
+    are filled as in the built-in texts. Read and checked at start: a file naming no built-in tool, an empty
+    or unreadable file, or any other entry is an error."""
+
+
 class StoreConfig(_Closed):
     """Where durable state lives. Control planes that share a PostgreSQL database serve the same tenants and
     sessions (see docs/state.md); each needs its own `instance` name."""
@@ -323,6 +333,7 @@ class Settings(BaseSettings):
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
 

@@ -4,6 +4,7 @@ The rpc layer maps `code` to a gRPC status in one place.
 
 ControlPlaneError
 ├── InvalidArgumentError        the request is malformed
+│   └── WorkspaceTooLargeError  a client-side workspace directory over its bound (workspace_dir.py)
 ├── UnauthenticatedError        no or unknown bearer token
 ├── NotFoundError               unknown (or another tenant's) session
 ├── FailedPreconditionError     the session is not in a state that allows this

@@ -7,12 +7,14 @@ side from too.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controlplane import egress
 from controlplane.core.calls.tool import ToolInfo
 from controlplane.core.definitions.registry import BUILTIN_ORDER, EXTRA_ORDER
 from controlplane.tools import codesearch, webfetch, websearch
+from controlplane.tools.description_overrides import described
 from opencode_semantics.tools import BUILTIN_TOOLS
 
 _CONFIGURED = {"webfetch", "websearch", "codesearch"}
@@ -25,6 +27,8 @@ class ToolSettings:
 
     egress: egress.EgressPolicy = field(default_factory=egress.EgressPolicy)
     search: websearch.SearchConfig = field(default_factory=websearch.SearchConfig)
+    descriptions: Mapping[str, str] = field(default_factory=dict)
+    """The operator's description texts by tool id (`tools.descriptions_dir`)."""
 
 
 def implemented(settings: ToolSettings | None = None) -> dict[str, ToolInfo]:
@@ -36,7 +40,12 @@ def implemented(settings: ToolSettings | None = None) -> dict[str, ToolInfo]:
     tools["webfetch"] = webfetch.make_tool(settings.egress)
     tools["websearch"] = websearch.make_tool(settings.search, settings.egress)
     tools["codesearch"] = codesearch.make_tool(settings.search, settings.egress)
-    return tools
+    return described(tools, settings.descriptions)
+
+
+def tool_ids() -> frozenset[str]:
+    """Every built-in tool's id, listed or not."""
+    return frozenset(tool.id for tool in BUILTIN_TOOLS)
 
 
 def registered(tools: dict[str, ToolInfo]) -> dict[str, ToolInfo]:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from controlplane.client import ToolOutcome
+from controlplane.client import ToolOutcome, allow_once
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane
 
@@ -46,7 +46,8 @@ def workspace() -> dict[str, str]:
 
 
 async def call(plane: Plane, session_id: str, tool: str, args: dict[str, Any] | str) -> ToolOutcome:
-    return await plane.client.execute_tool(session_id, tool, args)
+    # The fixtures' CONFIG asks for `deploy`: the pattern tests approve each ask once, explicitly.
+    return await plane.client.execute_tool(session_id, tool, args, on_permission=allow_once)
 
 
 async def output_of(plane: Plane, session_id: str, tool: str, args: dict[str, Any]) -> str:

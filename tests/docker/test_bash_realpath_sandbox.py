@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import PermissionRequest, ToolOutcome
+from controlplane.client import PermissionRequest, ToolOutcome, allow_once
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, workspace_session
 
@@ -31,10 +31,10 @@ async def test_creating_outside_asks_for_the_parent(docker_plane: Plane, session
     refused = await bash(docker_plane, session_id, "mkdir /tmp/v2-made", on_permission=reject)
     assert refused.error == "The user rejected permission to use this specific tool call."
     assert asks(refused) == [("external_directory", ["/tmp/*"], ["/tmp/*"])]
-    check = await bash(docker_plane, session_id, "test -e /tmp/v2-made; echo $?")
+    check = await bash(docker_plane, session_id, "test -e /tmp/v2-made; echo $?", on_permission=allow_once)
     assert check.output == "1\n"
 
-    made = await bash(docker_plane, session_id, "mkdir /tmp/v2-made && touch /tmp/v2-made/f")
+    made = await bash(docker_plane, session_id, "mkdir /tmp/v2-made && touch /tmp/v2-made/f", on_permission=allow_once)
     # The second path's parent does not exist yet when the command is checked: only /tmp is asked for.
     assert asks(made) == [("external_directory", ["/tmp/*"], ["/tmp/*"])]
     assert made.metadata["exit"] == 0

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from controlplane.client import allow_once
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, workspace_session
 
@@ -105,7 +106,7 @@ async def test_ask_reaches_the_client_and_a_reject_fails(docker_plane: Plane, se
 
     out = await docker_plane.client.execute_tool(session_id, "math_guarded", {}, on_permission=reject)
     assert out.error == "The user rejected permission to use this specific tool call."
-    out = await docker_plane.client.execute_tool(session_id, "math_guarded", {})
+    out = await docker_plane.client.execute_tool(session_id, "math_guarded", {}, on_permission=allow_once)
     assert out.output == "agent=build dir=/workspace"
 
 

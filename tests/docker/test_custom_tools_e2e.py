@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import AsyncClient, ToolOutcome
+from controlplane.client import AsyncClient, ToolOutcome, allow_once
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
 from tests.docker.custom_tools_support import ECHO_TS, custom_tools
@@ -307,7 +307,8 @@ async def test_project_plugins_shell_env_and_tool_definition_hooks(docker_plane:
                                         call_id="call_env1")
         assert out.output == "cwd=/workspace call=call_env1 had=0\n"
         out = await client.execute_tool(session.id, "bash", {"command": "echo $FROM_PLUGIN", "workdir": "/tmp",
-                                                             "description": "env"}, call_id="call_env2")
+                                                             "description": "env"}, call_id="call_env2",
+                                        on_permission=allow_once)
         assert out.output == "cwd=/tmp call=call_env2 had=0\n"
     finally:
         await client.delete_session(session.id)

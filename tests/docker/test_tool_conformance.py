@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import AsyncClient, PermissionRequest, ToolOutcome
+from controlplane.client import AsyncClient, PermissionRequest, ToolOutcome, allow_once
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, workspace_session
 
@@ -109,7 +109,7 @@ async def test_reading_env_file_asks_and_reject_fails(docker_plane: Plane, sessi
         "The user rejected permission to use this specific tool call with the following feedback: "
         "use the example file"
     )
-    ok = await call(docker_plane, session_id, "read", {"filePath": f"{WS}/.env"})
+    ok = await call(docker_plane, session_id, "read", {"filePath": f"{WS}/.env"}, on_permission=allow_once)
     assert "1: SECRET=1" in ok.output
 
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import strategies as st
 
-from controlplane.client import AsyncClient, PermissionRequest
+from controlplane.client import AsyncClient, PermissionRequest, allow_once
 from controlplane.v1 import tool_pb2
 from tests.fuzz.harness import run_given
 from tests.fuzz.test_archives_fuzz import member, tar
@@ -86,7 +86,7 @@ async def test_writes_through_symlinks_are_stopped_by_the_container(
     assert [r.permission for r in refused.permission_requests] == ["external_directory"]
     assert refused.error is not None
     # Allowed anyway, the container still stops the write.
-    out = await client.execute_tool(session_id, "write", {"filePath": path, "content": "x"})
+    out = await client.execute_tool(session_id, "write", {"filePath": path, "content": "x"}, on_permission=allow_once)
     assert out.error is not None
     assert error in out.error, out.error
     assert await _outside_state(client, session_id) == before

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from controlplane.client import allow_once
 from tests.archives import tar_of
 from tests.oracle.cases import GROUPS, Recorded, load, reads_first
 from tests.oracle.compare import expected, ours
@@ -33,9 +34,12 @@ async def test_same_answer_as_upstream(docker_plane: Plane, recorded: Recorded) 
             done = await client.run(session.id, ["bash", "-c", case.setup], cwd="/workspace")
             assert done.exit_code == 0, done.stderr
         if reads_first(case):
-            read = await client.execute_tool(session.id, "read", {"filePath": case.params["filePath"]})
+            read = await client.execute_tool(session.id, "read", {"filePath": case.params["filePath"]},
+                                             on_permission=allow_once)
             assert read.result is not None, read.error
-        outcome = await client.execute_tool(session.id, case.tool, case.params, agent=case.agent)
+        # Upstream's answers were recorded with everything allowed (record.py): asks are approved here too.
+        outcome = await client.execute_tool(session.id, case.tool, case.params, agent=case.agent,
+                                            on_permission=allow_once)
         assert ours(outcome) == expected(recorded)
     finally:
         await client.delete_session(session.id)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controlplane import app
-from controlplane.client import AsyncClient, ToolOutcome
+from controlplane.client import AsyncClient, ToolOutcome, allow_once
 from controlplane.config import load_settings
 from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
@@ -323,7 +323,8 @@ async def test_plan_exit_yes_and_no(plane: Plane) -> None:
 
         return answer
 
-    out = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Yes"))
+    out = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Yes"),
+                                         on_permission=allow_once)
     plan = re.fullmatch(r"Plan at (.+) is complete\. Would you like to switch to the build agent and start "
                         r"implementing\?", seen[0]["question"])
     assert plan is not None

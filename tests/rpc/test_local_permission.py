@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from controlplane.client import allow_once
 from controlplane.core.calls.tool import PermissionAsk
 from controlplane.core.permissions.asks import PermissionGate
 from controlplane.core.permissions.audit import AuditEntry
@@ -68,7 +69,8 @@ async def test_order_is_kept_when_a_local_allow_precedes_an_ask_that_goes_up(
     plane: Plane, gate_asks: list[tuple[str, tuple[str, ...]]],
 ) -> None:
     session = await plane.client.create_session(config_json=CONFIG)
-    outcome = await plane.client.execute_tool(session.id, "bash", bash("cat /etc/hostname"), message_id="m1")
+    outcome = await plane.client.execute_tool(session.id, "bash", bash("cat /etc/hostname"), message_id="m1",
+                                              on_permission=allow_once)
     assert outcome.error is None
     assert [r.permission for r in outcome.permission_requests] == ["bash"]
     assert gate_asks == [("bash", ("cat /etc/hostname",))]  # external_directory was allowed in the sandbox

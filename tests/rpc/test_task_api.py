@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from controlplane import app
-from controlplane.client import AsyncClient, Subtask, ToolOutcome
+from controlplane.client import AsyncClient, Subtask, ToolOutcome, allow_once
 from controlplane.config import load_settings
 from controlplane.v1 import event_pb2, session_pb2, tool_pb2
 from tests.planes import Plane, new_instance, served_plane, short_tmp
@@ -152,7 +152,8 @@ async def test_unknown_agent_after_the_permission_ask(plane: Plane) -> None:
     assert out.permission_requests == []  # build allows task by default
 
     asking = await plane.client.create_session(config_json=json.dumps({"permission": {"task": "ask"}}))
-    out = await plane.client.execute_tool(asking.id, "task", task_args("Do a thing", subagent="nope"))
+    out = await plane.client.execute_tool(asking.id, "task", task_args("Do a thing", subagent="nope"),
+                                          on_permission=allow_once)
     assert out.error == "Unknown agent type: nope is not a valid agent type"
     [asked] = out.permission_requests
     assert (asked.permission, list(asked.patterns), list(asked.always)) == ("task", ["nope"], ["*"])

@@ -18,6 +18,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from controlplane.client import allow_once
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, served_plane
 from tests.tracing import memory_exporter
@@ -245,7 +246,7 @@ async def test_an_allowed_ask_is_auto_allowed_by_its_rule(
     session = await plane.client.create_session(config_json=ASK_GIT)
     # The read tool asks `read` for its path; the default agent allows it by rule (no one is asked).
     outcome = await plane.client.execute_tool(session.id, "read", {"filePath": "/nonexistent/file"},
-                                              call_id="call_read")
+                                              call_id="call_read", on_permission=allow_once)
     assert outcome.error is not None
     call = await wait_for_span(exported, "execute_tool read", **{"gen_ai.tool.call.id": "call_read"})
     assert call.attributes is not None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controlplane.client import AsyncClient, Session
+from controlplane.client import AsyncClient, Session, allow_once
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane
 from tests.runtimes import RUNTIMES, skip_unless_usable
@@ -157,8 +157,10 @@ class Vector:
 
 
 async def through_bash_tool(client: AsyncClient, session_id: str, script: str) -> str:
+    # Every ask is approved: what must stop an escape is the sandbox, not a permission prompt.
     outcome = await client.execute_tool(
-        session_id, "bash", {"command": script, "description": "Escape attempt", "timeout": 60_000}
+        session_id, "bash", {"command": script, "description": "Escape attempt", "timeout": 60_000},
+        on_permission=allow_once,
     )
     return outcome.output
 

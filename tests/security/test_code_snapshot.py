@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from controlplane.client import allow_once
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.planes import Plane
@@ -253,7 +254,8 @@ async def test_a_full_tmp_does_not_stop_reload(docker_plane: Plane, open_session
     session_id = open_session
     fill = heredoc("/workspace/.opencode/tool/late.ts", HELPER_TS)
     fill += "dd if=/dev/zero of=/tmp/fill bs=1M >/dev/null 2>&1; echo filled"
-    assert (await client.execute_tool(session_id, "bash", bash(fill))).output.startswith("filled\n")
+    filled = await client.execute_tool(session_id, "bash", bash(fill), on_permission=allow_once)  # /tmp: outside
+    assert filled.output.startswith("filled\n")
     assert "late" not in await tool_ids(docker_plane, session_id)
     report = await client.reload_tools(session_id)
     assert list(report.added_tools) == ["late"]

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
 from tests.planes import Plane
@@ -157,7 +157,9 @@ async def test_planted_modules_config_and_env_files_never_reach_the_tool_hosts(d
         assert first.endswith("/workspace/.opencode/tool/lookups.ts"), first
         assert await call(client, session.id, "pylookups_hello") == "py dotenv=None cwd=/workspace"
 
-        planted = await client.execute_tool(session.id, "bash", {"command": PLANT, "description": "Plants"})
+        # Planting writes outside the workspace (external_directory): approved, the code dir refuses on its own.
+        planted = await client.execute_tool(session.id, "bash", {"command": PLANT, "description": "Plants"},
+                                            on_permission=allow_once)
         assert planted.output.strip().splitlines()[-2:] == ["code dir: refused", "planted"], planted.output
 
         if restart == "abort":

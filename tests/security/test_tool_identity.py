@@ -28,7 +28,8 @@ async def _bash(client: AsyncClient, session_id: str, command: str) -> str:
 
 
 async def _read(client: AsyncClient, session_id: str, path: str) -> tuple[str, str | None]:
-    outcome = await client.execute_tool(session_id, "read", {"filePath": path})
+    # Paths outside the workspace ask external_directory: approved, so that the identity is what refuses.
+    outcome = await client.execute_tool(session_id, "read", {"filePath": path}, on_permission=allow_once)
     return (outcome.output if outcome.error is None else ""), outcome.error
 
 
@@ -126,7 +127,8 @@ async def test_write_and_edit_act_as_the_tool_user(docker_plane: Plane) -> None:
         uid = tool_uid(docker_plane.instance, session.sandbox_id)
         assert owners == f"{uid} new.txt\n{uid} notes.txt\ntwo\n"
 
-        refused = await client.execute_tool(session.id, "write", {"filePath": "/root/planted.txt", "content": "x"})
+        refused = await client.execute_tool(session.id, "write", {"filePath": "/root/planted.txt", "content": "x"},
+                                            on_permission=allow_once)
         assert refused.error is not None
         assert "permission denied" in refused.error.lower() or "EACCES" in refused.error
         sandbox = await docker_plane.plane.sessions._provider.get(session.sandbox_id)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import PermissionRequest, Subtask, ToolOutcome
+from controlplane.client import PermissionRequest, Subtask, ToolOutcome, allow_once
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, served_plane
@@ -88,7 +88,7 @@ async def test_workspace_top_level_allow_still_asks_what_config_json_asks(plane:
     assert out.error == "The user rejected permission to use this specific tool call."
     assert not await exists(plane, sid, "/workspace/made.txt")
     # Once the caller approves, the command runs (the ask is the caller's, not a refusal).
-    out = await plane.client.execute_tool(sid, "bash", bash("touch made.txt"))
+    out = await plane.client.execute_tool(sid, "bash", bash("touch made.txt"), on_permission=allow_once)
     assert out.error is None, out.error
     assert await exists(plane, sid, "/workspace/made.txt")
 
