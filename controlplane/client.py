@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry import propagate, trace
 
+from controlplane.client_files import AsyncFiles, Files
 from controlplane.stream_accept import accepted
 from controlplane.v1 import (
     event_pb2,
@@ -93,7 +94,7 @@ async def allow_once(_: PermissionRequest) -> tuple[int, str]:
     return tool_pb2.PermissionReply.ONCE, ""
 
 
-class AsyncClient:
+class AsyncClient(AsyncFiles):
     """`target` is host:port; `token` the tenant's bearer token."""
 
     def __init__(self, target: str, token: str, *, root_certificates: bytes | None = None) -> None:
@@ -363,7 +364,7 @@ class AsyncClient:
         return self.events.SubscribeEvents(request, metadata=self._metadata)
 
 
-class Client:
+class Client(Files):
     """Synchronous wrapper: the async client driven on a private event-loop thread."""
 
     def __init__(self, target: str, token: str, **kwargs: Any) -> None:
