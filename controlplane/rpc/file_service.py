@@ -9,6 +9,8 @@ paths, the bytes moved), and a token revoked mid-transfer ends the transfer at i
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +26,15 @@ from controlplane.v1 import file_pb2, file_pb2_grpc
 
 CHUNK = 1024 * 1024
 """Bytes per message the control plane sends (what it receives is the client's choice, up to the message limit)."""
+DRAIN_S = 30.0
+"""How long a refused client stream is read on, at most, so that its writer sees the refusal."""
 _TYPES = {"file": file_pb2.FileInfo.FILE, "directory": file_pb2.FileInfo.DIRECTORY,
           "symlink": file_pb2.FileInfo.SYMLINK, "other": file_pb2.FileInfo.OTHER}
+
+
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    async for _ in requests:
+        pass
 
 
 def _info(entry: FileEntry) -> file_pb2.FileInfo:
@@ -58,7 +67,13 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             raise InvalidArgumentError("session_id is required")
         return await self._sessions.sandbox_for(transfer.tenant, session_id)  # NOT_FOUND for others' sessions
 
-    async def _end(self, context: Any, transfer: _Transfer, operation: str, exc: ControlPlaneError | None) -> None:
+    async def _end(self, context: Any, transfer: _Transfer, operation: str, exc: ControlPlaneError | None,
+                   unread: AsyncIterator[Any] | None = None) -> None:
+        if exc is not None and unread is not None:
+            # A client still writing when the call ends sees its own write fail (INTERNAL) instead of this
+            # refusal: take the rest of its stream first (bounded in time), as the agent does with ours.
+            with contextlib.suppress(Exception):  # best effort: the refusal below is what matters
+                await asyncio.wait_for(_drain(unread), DRAIN_S)
         if exc is not None:
             transfer.outcome, transfer.detail = "error", str(exc)
             if isinstance(exc, SandboxLostError) and transfer.session_id:
@@ -101,8 +116,8 @@ class FileService(file_pb2_grpc.FileServiceServicer):
         self, request_iterator: AsyncIterator[file_pb2.WriteFileRequest], context: Any
     ) -> file_pb2.FileInfo:
         transfer, failure = _Transfer(), None
+        requests = aiter(request_iterator)
         try:
-            requests = aiter(request_iterator)
             first = await anext(requests, None)
             if first is None:
                 raise InvalidArgumentError("WriteFile needs a first message naming the session and the file")
@@ -123,7 +138,7 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             failure = exc
             raise
         finally:
-            await self._end(context, transfer, "write_file", failure)
+            await self._end(context, transfer, "write_file", failure, requests)
 
     async def ReadFile(
         self, request: file_pb2.ReadFileRequest, context: Any
@@ -162,8 +177,8 @@ class FileService(file_pb2_grpc.FileServiceServicer):
         self, request_iterator: AsyncIterator[file_pb2.UploadRequest], context: Any
     ) -> file_pb2.UploadResponse:
         transfer, failure = _Transfer(), None
+        requests = aiter(request_iterator)
         try:
-            requests = aiter(request_iterator)
             first = await anext(requests, None)
             if first is None:
                 raise InvalidArgumentError("Upload needs a first message naming the session and the directory")
@@ -178,7 +193,7 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             failure = exc
             raise
         finally:
-            await self._end(context, transfer, "upload", failure)
+            await self._end(context, transfer, "upload", failure, requests)
 
     async def Download(
         self, request: file_pb2.DownloadRequest, context: Any

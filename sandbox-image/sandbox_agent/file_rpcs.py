@@ -149,12 +149,16 @@ async def _feed(helper: Execution, first: bytes, rest: AsyncIterator[bytes]) -> 
 
 
 async def _collect_while(helper: Execution, feeding: Awaitable[None]) -> tuple[bytes, bytes, Exit]:
-    """The helper's output and exit while `feeding` writes its stdin; a helper that refused early (a bad path)
-    ends the feed instead of leaving the caller's stream to fill a pipe nobody reads."""
+    """The helper's output and exit while `feeding` writes its stdin. A helper that refused early (a bad path)
+    still has the caller's stream read to its end (writes to it are dropped), as UploadWorkspace does: a caller
+    still writing when the call ends would see its own write fail instead of the refusal."""
     feed = asyncio.ensure_future(feeding)
     try:
-        return await _collect(helper)
+        result = await _collect(helper)
+        await feed
+        return result
     finally:
-        feed.cancel()
-        with contextlib.suppress(asyncio.CancelledError, OSError, grpc.RpcError):
-            await feed
+        if not feed.done():
+            feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError, grpc.RpcError):
+                await feed
