@@ -34,7 +34,7 @@ LIST_BOUND = 10_000
 _DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class RefusedError(AgentError):
+class FileRefusedError(AgentError):
     """A refusal with the gRPC status that says what kind (INVALID_ARGUMENT, NOT_FOUND, ...)."""
 
     def __init__(self, status: str, message: str) -> None:
@@ -53,29 +53,31 @@ def relative(root: str, real: str) -> str:
 def locate(workspace: str, path: str) -> Target:
     """`path` (relative to the workspace, or absolute under it) resolved, and proven to stay inside it."""
     if "\0" in path:
-        raise RefusedError("INVALID_ARGUMENT", f"{path!r}: a path cannot contain a NUL byte")
+        raise FileRefusedError("INVALID_ARGUMENT", f"{path!r}: a path cannot contain a NUL byte")
     root = os.path.realpath(workspace)
     spelled = os.path.normpath(path if os.path.isabs(path) else os.path.join(workspace, path))
     if not inside(os.path.normpath(workspace), spelled) and not inside(root, spelled):
-        raise RefusedError("INVALID_ARGUMENT", f"{path!r} is outside the workspace {workspace}: give a path relative "
-                                          f"to it or absolute under it")
+        raise FileRefusedError(
+            "INVALID_ARGUMENT", f"{path!r} is outside the workspace {workspace}: give a path relative to it or "
+                                "absolute under it")
     target = inspect(spelled, None)
     if not inside(root, target.real):
-        raise RefusedError("INVALID_ARGUMENT", f"{path!r} leads outside the workspace through a symbolic link "
-                                          f"(to {target.real}); the files API does not follow it")
+        raise FileRefusedError("INVALID_ARGUMENT", f"{path!r} leads outside the workspace through a symbolic link "
+                               f"(to {target.real}); the files API does not follow it")
     return target
 
 
-def _os_refusal(exc: OSError, path: str) -> RefusedError:
+def _os_refusal(exc: OSError, path: str) -> FileRefusedError:
     if isinstance(exc, PathChangedError):
-        return RefusedError("FAILED_PRECONDITION", str(exc))
+        return FileRefusedError("FAILED_PRECONDITION", str(exc))
     if exc.errno == errno.ENOENT:
-        return RefusedError("NOT_FOUND", f"{path!r} does not exist in the workspace")
+        return FileRefusedError("NOT_FOUND", f"{path!r} does not exist in the workspace")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return RefusedError("RESOURCE_EXHAUSTED", f"{path!r}: {exc.strerror}: the workspace disk is full")
+        return FileRefusedError("RESOURCE_EXHAUSTED", f"{path!r}: {exc.strerror}: the workspace disk is full")
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return RefusedError("INVALID_ARGUMENT", f"{path!r}: a symbolic link or a file is in the way ({exc.strerror})")
-    return RefusedError("FAILED_PRECONDITION", f"{path!r}: {exc.strerror or exc}")
+        return FileRefusedError("INVALID_ARGUMENT",
+                                f"{path!r}: a symbolic link or a file is in the way ({exc.strerror})")
+    return FileRefusedError("FAILED_PRECONDITION", f"{path!r}: {exc.strerror or exc}")
 
 
 def entry(rel: str, info: os.stat_result, link: str = "") -> dict[str, Any]:
@@ -95,21 +97,21 @@ def write(
     target = locate(workspace, path)
     root = os.path.realpath(workspace)
     if target.real == root or path.endswith("/"):
-        raise RefusedError("INVALID_ARGUMENT", f"{path!r} names a directory; give a file path")
+        raise FileRefusedError("INVALID_ARGUMENT", f"{path!r} names a directory; give a file path")
     if target.is_dir:
-        raise RefusedError("FAILED_PRECONDITION", f"{path!r} is a directory")
+        raise FileRefusedError("FAILED_PRECONDITION", f"{path!r} is a directory")
     if target.identity is None and target.error not in (errno.ENOENT, 0):
         raise _os_refusal(OSError(target.error, os.strerror(target.error)), path)
     parent, name = os.path.split(target.real)
     try:
         dir_fd = open_directory(parent, create=parents, shown=path)
     except FileNotFoundError:
-        raise RefusedError(
+        raise FileRefusedError(
             "NOT_FOUND", f"the directory of {path!r} does not exist (ask for its parents to be made)") from None
     except OSError as exc:
         raise _os_refusal(exc, path) from None
     except AgentError as exc:  # MakeDirError
-        raise RefusedError("FAILED_PRECONDITION", f"cannot make the directories of {path!r}: {exc}") from None
+        raise FileRefusedError("FAILED_PRECONDITION", f"cannot make the directories of {path!r}: {exc}") from None
     try:
         return _replace(dir_fd, name, target, mode, max_bytes, source, root)
     finally:
@@ -122,7 +124,7 @@ def _replace(dir_fd: int, name: str, target: Target, mode: int | None, max_bytes
     try:
         current = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if not stat.S_ISREG(current.st_mode):
-            raise RefusedError("FAILED_PRECONDITION", f"{target.path!r} exists and is not a regular file")
+            raise FileRefusedError("FAILED_PRECONDITION", f"{target.path!r} exists and is not a regular file")
         keep = stat.S_IMODE(current.st_mode)
     except FileNotFoundError:
         pass
@@ -137,8 +139,8 @@ def _replace(dir_fd: int, name: str, target: Target, mode: int | None, max_bytes
             while block := source.read(CHUNK):
                 written += len(block)
                 if written > max_bytes:
-                    raise RefusedError("RESOURCE_EXHAUSTED", f"{target.path!r}: the content exceeds the "
-                                                        f"{max_bytes}-byte limit of one write")
+                    raise FileRefusedError("RESOURCE_EXHAUSTED", f"{target.path!r}: the content exceeds the "
+                                                            f"{max_bytes}-byte limit of one write")
                 out.write(block)
             os.fchmod(out.fileno(), mode if mode is not None else keep if keep is not None else 0o644)
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -166,14 +168,14 @@ def read(workspace: str, path: str, out: IO[bytes]) -> None:
     if target.identity is None:
         raise _os_refusal(OSError(target.error, os.strerror(target.error)), path)
     if target.is_dir:
-        raise RefusedError("FAILED_PRECONDITION", f"{path!r} is a directory: list it, or download it as a tar")
+        raise FileRefusedError("FAILED_PRECONDITION", f"{path!r} is a directory: list it, or download it as a tar")
     try:
         fd = open_checked(target, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise _os_refusal(exc, path) from None
     with os.fdopen(fd, "rb") as source:
         if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-            raise RefusedError("FAILED_PRECONDITION", f"{path!r} is not a regular file (a device, FIFO or socket)")
+            raise FileRefusedError("FAILED_PRECONDITION", f"{path!r} is not a regular file (a device, FIFO or socket)")
         while block := source.read(CHUNK):
             out.write(block)
 
@@ -323,7 +325,7 @@ def main(argv: list[str]) -> int:
         else:
             print(__doc__, file=sys.stderr)
             return 64
-    except RefusedError as exc:
+    except FileRefusedError as exc:
         print(f"{exc.status} {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

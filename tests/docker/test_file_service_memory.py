@@ -39,7 +39,9 @@ def _agent_peak(instance: str, sandbox_id: str, reset: bool) -> int:
     script = ("for p in /proc/[0-9]*; do if grep -q sandbox_agent $p/cmdline 2>/dev/null && "
               "grep -q '^Uid:[[:space:]]*0' $p/status; then "
               + ("echo 5 > $p/clear_refs; " if reset else "") + "grep VmHWM $p/status; fi; done")
-    out = container.exec_run(["/bin/sh", "-c", script]).output.decode()
+    output = container.exec_run(["/bin/sh", "-c", script]).output
+    assert isinstance(output, bytes)
+    out = output.decode()
     return max(int(line.split()[1]) * 1024 for line in out.splitlines() if line.startswith("VmHWM"))
 
 
