@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry import propagate, trace
 
+from controlplane.client_files import AsyncFiles
 from controlplane.client_types import (
     Completed,
     EventHandler,
@@ -99,7 +100,7 @@ def sendable_token(token: str) -> str:
     return token
 
 
-class AsyncClient:
+class AsyncClient(AsyncFiles):
     """`target` is host:port; `token` the tenant's bearer token."""
 
     def __init__(self, target: str, token: str, *, root_certificates: bytes | None = None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from controlplane.client_files import Files
 from controlplane.client_types import (
     Completed,
     EventHandler,
@@ -97,7 +98,7 @@ async def _from_thread(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-class Client:
+class Client(Files):
     """Synchronous client. With no `target`/`token`, they are found as `connect()` finds them."""
 
     def __init__(self, target: str | None = None, token: str | None = None, *, config: Path | None = None,

@@ -15,6 +15,7 @@ from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.rpc.admin_service import AdminService
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
+from controlplane.rpc.file_service import FileService
 from controlplane.rpc.permission_service import PermissionService
 from controlplane.rpc.question_service import QuestionService
 from controlplane.rpc.sandbox_service import SandboxService
@@ -26,6 +27,8 @@ from controlplane.v1 import (
     admin_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
+    file_pb2,
+    file_pb2_grpc,
     permission_pb2,
     permission_pb2_grpc,
     question_pb2,
@@ -45,6 +48,7 @@ SERVICES = (
     permission_pb2.DESCRIPTOR.services_by_name["PermissionService"],
     question_pb2.DESCRIPTOR.services_by_name["QuestionService"],
     event_pb2.DESCRIPTOR.services_by_name["EventService"],
+    file_pb2.DESCRIPTOR.services_by_name["FileService"],
 )
 SERVICE_NAMES = tuple(service.full_name for service in SERVICES)
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
@@ -78,6 +82,8 @@ def build_server(
     permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
     question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
     event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth, quotas), server)
+    files = FileService(sessions, auth, exec_gate.audit if exec_gate is not None else None)
+    file_pb2_grpc.add_FileServiceServicer_to_server(files, server)
     if tenants is not None:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(tenants), server)
     health_servicer = health.aio.HealthServicer()

@@ -31,6 +31,7 @@ from controlplane.core.seam.messages import (
 )
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from controlplane.errors import ControlPlaneError, InvalidArgumentError
+from controlplane.sandbox.agent_files import AgentFiles
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
@@ -147,7 +148,7 @@ def _json(text: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-class GrpcSandboxAgent(SandboxAgent):
+class GrpcSandboxAgent(AgentFiles, SandboxAgent):
     """Talks to one agent over a gRPC channel (a Unix socket on one host)."""
 
     def __init__(self, target: str, sandbox_id: str) -> None:

@@ -18,6 +18,7 @@ from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
+from sandbox_agent.file_rpcs import FileRpcs
 from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
@@ -43,6 +44,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._runner = ToolRunner(self._identity, self.base_env(), config.output_buffer_bytes)
         self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes,
                                 config.code_dir)
+        self._files = FileRpcs(config.workspace, config.max_upload_bytes, self._start_helper,
+                               self._tools.changed_by_caller, self._running)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -81,6 +84,9 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         """Starts an agent helper module (python -m sandbox_agent.x) as the tool user."""
         env = {"PYTHONPATH": _AGENT_ROOT, "PYTHONDONTWRITEBYTECODE": "1"}
         return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env)
+
+    async def _start_helper(self, argv: list[str], stdin: bool) -> Execution:
+        return await self.run_helper(argv, stdin=stdin)
 
     async def stop_all(self) -> None:
         """Ends the commands and tool hosts while the server still delivers their last events."""
@@ -234,8 +240,9 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         except WorkspacePathError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
+        confine = [self._config.workspace] if first is not None and first.confine_links else []
         helper = await self.run_helper(
-            ["sandbox_agent.tario", "extract", dest, str(self._config.max_upload_bytes)], stdin=True
+            ["sandbox_agent.tario", "extract", dest, str(self._config.max_upload_bytes), *confine], stdin=True
         )
         self._running.add(helper)
         try:
@@ -251,11 +258,16 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exit_.exit_code == 3 else grpc.StatusCode.INVALID_ARGUMENT
             await context.abort(code, f"workspace upload refused: {message}")
         summary = json.loads(stdout)
+        self._files.caller_changed_under(dest)
         return agent_pb2.UploadWorkspaceResponse(**summary)
 
     async def DownloadWorkspace(
         self, request: agent_pb2.DownloadWorkspaceRequest, context: Any
     ) -> AsyncIterator[agent_pb2.DownloadWorkspaceResponse]:
+        if request.paths:
+            async for piece in self._files.pack(list(request.paths), context):
+                yield piece
+            return
         try:
             src = resolve_inside(self._config.workspace, request.path)
         except WorkspacePathError as exc:
@@ -279,6 +291,20 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             self._running.discard(helper)
             if not helper.finished:
                 self._spawn_background(helper.stop(reason="download cancelled"))
+
+    async def WriteFile(
+        self, request_iterator: AsyncIterator[agent_pb2.WriteFileRequest], context: Any
+    ) -> agent_pb2.FileEntry:
+        return await self._files.write(request_iterator, context)
+
+    async def ReadFile(
+        self, request: agent_pb2.ReadFileRequest, context: Any
+    ) -> AsyncIterator[agent_pb2.ReadFileResponse]:
+        async for piece in self._files.read(request, context):
+            yield piece
+
+    async def ListFiles(self, request: agent_pb2.ListFilesRequest, context: Any) -> agent_pb2.ListFilesResponse:
+        return await self._files.listing(request, context)
 
 
 def _is_exit(event: agent_pb2.ExecEvent) -> bool:

@@ -1,11 +1,12 @@
 """Workspace archives, run as the unprivileged tool user in a child process.
 
-    python3 -m sandbox_agent.tario extract DEST MAX_BYTES < archive.tar   -> JSON summary on stdout
+    python3 -m sandbox_agent.tario extract DEST MAX_BYTES [WORKSPACE] < archive.tar   -> JSON summary on stdout
     python3 -m sandbox_agent.tario create SRC > archive.tar
 
 Extraction never follows a symlink: every entry's parent must resolve inside DEST, files are
 opened with O_NOFOLLOW, and a symlink that is already there is replaced, not written through.
-Absolute names, `..`, device files and FIFOs are refused and listed in the summary. Because the
+Absolute names, `..`, device files and FIFOs are refused and listed in the summary; with WORKSPACE (the files
+API's uploads) so are symlinks leading outside WORKSPACE. Because the
 process has the tool user's rights only, even a missed case cannot write where that user cannot.
 """
 
@@ -50,6 +51,15 @@ def _clean_name(name: str) -> str | None:
     return "/".join(parts)
 
 
+def _link_inside(workspace: str, link: str, value: str) -> bool:
+    """Whether the symlink `link` with content `value` leads inside `workspace`, both as written and as the
+    links already on its way resolve now (a later member may still retarget those: every reader in the files
+    API refuses to follow a link out, so this is a courtesy to whoever extracts the workspace later)."""
+    root = os.path.realpath(workspace)
+    spelled = os.path.normpath(os.path.join(os.path.dirname(link), value))
+    return _inside(root, spelled) and _inside(root, os.path.realpath(spelled))
+
+
 def _remove_if_link_or_file(path: str) -> None:
     try:
         st = os.lstat(path)
@@ -59,7 +69,8 @@ def _remove_if_link_or_file(path: str) -> None:
         os.unlink(path)
 
 
-def extract(stream: IO[bytes], dest: str, max_bytes: int) -> Summary:
+def extract(stream: IO[bytes], dest: str, max_bytes: int, confine: str = "") -> Summary:
+    """`confine`: the workspace every symlink must lead into (none: symlinks are kept as given)."""
     root = os.path.realpath(dest)
     summary = Summary()
     with tarfile.open(fileobj=stream, mode="r|*") as archive:
@@ -76,6 +87,9 @@ def extract(stream: IO[bytes], dest: str, max_bytes: int) -> Summary:
                 summary.skipped.append(f"{member.name}: parent directory leads outside the workspace")
                 continue
             target = os.path.join(parent, os.path.basename(target))
+            if confine and member.issym() and not _link_inside(confine, target, member.linkname):
+                summary.skipped.append(f"{member.name}: symbolic link to {member.linkname} leads outside the workspace")
+                continue
             try:
                 _extract_member(archive, member, target, root, summary, max_bytes)
             except ArchiveTooLargeError:
@@ -141,7 +155,7 @@ def create(src: str, out: IO[bytes]) -> None:
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "extract":
         try:
-            summary = extract(sys.stdin.buffer, argv[1], int(argv[2]))
+            summary = extract(sys.stdin.buffer, argv[1], int(argv[2]), argv[3] if len(argv) > 3 else "")
         except ArchiveTooLargeError as exc:
             print(str(exc), file=sys.stderr)
             return 3

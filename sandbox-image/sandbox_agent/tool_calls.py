@@ -116,6 +116,12 @@ class ToolCalls:
     def _state(self, session_id: str) -> SessionState:
         return self._sessions.setdefault(session_id, SessionState())
 
+    def changed_by_caller(self, path: str, when: float) -> None:
+        """The files API changed `path` (a file, or a directory's contents): every session of this sandbox
+        must read it again before a model writes it (tools/base.py FileTimes.changed)."""
+        for state in self._sessions.values():
+            state.file_times.changed(path, when)
+
     async def run(
         self, requests: AsyncIterator[agent_pb2.RunToolRequest], trace: tracing.Recorder | None = None,
     ) -> AsyncIterator[agent_pb2.RunToolEvent]:

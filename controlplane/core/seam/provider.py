@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from controlplane.core.seam.files import WorkspaceFiles
 from controlplane.core.seam.messages import (
     AllowedAsk,
     BuiltinCall,
@@ -82,7 +83,7 @@ class BuiltinRun(abc.ABC):
         return []
 
 
-class SandboxAgent(abc.ABC):
+class SandboxAgent(WorkspaceFiles):
     """The channel to one sandbox's agent."""
 
     @abc.abstractmethod

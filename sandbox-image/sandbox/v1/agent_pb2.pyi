@@ -463,19 +463,25 @@ class UploadWorkspaceRequest(_message.Message):
 
     PATH_FIELD_NUMBER: _builtins.int
     CHUNK_FIELD_NUMBER: _builtins.int
+    CONFINE_LINKS_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """Directory inside the workspace to extract into; empty for the workspace root."""
     chunk: _builtins.bytes
     """The next piece of the tar stream (plain or gzip)."""
+    confine_links: _builtins.bool
+    """The files API's Upload: symlinks and hard links leading outside the workspace are refused too (the
+    archives CreateSession extracts keep every symlink as given).
+    """
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         chunk: _builtins.bytes = ...,
+        confine_links: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "confine_links", b"confine_links", "path", b"path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -520,16 +526,24 @@ class DownloadWorkspaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
+    PATHS_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """Path inside the workspace; empty for all of it."""
+    @_builtins.property
+    def paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The files API's Download: these paths (relative to the workspace), each archived under its name relative
+        to the workspace, with no link followed; `path` is ignored when any is given.
+        """
+
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
+        paths: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "paths", b"paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1611,3 +1625,170 @@ class SnapshotCustomCodeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SnapshotCustomCodeResponse: _TypeAlias = SnapshotCustomCodeResponse  # noqa: Y015
+
+@_typing.final
+class WriteFileRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    PARENTS_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """On the first message: the file (relative to the workspace, or absolute under it), its mode (the file's
+    current one, or 0644 for a new file, when absent) and whether missing parent directories are made.
+    """
+    mode: _builtins.int
+    parents: _builtins.bool
+    chunk: _builtins.bytes
+    """The next piece of the content, on any message."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        mode: _builtins.int | None = ...,
+        parents: _builtins.bool = ...,
+        chunk: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_mode", b"_mode", "mode", b"mode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mode", b"_mode", "chunk", b"chunk", "mode", b"mode", "parents", b"parents", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__mode: _TypeAlias = _typing.Literal["mode"]  # noqa: Y015
+    _WhichOneofArgType__mode: _TypeAlias = _typing.Literal["_mode", b"_mode"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mode) -> _WhichOneofReturnType__mode | None: ...
+
+Global___WriteFileRequest: _TypeAlias = WriteFileRequest  # noqa: Y015
+
+@_typing.final
+class FileEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    MTIME_MS_FIELD_NUMBER: _builtins.int
+    LINK_TARGET_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Relative to the workspace ("" for the workspace itself)."""
+    type: _builtins.str
+    """file, directory, symlink or other (a device, FIFO or socket)."""
+    size: _builtins.int
+    mode: _builtins.int
+    """Permission bits (0o7777)."""
+    mtime_ms: _builtins.int
+    link_target: _builtins.str
+    """A symlink's target, as written."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        type: _builtins.str = ...,
+        size: _builtins.int = ...,
+        mode: _builtins.int = ...,
+        mtime_ms: _builtins.int = ...,
+        link_target: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_target", b"link_target", "mode", b"mode", "mtime_ms", b"mtime_ms", "path", b"path", "size", b"size", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileEntry: _TypeAlias = FileEntry  # noqa: Y015
+
+@_typing.final
+class ReadFileRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadFileRequest: _TypeAlias = ReadFileRequest  # noqa: Y015
+
+@_typing.final
+class ReadFileResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHUNK_FIELD_NUMBER: _builtins.int
+    chunk: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        chunk: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadFileResponse: _TypeAlias = ReadFileResponse  # noqa: Y015
+
+@_typing.final
+class ListFilesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """A directory (its entries are listed) or a file (its own entry); "" for the workspace."""
+    recursive: _builtins.bool
+    limit: _builtins.int
+    """At most this many entries; 0 for the agent's bound."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        recursive: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "path", b"path", "recursive", b"recursive"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFilesRequest: _TypeAlias = ListFilesRequest  # noqa: Y015
+
+@_typing.final
+class ListFilesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """More entries were there than `limit`."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileEntry]: ...
+    @_builtins.property
+    def target(self) -> Global___FileEntry:
+        """The listed path's own entry."""
+
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___FileEntry] | None = ...,
+        truncated: _builtins.bool = ...,
+        target: Global___FileEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "target", b"target", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFilesResponse: _TypeAlias = ListFilesResponse  # noqa: Y015

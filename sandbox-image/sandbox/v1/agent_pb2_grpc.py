@@ -79,6 +79,21 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookResponse.FromString,
                 _registered_method=True)
+        self.WriteFile = channel.stream_unary(
+                '/sandbox.v1.SandboxAgent/WriteFile',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.WriteFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.FileEntry.FromString,
+                _registered_method=True)
+        self.ReadFile = channel.unary_stream(
+                '/sandbox.v1.SandboxAgent/ReadFile',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.ReadFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.ReadFileResponse.FromString,
+                _registered_method=True)
+        self.ListFiles = channel.unary_unary(
+                '/sandbox.v1.SandboxAgent/ListFiles',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.ListFilesRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.ListFilesResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxAgentServicer:
@@ -159,6 +174,27 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteFile(self, request_iterator, context):
+        """The files API (controlplane.v1.FileService): a helper run as the tool user does the work, every path is
+        confined to the workspace (no link followed out of it). A write is the caller's, not a model's: each
+        session's read-before-write record of the file is voided, so a model must read it again before writing it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadFile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFiles(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -206,6 +242,21 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.RunPluginHook,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.RunPluginHookResponse.SerializeToString,
+            ),
+            'WriteFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.WriteFile,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.WriteFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.FileEntry.SerializeToString,
+            ),
+            'ReadFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadFile,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.ReadFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.ReadFileResponse.SerializeToString,
+            ),
+            'ListFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFiles,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.ListFilesRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.ListFilesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -451,6 +502,87 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/RunPluginHook',
             sandbox_dot_v1_dot_agent__pb2.RunPluginHookRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.RunPluginHookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/sandbox.v1.SandboxAgent/WriteFile',
+            sandbox_dot_v1_dot_agent__pb2.WriteFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.FileEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/ReadFile',
+            sandbox_dot_v1_dot_agent__pb2.ReadFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.ReadFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/ListFiles',
+            sandbox_dot_v1_dot_agent__pb2.ListFilesRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.ListFilesResponse.FromString,
             options,
             channel_credentials,
             insecure,

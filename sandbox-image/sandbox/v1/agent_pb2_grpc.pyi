@@ -68,6 +68,13 @@ class SandboxAgentStub:
     """
     RunPluginHook: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RunPluginHookRequest, _agent_pb2.RunPluginHookResponse]
     """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
+    WriteFile: _grpc.StreamUnaryMultiCallable[_agent_pb2.WriteFileRequest, _agent_pb2.FileEntry]
+    """The files API (controlplane.v1.FileService): a helper run as the tool user does the work, every path is
+    confined to the workspace (no link followed out of it). A write is the caller's, not a model's: each
+    session's read-before-write record of the file is voided, so a model must read it again before writing it.
+    """
+    ReadFile: _grpc.UnaryStreamMultiCallable[_agent_pb2.ReadFileRequest, _agent_pb2.ReadFileResponse]
+    ListFiles: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListFilesRequest, _agent_pb2.ListFilesResponse]
 
 @_typing.type_check_only
 class SandboxAgentAsyncStub(SandboxAgentStub):
@@ -106,6 +113,13 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     """
     RunPluginHook: _aio.UnaryUnaryMultiCallable[_agent_pb2.RunPluginHookRequest, _agent_pb2.RunPluginHookResponse]  # type: ignore[assignment]
     """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
+    WriteFile: _aio.StreamUnaryMultiCallable[_agent_pb2.WriteFileRequest, _agent_pb2.FileEntry]  # type: ignore[assignment]
+    """The files API (controlplane.v1.FileService): a helper run as the tool user does the work, every path is
+    confined to the workspace (no link followed out of it). A write is the caller's, not a model's: each
+    session's read-before-write record of the file is voided, so a model must read it again before writing it.
+    """
+    ReadFile: _aio.UnaryStreamMultiCallable[_agent_pb2.ReadFileRequest, _agent_pb2.ReadFileResponse]  # type: ignore[assignment]
+    ListFiles: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListFilesRequest, _agent_pb2.ListFilesResponse]  # type: ignore[assignment]
 
 class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -195,5 +209,30 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.RunPluginHookResponse, _abc.Awaitable[_agent_pb2.RunPluginHookResponse]]:
         """Runs the project plugins' hooks of one name (tool.execute.before/after) in the sandbox."""
+
+    @_abc_1.abstractmethod
+    def WriteFile(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_pb2.WriteFileRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.FileEntry, _abc.Awaitable[_agent_pb2.FileEntry]]:
+        """The files API (controlplane.v1.FileService): a helper run as the tool user does the work, every path is
+        confined to the workspace (no link followed out of it). A write is the caller's, not a model's: each
+        session's read-before-write record of the file is voided, so a model must read it again before writing it.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadFile(
+        self,
+        request: _agent_pb2.ReadFileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ReadFileResponse], _abc.AsyncIterator[_agent_pb2.ReadFileResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListFiles(
+        self,
+        request: _agent_pb2.ListFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ListFilesResponse, _abc.Awaitable[_agent_pb2.ListFilesResponse]]: ...
 
 def add_SandboxAgentServicer_to_server(servicer: SandboxAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

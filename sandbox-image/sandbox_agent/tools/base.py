@@ -137,12 +137,33 @@ class FileTimes:
     def __init__(self) -> None:
         self._read: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._changed: dict[str, float] = {}
+        """Files (or whole directories) the caller changed through the files API, and when."""
 
     def read(self, path: str, when: float) -> None:
         self._read[os.path.normpath(path)] = when
 
     def last_read(self, path: str) -> float | None:
         return self._read.get(os.path.normpath(path))
+
+    def changed(self, path: str, when: float) -> None:
+        """The caller (not a model) changed `path`, or everything under it, at `when`: as with any change made
+        outside OpenCode, a read before it no longer allows a write. Upstream sees such a change only through the
+        file's mtime, which a write within 50 ms of the read escapes; recording it makes the check certain."""
+        self._changed[os.path.normpath(path)] = when
+
+    def changed_since_read(self, path: str) -> bool:
+        normal = os.path.normpath(path)
+        read = self._read.get(normal)
+        if read is None or not self._changed:
+            return False
+        while True:
+            if self._changed.get(normal, -1.0) >= read:
+                return True
+            parent = os.path.dirname(normal)
+            if parent == normal:
+                return False
+            normal = parent
 
     def lock(self, path: str) -> asyncio.Lock:
         return self._locks.setdefault(os.path.normpath(path), asyncio.Lock())

@@ -109,7 +109,7 @@ def assert_read(ctx: ToolContext, path: str, mtime_ns: int | None) -> None:
     if mtime_ns is None:
         return
     mtime_ms = mtime_ns // 1_000_000
-    if mtime_ms > read_ms + FILETIME_TOLERANCE_MS:
+    if mtime_ms > read_ms + FILETIME_TOLERANCE_MS or ctx.file_times.changed_since_read(path):
         raise ToolError(f"File {path} has been modified since it was last read.\n"
                         f"Last modification: {iso_time(mtime_ms)}\nLast read: {iso_time(read_ms)}\n\n"
                         "Please read the file again before modifying it.")

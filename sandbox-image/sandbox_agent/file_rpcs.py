@@ -1,0 +1,164 @@
+"""The agent's side of the files API: WriteFile, ReadFile, ListFiles (and Upload's/Download's files-API options).
+
+Each call runs `sandbox_agent.fileops` as the tool user (server.run_helper) and relays its stdin/stdout in
+chunks, so neither side holds a whole file: the helper's output pauses when the stream is slow
+(process.py's output buffer), and the content a caller sends waits on the helper's stdin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from sandbox.v1 import agent_pb2
+from sandbox_agent.process import Chunk, Execution, Exit
+
+Helper = Callable[[list[str], bool], Awaitable[Execution]]
+"""Starts `python -m sandbox_agent.<argv>` as the tool user (stdin kept open when asked)."""
+
+
+async def _refuse(context: Any, stderr: bytes, exit_: Exit) -> None:
+    """Aborts the RPC with the status the helper named on its last stderr line."""
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    status, _, message = (lines[-1] if lines else "").partition(" ")
+    code = getattr(grpc.StatusCode, status, None) if status.isupper() else None
+    if not isinstance(code, grpc.StatusCode):
+        code, message = grpc.StatusCode.INTERNAL, (lines[-1] if lines else f"file helper failed ({exit_.exit_code})")
+    await context.abort(code, message)
+
+
+async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
+    out, err = bytearray(), bytearray()
+    async for item in helper.events():
+        if isinstance(item, Exit):
+            return bytes(out), bytes(err), item
+        (out if item.stream == "stdout" else err).extend(item.data)
+    raise RuntimeError("file helper ended without an exit event")
+
+
+class FileRpcs:
+    def __init__(self, workspace: str, max_write_bytes: int, helper: Helper,
+                 changed: Callable[[str, float], None], running: set[Execution]) -> None:
+        self._workspace = workspace
+        self._max_write_bytes = max_write_bytes
+        self._helper = helper
+        self._changed = changed
+        self._running = running
+
+    def caller_changed(self, rel: str) -> None:
+        """Voids the sessions' reads of `rel` (relative to the workspace), by both of its spellings."""
+        now = time.time()
+        self._changed(os.path.join(self._workspace, rel) if rel else self._workspace, now)
+        self._changed(os.path.join(os.path.realpath(self._workspace), rel), now)
+
+    def caller_changed_under(self, real_dir: str) -> None:
+        rel = os.path.relpath(real_dir, os.path.realpath(self._workspace))
+        self.caller_changed("" if rel == "." else rel)
+
+    async def _start(self, argv: list[str], stdin: bool = False) -> Execution:
+        helper = await self._helper(["sandbox_agent.fileops", *argv], stdin)
+        self._running.add(helper)
+        return helper
+
+    def _done(self, helper: Execution) -> None:
+        self._running.discard(helper)
+        if not helper.finished:
+            helper.stop(reason="file call cancelled")
+
+    async def write(self, requests: AsyncIterator[agent_pb2.WriteFileRequest], context: Any) -> agent_pb2.FileEntry:
+        iterator = aiter(requests)
+        first = await anext(iterator, None)
+        if first is None or not first.path:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first WriteFile message must name the file")
+            raise AssertionError("unreachable")
+        mode = format(first.mode, "o") if first.HasField("mode") else "-"
+        helper = await self._start(
+            ["write", self._workspace, first.path, mode, "1" if first.parents else "0", str(self._max_write_bytes)],
+            stdin=True,
+        )
+        try:
+            feeding = _feed(helper, first.chunk, (r.chunk async for r in iterator))
+            out, err, exit_ = await _collect_while(helper, feeding)
+        finally:
+            self._done(helper)
+        if exit_.exit_code != 0:
+            await _refuse(context, err, exit_)
+        written = agent_pb2.FileEntry(**json.loads(out))
+        self.caller_changed(written.path)
+        return written
+
+    async def read(self, request: agent_pb2.ReadFileRequest, context: Any) -> AsyncIterator[agent_pb2.ReadFileResponse]:
+        helper = await self._start(["read", self._workspace, request.path])
+        err = bytearray()
+        try:
+            async for item in helper.events():
+                if isinstance(item, Chunk) and item.stream == "stdout":
+                    yield agent_pb2.ReadFileResponse(chunk=item.data)
+                elif isinstance(item, Chunk):
+                    err += item.data
+                elif item.exit_code != 0:
+                    await _refuse(context, bytes(err), item)
+        finally:
+            self._done(helper)
+
+    async def listing(self, request: agent_pb2.ListFilesRequest, context: Any) -> agent_pb2.ListFilesResponse:
+        helper = await self._start(
+            ["list", self._workspace, request.path, "1" if request.recursive else "0", str(request.limit)]
+        )
+        try:
+            out, err, exit_ = await _collect(helper)
+        finally:
+            self._done(helper)
+        if exit_.exit_code != 0:
+            await _refuse(context, err, exit_)
+        found = json.loads(out)
+        return agent_pb2.ListFilesResponse(
+            entries=[agent_pb2.FileEntry(**e) for e in found["entries"]], truncated=found["truncated"],
+            target=agent_pb2.FileEntry(**found["target"]),
+        )
+
+    async def pack(self, paths: list[str], context: Any) -> AsyncIterator[agent_pb2.DownloadWorkspaceResponse]:
+        helper = await self._start(["pack", self._workspace, *paths])
+        err = bytearray()
+        try:
+            async for item in helper.events():
+                if isinstance(item, Chunk) and item.stream == "stdout":
+                    yield agent_pb2.DownloadWorkspaceResponse(chunk=item.data)
+                elif isinstance(item, Chunk):
+                    err += item.data
+                elif item.exit_code != 0:
+                    await _refuse(context, bytes(err), item)
+        finally:
+            self._done(helper)
+
+
+async def _feed(helper: Execution, first: bytes, rest: AsyncIterator[bytes]) -> None:
+    if first:
+        await helper.write_stdin(first)
+    async for chunk in rest:
+        if chunk:
+            await helper.write_stdin(chunk)
+    helper.close_stdin()
+
+
+async def _collect_while(helper: Execution, feeding: Awaitable[None]) -> tuple[bytes, bytes, Exit]:
+    """The helper's output and exit while `feeding` writes its stdin. A helper that refused early (a bad path)
+    still has the caller's stream read to its end (writes to it are dropped), as UploadWorkspace does: a caller
+    still writing when the call ends would see its own write fail instead of the refusal."""
+    feed = asyncio.ensure_future(feeding)
+    try:
+        result = await _collect(helper)
+        await feed
+        return result
+    finally:
+        if not feed.done():
+            feed.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError, grpc.RpcError):
+                await feed
