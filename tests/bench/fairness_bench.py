@@ -177,14 +177,15 @@ async def end_flood(process: subprocess.Popen[bytes]) -> dict[str, int]:
     return counts
 
 
-async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool) -> list[Phase]:
+async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
+                 kinds: tuple[str, ...] = KINDS) -> list[Phase]:
     creates, bash_per_create = (4, 5) if quick else (8, 6)
     b = AsyncClient(plane.address, tokens["b"])
     done: list[Phase] = []
     try:
         own = await b.create_session()
         await b.execute_tool(own.id, "bash", {"command": "echo warm", "description": "Warm"})
-        for kind in (None, *KINDS):
+        for kind in (None, *kinds):
             title = "B alone" if kind is None else f"A floods {kind}"
             progress(f"fairness: {title}")
             flood = await run_flood(kind, plane, tokens["a"]) if kind else None
@@ -231,14 +232,14 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
     return lines
 
 
-async def section(quick: bool) -> list[str]:
+async def section(quick: bool, kinds: tuple[str, ...] = KINDS) -> list[str]:
     instance = f"bench-fair-{secrets.token_hex(3)}"
     tokens = {"a": secrets.token_hex(16), "b": secrets.token_hex(16)}
     plane = await start_served(instance, tokens)
     try:
         started = time.monotonic()
         peak_reset = plane.reset_peak()
-        done = await phases(plane, tokens, quick)
+        done = await phases(plane, tokens, quick, kinds)
         lines = table(done, peak_reset)
         lines.append(f"  section wall time {time.monotonic() - started:.0f} s")
         return lines
