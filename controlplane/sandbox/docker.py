@@ -36,7 +36,7 @@ from controlplane.core.seam.provider import (
 )
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import code_mount, confinement
+from controlplane.sandbox import cgroup_cpu, code_mount, confinement
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -209,6 +209,12 @@ class DockerSandboxProvider(SandboxProvider):
 
     def _socket_left(self, sandbox_id: str) -> bool:
         return os.path.exists(self._attached_sockets.get(sandbox_id, ""))
+
+    async def cpu_seconds(self, sandbox_id: str) -> float | None:
+        sandbox = self._live.get(sandbox_id)
+        if sandbox is None:
+            return None
+        return await asyncio.to_thread(cgroup_cpu.cpu_seconds, str(sandbox.details.get("container_id", "")))
 
     async def destroy(self, sandbox_id: str) -> None:
         sandbox = self._live.pop(sandbox_id, None)

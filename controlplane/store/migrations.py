@@ -106,5 +106,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("tenants", "revoked_at", "DOUBLE PRECISION"),
         ("tenants", "quota_json", "TEXT NOT NULL DEFAULT '{}'"),
     )),
+    Migration(5, "the CPU time of each removed sandbox, for its tenant's usage", (
+        """CREATE TABLE IF NOT EXISTS sandbox_cpu (
+            sandbox_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            cpu_seconds {real} NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS sandbox_cpu_tenant ON sandbox_cpu (tenant)",
+    )),
 )
 LATEST = MIGRATIONS[-1].version
