@@ -34,6 +34,7 @@ from controlplane.core.seam.provider import (
     SandboxRecord,
     SandboxState,
 )
+from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox import cgroup_cpu, code_mount, confinement
@@ -102,6 +103,8 @@ class DockerSandboxProvider(SandboxProvider):
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
+        self._creates = FairGate(max(2, os.cpu_count() or 1))
+        """Session creates that start a container (pool misses), tenants in turn (core/sessions/fair_gate.py)."""
         self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
             pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy))
 
@@ -168,7 +171,8 @@ class DockerSandboxProvider(SandboxProvider):
                     raise
                 sandbox.from_pool = True
                 return sandbox
-        return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
+        async with self._creates.slot(tenant):
+            return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
 
     async def get(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)

@@ -63,6 +63,11 @@ class ServedPlane:
             return False
         return True
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time of the control plane process so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def peak_mib(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -123,6 +128,8 @@ class Phase:
     create: Row
     bash: Row
     peak_mib: float
+    cpu_share: float
+    """The control plane's CPU time during the phase over its wall time (1.0: one core all the time)."""
     flood: dict[str, int]
 
 
@@ -193,11 +200,13 @@ async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
                 if flood is not None:
                     await asyncio.sleep(RAMP_S)
                 plane.reset_peak()
+                cpu, wall = plane.cpu_seconds(), time.monotonic()
                 create, bash = await measure_b(b, own.id, creates, bash_per_create)
                 peak = plane.peak_mib()
+                share = (plane.cpu_seconds() - cpu) / (time.monotonic() - wall)
             finally:
                 counts = await end_flood(flood) if flood is not None else {}
-            done.append(Phase(title, create, bash, peak, counts))
+            done.append(Phase(title, create, bash, peak, share, counts))
         await b.delete_session(own.id)
     finally:
         await b.close()
@@ -215,7 +224,7 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
         f"{A_QUOTA} sessions, {A_CALLS} calls; pool 0, so every create is cold; target: B's p99 within "
         f"{TARGET_RATIO:g}x of B alone)",
         f"  {'phase':26} {'B create p50/p99 ms':>21} {'p99 x':>6} {'B bash p50/p99 ms':>19} {'p99 x':>6} "
-        f"{'peak RSS MiB':>12}  A's flood",
+        f"{'peak RSS MiB':>12} {'CPU':>5}  A's flood",
     ]
     for phase in done:
         cr, br = _ratio(phase.create, alone.create), _ratio(phase.bash, alone.bash)
@@ -223,11 +232,12 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
         flood = ", ".join(f"{v} {k}" for k, v in sorted(phase.flood.items()))
         lines.append(
             f"  {phase.title:26} {phase.create.p50:9.1f} / {phase.create.p99:<9.1f} {cr:5.2f}x "
-            f"{phase.bash.p50:8.1f} / {phase.bash.p99:<8.1f} {br:5.2f}x {phase.peak_mib:12.0f}  "
+            f"{phase.bash.p50:8.1f} / {phase.bash.p99:<8.1f} {br:5.2f}x {phase.peak_mib:12.0f} {phase.cpu_share:5.0%}  "
             f"{verdict} {flood}".rstrip()
         )
     samples = f"n = {len(alone.create.samples_ms)} creates and {len(alone.bash.samples_ms)} bash calls per phase"
     peak = "peak RSS reset before each phase" if peak_reset else "peak RSS since the plane started (no clear_refs)"
+    peak += "; CPU: the control plane's CPU time over the phase's wall time"
     lines.append(f"  ({samples}; {peak}; /proc/loadavg at the end: {Path('/proc/loadavg').read_text().strip()})")
     return lines
 
