@@ -205,7 +205,7 @@ async def start(settings: Settings) -> ControlPlane:
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
     sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
-                              host=host_capacity.ledger(settings))
+                              host=host_capacity.ledger(settings), cpu_store=store)
     tenant_admin.sessions = sessions
     report = await sessions.start()
     await tenant_admin.finish_deletes()

@@ -34,9 +34,10 @@ from controlplane.core.seam.provider import (
     SandboxRecord,
     SandboxState,
 )
+from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import code_mount, confinement
+from controlplane.sandbox import cgroup_cpu, code_mount, confinement
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -102,6 +103,8 @@ class DockerSandboxProvider(SandboxProvider):
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
+        self._creates = FairGate(max(2, os.cpu_count() or 1))
+        """Session creates that start a container (pool misses), tenants in turn (core/sessions/fair_gate.py)."""
         self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
             pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy))
 
@@ -168,7 +171,8 @@ class DockerSandboxProvider(SandboxProvider):
                     raise
                 sandbox.from_pool = True
                 return sandbox
-        return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
+        async with self._creates.slot(tenant):
+            return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
 
     async def get(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)
@@ -209,6 +213,12 @@ class DockerSandboxProvider(SandboxProvider):
 
     def _socket_left(self, sandbox_id: str) -> bool:
         return os.path.exists(self._attached_sockets.get(sandbox_id, ""))
+
+    async def cpu_seconds(self, sandbox_id: str) -> float | None:
+        sandbox = self._live.get(sandbox_id)
+        if sandbox is None:
+            return None
+        return await asyncio.to_thread(cgroup_cpu.cpu_seconds, str(sandbox.details.get("container_id", "")))
 
     async def destroy(self, sandbox_id: str) -> None:
         sandbox = self._live.pop(sandbox_id, None)

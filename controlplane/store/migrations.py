@@ -109,5 +109,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "a tenant's delete, marked so that a restart finishes it", added_columns=(
         ("tenants", "deleting_at", "DOUBLE PRECISION"),
     )),
+    Migration(6, "the CPU time of each removed sandbox, for its tenant's usage", (
+        """CREATE TABLE IF NOT EXISTS sandbox_cpu (
+            sandbox_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            cpu_seconds {real} NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS sandbox_cpu_tenant ON sandbox_cpu (tenant)",
+    )),
 )
 LATEST = MIGRATIONS[-1].version

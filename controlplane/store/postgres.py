@@ -6,6 +6,7 @@ Columns and their JSON text are the same as SQLite's (store/migrations.py), so r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -141,6 +142,20 @@ class PostgresStore:
 
     async def delete_tenant(self, name: str) -> None:
         await self._execute("DELETE FROM tenants WHERE name = %s", (name,))
+        await self._execute("DELETE FROM sandbox_cpu WHERE tenant = %s", (name,))
+
+    async def put_sandbox_cpu(self, sandbox_id: str, tenant: str, cpu_seconds: float) -> None:
+        await self._execute(
+            "INSERT INTO sandbox_cpu (sandbox_id, tenant, cpu_seconds) VALUES (%s, %s, %s) ON CONFLICT (sandbox_id) "
+            "DO UPDATE SET cpu_seconds = greatest(sandbox_cpu.cpu_seconds, excluded.cpu_seconds)",
+            (sandbox_id, tenant, cpu_seconds),
+        )
+
+    async def tenant_cpu_seconds(self, tenant: str) -> float:
+        rows = await self._fetch(
+            "SELECT coalesce(sum(cpu_seconds), 0) AS s FROM sandbox_cpu WHERE tenant = %s", (tenant,)
+        )
+        return float(rows[0]["s"])
 
     async def mark_tenant_deleting(self, name: str, at: float) -> None:
         await self._execute(
@@ -155,6 +170,8 @@ class PostgresStore:
         await self._execute(f"DELETE FROM approvals WHERE session_id IN ({owned})", (name,))
         await self._execute(f"DELETE FROM todos WHERE session_id IN ({owned})", (name,))
         await self._execute("DELETE FROM sessions WHERE tenant = %s", (name,))
+        # A sandbox removed after the delete began records its CPU late: the new tenant must not inherit it.
+        await self._execute("DELETE FROM sandbox_cpu WHERE tenant = %s", (name,))
 
     async def set_tenant_quota(self, name: str, quota: Quota) -> None:
         await self._execute("UPDATE tenants SET quota_json = %s WHERE name = %s", (json.dumps(quota.to_dict()), name))
@@ -222,10 +239,13 @@ class PostgresStore:
         return todos
 
     async def put_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None:
+        # A multi-MiB list (todowrite's arguments may be) is encoded off the loop every tenant shares.
+        text = await asyncio.to_thread(json.dumps, todos, ensure_ascii=False) if len(todos) > 256 else json.dumps(
+            todos, ensure_ascii=False)
         await self._execute(
             "INSERT INTO todos (session_id, todos_json, updated_at) VALUES (%s, %s, %s) ON CONFLICT (session_id)"
             " DO UPDATE SET todos_json = excluded.todos_json, updated_at = excluded.updated_at",
-            (session_id, json.dumps(todos, ensure_ascii=False), time.time()),
+            (session_id, text, time.time()),
         )
 
     # -- audit ----------------------------------------------------------------------------------

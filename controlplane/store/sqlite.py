@@ -140,6 +140,20 @@ class SqliteStore:
 
     async def delete_tenant(self, name: str) -> None:
         await self._execute("DELETE FROM tenants WHERE name = ?", (name,))
+        await self._execute("DELETE FROM sandbox_cpu WHERE tenant = ?", (name,))
+
+    async def put_sandbox_cpu(self, sandbox_id: str, tenant: str, cpu_seconds: float) -> None:
+        await self._execute(
+            "INSERT INTO sandbox_cpu (sandbox_id, tenant, cpu_seconds) VALUES (?, ?, ?) ON CONFLICT (sandbox_id) "
+            "DO UPDATE SET cpu_seconds = max(sandbox_cpu.cpu_seconds, excluded.cpu_seconds)",
+            (sandbox_id, tenant, cpu_seconds),
+        )
+
+    async def tenant_cpu_seconds(self, tenant: str) -> float:
+        rows = await self._fetch(
+            "SELECT coalesce(sum(cpu_seconds), 0) AS s FROM sandbox_cpu WHERE tenant = ?", (tenant,)
+        )
+        return float(rows[0]["s"])
 
     async def mark_tenant_deleting(self, name: str, at: float) -> None:
         await self._execute(
@@ -154,6 +168,8 @@ class SqliteStore:
         await self._execute(f"DELETE FROM approvals WHERE session_id IN ({owned})", (name,))
         await self._execute(f"DELETE FROM todos WHERE session_id IN ({owned})", (name,))
         await self._execute("DELETE FROM sessions WHERE tenant = ?", (name,))
+        # A sandbox removed after the delete began records its CPU late: the new tenant must not inherit it.
+        await self._execute("DELETE FROM sandbox_cpu WHERE tenant = ?", (name,))
 
     async def set_tenant_quota(self, name: str, quota: Quota) -> None:
         await self._execute("UPDATE tenants SET quota_json = ? WHERE name = ?", (json.dumps(quota.to_dict()), name))
@@ -223,9 +239,12 @@ class SqliteStore:
         return todos
 
     async def put_todos(self, session_id: str, todos: list[dict[str, Any]]) -> None:
+        # A multi-MiB list (todowrite's arguments may be) is encoded off the loop every tenant shares.
+        text = await asyncio.to_thread(json.dumps, todos, ensure_ascii=False) if len(todos) > 256 else json.dumps(
+            todos, ensure_ascii=False)
         await self._execute(
             "INSERT OR REPLACE INTO todos (session_id, todos_json, updated_at) VALUES (?,?,?)",
-            (session_id, json.dumps(todos, ensure_ascii=False), time.time()),
+            (session_id, text, time.time()),
         )
 
     # -- audit ----------------------------------------------------------------------------------

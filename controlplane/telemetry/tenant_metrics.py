@@ -46,3 +46,6 @@ def _observer(field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
 
 for _field, (_name, _description) in METRICS.items():
     meter.create_observable_gauge(_name, callbacks=[_observer(_field)], description=_description)
+# Only ever grows (removed sandboxes' time is kept in the store), so a counter: rates come out right.
+meter.create_observable_counter("ocsandbox.tenant.cpu.seconds", callbacks=[_observer("cpu_seconds")], unit="s",
+                                description="CPU time used by a tenant's sandboxes, removed ones included")

@@ -253,7 +253,9 @@ class Usage(_message.Message):
     calls_started: _builtins.int
     subscriptions: _builtins.int
     cpu_seconds: _builtins.float
-    """CPU time used by the tenant's sandboxes: not measured yet, always 0."""
+    """CPU time used by the tenant's sandboxes (their containers' cgroups), removed ones included; 0 where the
+    provider does not measure it (the local and swarm providers).
+    """
     @_builtins.property
     def quota(self) -> Global___Quota: ...
     def __init__(

@@ -37,6 +37,7 @@ from sandbox_agent.tools import bash_scan
 from sandbox_agent.tools.bash_normalise import Normaliser
 from sandbox_agent.tools.bash_programs import statement
 from sandbox_agent.tools.bash_runners import RUNNERS
+from tests.bench.bench_common import scratch_dir
 
 TARGET_P99_MS = 1.0
 TYPICAL = (
@@ -77,7 +78,7 @@ async def _timed(work: Callable[[], Awaitable[object]], count: int) -> tuple[lis
 
 async def section(quick: bool) -> list[str]:
     count = 500 if quick else 5000
-    project = tempfile.mkdtemp(prefix="ocsb-bench-")
+    project = str(scratch_dir("ocsb-bench-"))
     parser = Parser(bash_scan._language())
     tree = parser.parse(TYPICAL.encode())
 

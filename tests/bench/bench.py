@@ -54,6 +54,7 @@ from tests.bench.bench_common import (
     POOL_SIZE,
     QUICK_FACTOR,
     RULED_CONFIG,
+    SCRATCH,
     AsyncioErrorCounter,
     Row,
     progress,
@@ -74,8 +75,10 @@ from tests.bench.bench_measures import (
 )
 from tests.bench.bench_plane import (
     Plane,
+    detach_loops,
     docker_cli,
     leftovers,
+    remove_scratch,
     start_plane,
     stop_plane,
 )
@@ -109,6 +112,8 @@ async def cleanup(instances: list[str], planes: list[Plane], data_dirs: list[Pat
         if remaining or remaining_volumes:
             notes.append(f"instance {instance}: STILL LEFT {remaining} {remaining_volumes}")
     for data_dir in data_dirs:
+        # A plane stopped before deleting its sessions leaves their disk images on loop devices.
+        await asyncio.to_thread(detach_loops, data_dir)
         await asyncio.to_thread(shutil.rmtree, data_dir, True)
     notes.append(f"cleanup checked: no containers or volumes left for {', '.join(instances)}"
                  if not any("STILL LEFT" in n for n in notes) else "cleanup incomplete, see above")
@@ -256,13 +261,22 @@ SECTIONS = (
     ("floors", "tests.bench.floor_bench"),
     ("grpc engine", "tests.bench.grpc_engine_bench"),
     ("gVisor beside runc", "tests.bench.gvisor_bench"),
+    ("fairness between tenants", "tests.bench.fairness_bench"),
+    ("accept-header wait", "tests.bench.accept_wait_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""
 
 
-async def print_sections(quick: bool) -> None:
+def section_key(module: str) -> str:
+    """What `--only` names a section by: its module's name without `_bench` (`fairness`, `gvisor`...)."""
+    return module.rsplit(".", 1)[-1].removesuffix("_bench")
+
+
+async def print_sections(quick: bool, only: list[str] | None = None) -> None:
     for title, module in SECTIONS:
+        if only is not None and section_key(module) not in only:
+            continue
         progress(f"section: {title}")
         print(f"\n== {title} ==", flush=True)
         try:
@@ -278,6 +292,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help=f"about {QUICK_FACTOR:g}x the default samples")
     parser.add_argument("--samples-scale", type=float, default=1.0, help="multiply every sample count")
+    parser.add_argument("--only", action="append", choices=[section_key(m) for _, m in SECTIONS],
+                        help="run only this section (repeatable), without the core rows")
     parser.add_argument("-v", "--verbose", action="store_true", help="control plane logs at INFO, asyncio errors shown")
     args = parser.parse_args()
     if args.samples_scale <= 0:
@@ -287,9 +303,15 @@ def main() -> int:
     asyncio_errors = AsyncioErrorCounter(show=args.verbose)
     logging.getLogger("asyncio").addFilter(asyncio_errors)
     try:
-        event_loop.run(run(args, asyncio_errors))  # the loop `controlplane serve` runs on
+        if args.only:
+            event_loop.run(print_sections(args.quick, args.only))
+        else:
+            event_loop.run(run(args, asyncio_errors))  # the loop `controlplane serve` runs on
     except Exception:
         logging.getLogger(__name__).exception("benchmark failed")
+    finally:
+        for removed in remove_scratch(SCRATCH):
+            progress(f"removed scratch dir {removed}")
     return 0  # benchmarks report, they do not gate
 
 

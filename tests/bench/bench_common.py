@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 IMAGE = "ocsb-sandbox:latest"
 WARM_TARGET_MS = 30.0
@@ -106,3 +108,14 @@ class AsyncioErrorCounter(logging.Filter):
 
 def progress(message: str) -> None:
     print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+SCRATCH: list[Path] = []
+"""Scratch dirs this bench process made; bench.py removes them at the end, also after a failure."""
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new dir under /tmp, removed (with any loop device of a disk image in it) when the bench ends."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    SCRATCH.append(path)
+    return path

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from tests.bench.bench_common import (
     POOL_REFILL_TIMEOUT_S,
+    scratch_dir,
 )
 
 # -- docker CLI ------------------------------------------------------------------------------------
@@ -29,6 +30,35 @@ async def docker_cli(*args: str, check: bool = True) -> str:
         raise RuntimeError(f"docker {' '.join(args)} failed ({done.returncode}): "
                            f"{done.stderr.decode(errors='replace')}")
     return done.stdout.decode()
+
+
+def detach_loops(root: Path) -> list[str]:
+    """Detaches the loop devices whose backing file is under `root` (a data dir's workspace disk images, which a
+    control plane that stopped without deleting its sessions leaves attached); returns their names."""
+    detached = []
+    prefix = str(root.resolve()) + "/"
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            # The kernel appends " (deleted)" once the image is unlinked; the path before it still tells.
+            if not backing.read_text().strip().startswith(prefix):
+                continue
+        except OSError:
+            continue  # detached meanwhile
+        device = f"/dev/{backing.parent.parent.name}"
+        subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+        detached.append(device)
+    return detached
+
+
+def remove_scratch(paths: list[Path]) -> list[str]:
+    """Removes `paths` (bench_common.SCRATCH) after detaching their loop devices; returns what it did."""
+    done = []
+    while paths:
+        path = paths.pop()
+        loops = detach_loops(path) if path.exists() else []
+        shutil.rmtree(path, ignore_errors=True)
+        done.append(f"{path}" + (f" (detached {', '.join(loops)})" if loops else ""))
+    return done
 
 
 async def leftovers(instance: str) -> tuple[list[str], list[str]]:
@@ -66,7 +96,7 @@ class Plane:
 
 
 async def start_plane(instance: str, pool_size: int) -> Plane:
-    data_dir = Path(tempfile.mkdtemp(prefix="ocb", dir="/tmp"))
+    data_dir = scratch_dir("ocb")
     settings = load_settings(
         None,
         data_dir=data_dir,

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from tests.bench.bench import cleanup
-from tests.bench.bench_common import BENCH_FILE, BENCH_TEXT, IMAGE, POOL_SIZE, Row, sample_counts
+from tests.bench.bench_common import BENCH_FILE, BENCH_TEXT, IMAGE, POOL_SIZE, Row, sample_counts, scratch_dir
 from tests.bench.bench_measures import bench_create, bench_exec, bench_tool
 from tests.bench.bench_plane import Plane
 from tests.runtimes import RUNTIMES, runsc_missing
@@ -27,7 +26,7 @@ TITLES = {"warm": "session create (warm pool)", "cold": "session create (cold)",
 
 
 async def start(instance: str, runtime: str, pool_size: int) -> Plane:
-    data_dir = Path(tempfile.mkdtemp(prefix="ocg", dir="/tmp"))
+    data_dir = scratch_dir("ocg")
     token = secrets.token_hex(16)
     tenant = {"name": "bench", "token": token, **({"runtime": runtime} if runtime != "runc" else {})}
     settings = load_settings(None, data_dir=data_dir, instance=instance, tenants=[tenant],

@@ -16,12 +16,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from sandbox_agent import event_loop
+from tests.bench.bench_common import scratch_dir
 
 TARGET_P99_MS = 0.5
 REPO = Path(__file__).resolve().parents[2]
@@ -170,7 +170,7 @@ async def section(quick: bool) -> list[str]:
     from scripts.trace_demo_receiver import Rotel
 
     count = 400 if quick else 3000
-    receiver = Rotel(Path(tempfile.mkdtemp(prefix="ocsb-bench-")) / "rotel.log")
+    receiver = Rotel(scratch_dir("ocsb-bench-") / "rotel.log")
     await asyncio.to_thread(receiver.start)
     on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
               "OTEL_METRICS_EXPORTER": "none"}

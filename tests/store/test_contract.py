@@ -124,7 +124,8 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         old = await store.get_session("ses_old")
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
-        assert _query(target, "SELECT version FROM schema_migrations ORDER BY version") == [(1,), (2,), (3,), (4,)]
+        versions = _query(target, "SELECT version FROM schema_migrations ORDER BY version")
+        assert versions == [(1,), (2,), (3,), (4,), (5,)]
     finally:
         await store.aclose()
 
@@ -266,6 +267,30 @@ async def test_todos_are_replaced_whole_and_keep_unicode(store: Store) -> None:
     await store.put_todos("ses_1", [])
     assert await store.get_todos("ses_1") == []
     assert await store.get_todos("ses_2") == []
+
+
+async def test_a_large_todo_list_is_stored_whole(store: Store) -> None:
+    many = [{"content": f"item {i}", "status": "pending", "priority": "low"} for i in range(1000)]
+    await store.put_todos("ses_1", many)
+    assert await store.get_todos("ses_1") == many
+
+
+async def test_sandbox_cpu_time_adds_up_per_tenant_counts_a_sandbox_once_and_goes_with_its_tenant(
+    store: Store,
+) -> None:
+    assert await store.tenant_cpu_seconds("acme") == 0
+    await store.put_tenant("acme", "a" * 64)
+    await store.put_sandbox_cpu("sbx1", "acme", 1.5)
+    await store.put_sandbox_cpu("sbx2", "acme", 0.25)
+    await store.put_sandbox_cpu("sbx3", "beta", 4.0)
+    # A removal tried again reads the sandbox again: its last (largest) reading counts, once.
+    await store.put_sandbox_cpu("sbx1", "acme", 2.0)
+    await store.put_sandbox_cpu("sbx1", "acme", 1.0)
+    assert await store.tenant_cpu_seconds("acme") == 2.25
+    assert await store.tenant_cpu_seconds("beta") == 4.0
+    await store.delete_tenant("acme")
+    assert await store.tenant_cpu_seconds("acme") == 0
+    assert await store.tenant_cpu_seconds("beta") == 4.0
 
 
 # -- audit ----------------------------------------------------------------------------------------

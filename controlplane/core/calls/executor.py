@@ -107,6 +107,7 @@ class ToolExecutor:
         self.quotas = quotas
         """The tenants' quotas: a sub-call (a `batch` entry) takes a call slot of its own."""
         self.doom_loop = DoomLoopDetector()
+        self._lanes = arguments.TenantLanes()
 
     async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
         outcome, detail = "error", ""
@@ -195,14 +196,14 @@ class ToolExecutor:
 
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
         n = arguments.size(call.args_json) if len(call.args_json) >= arguments.OFF_LOOP_BYTES else 0
-        tool, raw_args = await arguments.handled(n, self._resolve, scope, call)
+        tool, raw_args = await self._lanes.handled(scope.tenant, n, self._resolve, scope, call)
         ask_scope = AskScope(
             tenant=scope.tenant, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
             tool=tool.id, ruleset=scope.ruleset, policy=scope.policy, ceiling=scope.ceiling,
         )
 
         ask = CallAsks(self.gate, ask_scope, emit)
-        text = await arguments.handled(n, json_stringify, raw_args) if n and not call.nested else None
+        text = await self._lanes.handled(scope.tenant, n, json_stringify, raw_args) if n and not call.nested else None
         if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args, text):
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):
@@ -220,8 +221,8 @@ class ToolExecutor:
         if not isinstance(args, dict):
             raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
         if definition.parameters is not None:
-            args = await arguments.handled(
-                n, validate, tool.id, definition.parameters, args, definition.format_validation_error
+            args = await self._lanes.handled(
+                scope.tenant, n, validate, tool.id, definition.parameters, args, definition.format_validation_error
             )
         env: dict[str, str] = {}
         if tool.id == "bash":

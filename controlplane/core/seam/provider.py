@@ -215,6 +215,11 @@ class SandboxProvider(abc.ABC):
         creating, reconciling and destroying it. SandboxLostError when it cannot be reached from here."""
         raise SandboxLostError(f"sandbox {sandbox_id} belongs to another control plane; this provider cannot reach it")
 
+    async def cpu_seconds(self, sandbox_id: str) -> float | None:
+        """CPU time the sandbox has used so far, or None where this provider cannot tell (it is not measured)."""
+        del sandbox_id  # these providers measure nothing
+        return None
+
     @abc.abstractmethod
     async def destroy(self, sandbox_id: str) -> None:
         """Removes the sandbox and everything it owns; idempotent."""

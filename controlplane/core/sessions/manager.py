@@ -18,6 +18,7 @@ from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbo
 from controlplane.core.sessions import admission
 from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.capacity import HostCapacity, HostLedger
+from controlplane.core.sessions.cpu_usage import CpuAccount, CpuStore
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import fail_stored, still_answers
 from controlplane.core.sessions.models import Session, SessionState
@@ -50,12 +51,15 @@ class SessionManager:
     def __init__(
         self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
         clock: Callable[[], float] = time.time, bus: EventBus | None = None, host: HostLedger | None = None,
+        cpu_store: CpuStore | None = None,
     ) -> None:
         self.bus = bus or EventBus()
         self.host = host or HostLedger(HostCapacity(float("inf"), 1 << 62))
         """Host admission (capacity): unbounded unless the app gives the machine's capacity."""
         self._store = store
         self._provider = provider
+        self.cpu = CpuAccount(provider, cpu_store)
+        """CPU-seconds per tenant (cpu_usage.py): without a store, only live sandboxes' are known."""
         self._policy = policy
         self._clock = clock
         self._live: dict[str, Session] = {}
@@ -251,6 +255,11 @@ class SessionManager:
             return session
         return await self._end(session, SessionState.DELETED, "deleted")
 
+    async def cpu_seconds(self, tenant: str) -> float:
+        """CPU time of the tenant's sandboxes, removed and live (those this plane holds)."""
+        live = [s.sandbox_id for s in self._live.values() if s.tenant == tenant and not s.parent_id and s.sandbox_id]
+        return await self.cpu.total(tenant, live)
+
     async def sandbox_for(self, tenant: str, session_id: str) -> Sandbox:
         """The READY session's sandbox; marks the session active."""
         session = self._live.get(session_id)
@@ -340,6 +349,7 @@ class SessionManager:
         """Removes the session's sandbox; if that fails, the session is held again, so that the next delete, look
         at the store or reaper round tries again. A failed session keeps its workspace (the user's work) until it
         is deleted: then `destroy` removes what `retire` left."""
+        await self.cpu.settle(session.tenant, session.sandbox_id)
         try:
             if keep_workspace:
                 await self._provider.retire(session.sandbox_id)

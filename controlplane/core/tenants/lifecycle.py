@@ -57,6 +57,8 @@ class TenantSessions(Protocol):
 
     async def delete(self, tenant: str, session_id: str) -> Session: ...
 
+    async def cpu_seconds(self, tenant: str) -> float: ...
+
 
 @dataclass(frozen=True)
 class Declared:
@@ -121,7 +123,13 @@ class TenantAdmin:
             self.quotas.set_stored(record.name, record.quota)
 
     async def measure(self) -> None:
-        self.usage_seen = {r.name: await self.quotas.usage(r.name) for r in await self._store.tenant_records()}
+        self.usage_seen = {r.name: await self._usage(r.name) for r in await self._store.tenant_records()}
+
+    async def _usage(self, name: str) -> Usage:
+        usage = await self.quotas.usage(name)
+        if self.sessions is not None:
+            usage.cpu_seconds = await self.sessions.cpu_seconds(name)
+        return usage
 
     def start_refreshing(self, interval_s: float = REFRESH_S) -> None:
         async def loop() -> None:
@@ -172,7 +180,7 @@ class TenantAdmin:
 
     async def usage(self, name: str) -> Usage:
         await self.get(name)
-        return await self.quotas.usage(name)
+        return await self._usage(name)
 
     async def set_quota(self, name: str, quota: Quota) -> TenantRecord:
         await self.get(name)

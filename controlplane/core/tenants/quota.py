@@ -80,6 +80,8 @@ class Usage:
     calls: int = 0
     calls_started: int = 0
     subscriptions: int = 0
+    cpu_seconds: float = 0.0
+    """CPU time used by the tenant's sandboxes, removed ones included (filled in by TenantAdmin)."""
 
 
 @dataclass

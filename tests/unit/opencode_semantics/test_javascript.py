@@ -193,3 +193,21 @@ def test_js_to_number_is_number_of_a_value(oracle: dict[str, list[str]]) -> None
 
 def test_json_stringify_indented_is_javascripts(oracle: dict[str, list[str]]) -> None:
     assert _wrong([json_stringify(v, indent=2) for v in JSON_VALUES], oracle["json"], JSON_VALUES) == []
+
+
+def test_json_stringify_takes_the_fast_path_only_where_python_writes_javascripts_text() -> None:
+    from opencode_semantics import javascript
+
+    cases: list[Any] = [
+        {"todos": [{"content": "écrire ✓", "status": "pending", "n": 3, "ok": True, "none": None}], "e": [], "o": {}},
+        {"10": "a", "2": "b", "x": "c"},  # array-index keys first: not the fast path
+        {"x": 1.0, "y": 1e21, "z": float("nan")},  # JavaScript's number notation
+        {"big": 2**60},  # beyond the safe integers: a double
+        ["lone \ud800 surrogate", {"k": "\udfff"}],
+        ("tuple", 1),
+    ]
+    for value in cases:
+        for indent in (None, 2):
+            assert javascript.json_stringify(value, indent) == javascript._stringify(value, indent, 0), (value, indent)
+    assert javascript._plain(cases[0])
+    assert not any(javascript._plain(v) for v in cases[1:4])
