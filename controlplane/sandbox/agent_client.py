@@ -233,6 +233,7 @@ class GrpcSandboxAgent(SandboxAgent):
             skills=[(s.name, s.description) for s in r.skills],
             skill_dirs=list(r.skill_dirs),
             config_json=r.config_json,
+            worktree=r.worktree or "/",
         )
 
     async def snapshot_code(self, config_json: str, env: dict[str, str]) -> CodeChanges:

@@ -302,6 +302,7 @@ class ToolCalls:
                     for s in scan.skills],
             skill_dirs=scan.dirs,
             config_json=listing.config_json,
+            worktree=worktree,
         )
 
     def shown_spans(self, records: list[agent_pb2.SpanRecord]) -> list[agent_pb2.SpanRecord]:

@@ -398,13 +398,13 @@ class ToolRuntime:
     ) -> permission.Agent:
         home = await self._home(kept, sandbox)
         cached = kept.agents
-        key = (session.config_json, _caller_config(session), tuple(custom.skill_dirs))
+        key = (session.config_json, _caller_config(session), tuple(custom.skill_dirs), custom.worktree)
         if cached is not None and cached[0] == key:
             agents = cached[1]
         else:
             setting = rule_layers.AgentSetting(
                 posixpath.join(home, TOOL_OUTPUT_SUBDIR), posixpath.join(home, PLANS_SUBDIR), home,
-                tuple(custom.skill_dirs), self._env_permission,
+                tuple(custom.skill_dirs), self._env_permission, custom.worktree,
             )
             caller = _caller_config(session)  # differs when the workspace or a plugin hook added to it
             agents = rule_layers.session_agents(

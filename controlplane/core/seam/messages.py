@@ -107,6 +107,8 @@ class CustomListing:
     """Where the session's skills are (upstream's `Skill.dirs()`): its agents read there without asking."""
     config_json: str = ""
     """The session's opencode.json as the project plugins' `config` hooks left it; empty when no plugin has one."""
+    worktree: str = "/"
+    """The session's worktree as the sandbox last found it: the plan agent's plan-file rule is relative to it."""
 
 
 @dataclass(frozen=True)

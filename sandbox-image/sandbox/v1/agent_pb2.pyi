@@ -1288,9 +1288,14 @@ class ListCustomToolsResponse(_message.Message):
     SKILLS_FIELD_NUMBER: _builtins.int
     SKILL_DIRS_FIELD_NUMBER: _builtins.int
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    WORKTREE_FIELD_NUMBER: _builtins.int
     config_json: _builtins.str
     """The session's opencode.json (config_json) as the project plugins' `config` hooks left it, which
     upstream runs once at plugin init on its live config; empty when no plugin has the hook.
+    """
+    worktree: _builtins.str
+    """The session's worktree as upstream finds it (the nearest directory up from the workspace holding
+    `.git`, else "/"): the plan agent's plan-file rule is written relative to it.
     """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
@@ -1328,10 +1333,11 @@ class ListCustomToolsResponse(_message.Message):
         skills: _abc.Iterable[Global___SkillInfo] | None = ...,
         skill_dirs: _abc.Iterable[_builtins.str] | None = ...,
         config_json: _builtins.str = ...,
+        worktree: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "hooks", b"hooks", "load_errors", b"load_errors", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "hooks", b"hooks", "load_errors", b"load_errors", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools", "worktree", b"worktree"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
