@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from controlplane import app, cli_tenants
+from controlplane import app, cli_logs, cli_tenants
 from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import Settings, client_environment, load_settings
 from controlplane.errors import ControlPlaneError
@@ -257,6 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     tool.add_argument("--agent", default="")
     tool.add_argument("--yes", action="store_true", help="allow every permission request once")
     cli_tenants.add_parser(sub, common)
+    cli_logs.add_parser(sub, common)
     return parser
 
 
@@ -283,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_tool_cmd(args))
         if args.command == "tenant":
             return asyncio.run(cli_tenants.run(args))
+        if args.command == "logs":
+            return cli_logs.main(args, _target_and_token)
         return asyncio.run(_exec_cmd(args))
     except grpc.aio.AioRpcError as exc:
         print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_LINE_BYTES = 8 * 1024
-CALL_LOG_BYTES = 64 * 1024
+CALL_LOG_BYTES = 128 * 1024
+"""Twice the hosts' own budget (64 Ki characters of text a call), so an honest host's lines and its line
+saying what it dropped pass; a host sending more (or many empty lines) meets this one."""
+LINE_OVERHEAD = 16
 LOAD_LOG_LINES = 500
 LEVELS = frozenset({"debug", "info", "warn", "error"})
 
@@ -29,7 +32,7 @@ class LogLine:
 
     @property
     def size(self) -> int:
-        return len(self.text.encode("utf-8", "surrogatepass")) + len(self.origin)
+        return len(self.text.encode("utf-8", "surrogatepass")) + LINE_OVERHEAD
 
 
 def cut(text: str, limit: int = MAX_LINE_BYTES) -> str:

@@ -126,7 +126,7 @@ def test_the_agent_bounds_what_a_host_sends_whatever_it_claims() -> None:
     assert line.text.endswith("bytes cut]")
     assert len(line.text.encode()) < tool_logs.MAX_LINE_BYTES + 64
     budget = tool_logs.CallLogs(limit=1000)
-    sent = [budget.admit(tool_logs.LogLine("t.ts", "info", "y" * 95, 0.0)) for _ in range(50)]
+    sent = [budget.admit(tool_logs.LogLine("t.ts", "info", "y" * 84, 0.0)) for _ in range(50)]
     assert sent.count(True) == 10
     dropped = budget.close()
     assert dropped is not None
