@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from controlplane import app, cli_files, cli_tenants, discovery
+from controlplane import app, cli_files, cli_logs, cli_tenants, discovery
 from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import Settings, load_settings
 from controlplane.errors import ControlPlaneError
@@ -243,6 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     tool.add_argument("--yes", action="store_true", help="allow every permission request once")
     cli_tenants.add_parser(sub, common)
     cli_files.add_parser(sub, common)
+    cli_logs.add_parser(sub, common)
     return parser
 
 
@@ -271,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(cli_tenants.run(args))
         if args.command == "cp":
             return asyncio.run(cli_files.run(args, _target_and_token))
+        if args.command == "logs":
+            return cli_logs.main(args, _target_and_token)
         return asyncio.run(_exec_cmd(args))
     except grpc.aio.AioRpcError as exc:
         print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)

@@ -380,11 +380,12 @@ class AsyncClient(AsyncFiles):
         request = permission_pb2.ReplyPermissionRequest(request_id=request_id, reply=value, message=message)
         await self.permissions.ReplyPermission(request, metadata=self._metadata)
 
-    def subscribe_events(self, session_id: str = "") -> grpc.aio.UnaryStreamCall[
+    def subscribe_events(self, session_id: str = "", *, recent_logs: bool = False) -> grpc.aio.UnaryStreamCall[
         event_pb2.SubscribeEventsRequest, event_pb2.Event
     ]:
-        """The bus of this tenant (of one session when given); iterate it, cancel it to stop."""
-        request = event_pb2.SubscribeEventsRequest(session_id=session_id)
+        """The bus of this tenant (of one session when given); iterate it, cancel it to stop. With
+        `recent_logs`, the `tool.log` events the control plane still holds come first."""
+        request = event_pb2.SubscribeEventsRequest(session_id=session_id, recent_logs=recent_logs)
         return self.events.SubscribeEvents(request, metadata=self._metadata)
 
 

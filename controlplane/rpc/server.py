@@ -10,6 +10,7 @@ from controlplane.config import Settings
 from controlplane.core.calls.tool_runtime import ToolRuntime
 from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.recent_logs import RecentLogs
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.rpc.admin_service import AdminService
@@ -81,7 +82,8 @@ def build_server(
     tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
     permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
     question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
-    event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth, quotas), server)
+    event_pb2_grpc.add_EventServiceServicer_to_server(
+        EventService(sessions, tools.bus, auth, quotas, RecentLogs(tools.bus)), server)
     files = FileService(sessions, auth, exec_gate.audit if exec_gate is not None else None)
     file_pb2_grpc.add_FileServiceServicer_to_server(files, server)
     if tenants is not None:

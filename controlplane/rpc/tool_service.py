@@ -24,6 +24,7 @@ from controlplane.core.calls.tool_events import (
     SubCallEvent,
     SubtaskRequested,
 )
+from controlplane.core.calls.tool_log import ToolLogged
 from controlplane.core.calls.tool_runtime import ClientCall, ToolRuntime
 from controlplane.core.permissions.asks import Reply
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
@@ -64,6 +65,10 @@ def permission_request(r: PermissionRequested) -> tool_pb2.PermissionRequest:
     )
 
 
+def tool_log(line: ToolLogged) -> tool_pb2.ToolLog:
+    return tool_pb2.ToolLog(origin=line.origin, level=line.level, text=line.text, call_id=line.call_id, at=line.at)
+
+
 def tool_event(call_id: str, seq: int, event: CallEvent) -> tool_pb2.ToolEvent:
     if isinstance(event, StateChanged):
         return tool_pb2.ToolEvent(call_id=call_id, seq=seq, state=tool_pb2.ToolState(status=_STATUS[event.status]))
@@ -87,6 +92,8 @@ def tool_event(call_id: str, seq: int, event: CallEvent) -> tool_pb2.ToolEvent:
         return tool_pb2.ToolEvent(call_id=call_id, seq=seq, question=question_message(event))
     if isinstance(event, SubCallEvent):
         return tool_event(event.call_id, seq, event.event)
+    if isinstance(event, ToolLogged):
+        return tool_pb2.ToolEvent(call_id=call_id, seq=seq, log=tool_log(event))
     assert isinstance(event, Failed)
     return tool_pb2.ToolEvent(call_id=call_id, seq=seq, error=tool_pb2.ToolError(message=event.message))
 
@@ -150,6 +157,7 @@ class ToolService(tool_pb2_grpc.ToolServiceServicer):
                 for t in listing.tools
             ],
             load_errors=[tool_pb2.LoadError(origin=o, message=m) for o, m in listing.load_errors],
+            logs=[tool_log(line) for line in listing.logs],
         )
 
     async def ExecuteTool(

@@ -10,6 +10,7 @@ import grpc
 
 from controlplane.core.calls.spooled import Spooled
 from controlplane.core.calls.tool import ToolError
+from controlplane.core.calls.tool_log import ToolLogged
 from controlplane.core.permissions.asks import LocalRules
 from controlplane.core.seam.messages import (
     AllowedAsk,
@@ -109,6 +110,9 @@ class StreamedBuiltinRun(SharedCall, BuiltinRun):
             a = event.ask
             return RunAsk(a.ask_id, a.permission, list(a.patterns), list(a.always), _json(a.metadata_json),
                           list(a.checks), a.opaque)
+        if kind == "log":
+            line = event.log
+            return ToolLogged(line.origin, line.level, line.text, line.at)
         if kind == "metadata":
             m = event.metadata
             return RunMetadata(m.title if m.has_title else None, _json(m.metadata_json) if m.metadata_json else None)
@@ -234,6 +238,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
             skills=[(s.name, s.description) for s in r.skills],
             skill_dirs=list(r.skill_dirs),
             config_json=r.config_json,
+            worktree=r.worktree or "/",
+            logs=[ToolLogged(x.origin, x.level, x.text, x.at) for x in r.logs],
         )
 
     async def snapshot_code(self, config_json: str, env: dict[str, str]) -> CodeChanges:

@@ -9,6 +9,7 @@ from typing import Any
 from controlplane.core.calls.abort import on_abort
 from controlplane.core.calls.hooks import DEFAULT_TIMEOUT_S
 from controlplane.core.calls.tool import Attachment, PermissionAsk, SandboxCalls, ToolContext, ToolError, ToolResult
+from controlplane.core.calls.tool_log import ToolLogged
 from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunFailed, RunMetadata, RunResult
 from controlplane.core.seam.provider import SandboxAgent
 
@@ -73,6 +74,9 @@ class AgentToolCalls(SandboxCalls):
                         await run.answer(event.ask_id, True)
                 elif isinstance(event, RunMetadata):
                     await ctx.metadata(event.title, event.metadata)
+                elif isinstance(event, ToolLogged):
+                    if ctx.log is not None:
+                        ctx.log(event)
                 elif isinstance(event, RunResult):
                     attachments = [Attachment(mime, url, name) for mime, url, name in event.attachments]
                     outcome = ToolResult(event.title, event.output, dict(event.metadata), attachments, event.spooled)

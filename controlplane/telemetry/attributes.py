@@ -60,6 +60,12 @@ SPAN_ACQUIRE_SANDBOX: Final = "acquire_sandbox"
 SPAN_PERMISSION: Final = "await_permission"
 SPAN_HOOK: Final = "run_hook"
 EVENT_PERMISSION: Final = "permission"
+EVENT_TOOL_LOG: Final = "log"
+"""A line a custom tool printed (console.*, print, logging), on its execute span; the sandbox's hosts put
+the same on the init spans of a file's tools for what it printed while loading."""
+LOG_LEVEL: Final = "log.level"
+LOG_ORIGIN: Final = "log.origin"
+LOG_TEXT: Final = "log.text"
 
 # Metric names.
 METRIC_TOOL_DURATION: Final = "ocsandbox.tool.duration"

@@ -257,3 +257,14 @@ def permission_wait(permission: str, patterns: Sequence[str], session_id: str, c
         a.GEN_AI_TOOL_CALL_ID: call_id,
     }) as current:
         yield current
+
+
+def current() -> Span:
+    """The span current here (a non-recording one when none is)."""
+    return trace.get_current_span()
+
+
+def tool_logged(current_span: Span, origin: str, level: str, text: str, at: float) -> None:
+    """A line a tool printed, as an event of its span (`log`, with its level, file and text)."""
+    current_span.add_event(a.EVENT_TOOL_LOG, {a.LOG_LEVEL: level, a.LOG_ORIGIN: origin, a.LOG_TEXT: text},
+                           timestamp=int(at * 1e9))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontrolplane/v1/event.proto\x12\x0f\x63ontrolplane.v1\",\n\x16SubscribeEventsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"P\n\x05\x45vent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0fproperties_json\x18\x03 \x01(\t\x12\x0c\n\x04time\x18\x04 \x01(\x01\x32\x64\n\x0c\x45ventService\x12T\n\x0fSubscribeEvents\x12\'.controlplane.v1.SubscribeEventsRequest\x1a\x16.controlplane.v1.Event0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontrolplane/v1/event.proto\x12\x0f\x63ontrolplane.v1\"A\n\x16SubscribeEventsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0brecent_logs\x18P \x01(\x08\"P\n\x05\x45vent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0fproperties_json\x18\x03 \x01(\t\x12\x0c\n\x04time\x18\x04 \x01(\x01\x32\x64\n\x0c\x45ventService\x12T\n\x0fSubscribeEvents\x12\'.controlplane.v1.SubscribeEventsRequest\x1a\x16.controlplane.v1.Event0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'controlplane.v1.event_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SUBSCRIBEEVENTSREQUEST']._serialized_start=48
-  _globals['_SUBSCRIBEEVENTSREQUEST']._serialized_end=92
-  _globals['_EVENT']._serialized_start=94
-  _globals['_EVENT']._serialized_end=174
-  _globals['_EVENTSERVICE']._serialized_start=176
-  _globals['_EVENTSERVICE']._serialized_end=276
+  _globals['_SUBSCRIBEEVENTSREQUEST']._serialized_end=113
+  _globals['_EVENT']._serialized_start=115
+  _globals['_EVENT']._serialized_end=195
+  _globals['_EVENTSERVICE']._serialized_start=197
+  _globals['_EVENTSERVICE']._serialized_end=297
 # @@protoc_insertion_point(module_scope)

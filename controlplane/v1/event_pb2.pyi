@@ -21,15 +21,21 @@ class SubscribeEventsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    RECENT_LOGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    recent_logs: _builtins.bool
+    """Starts with the recent `tool.log` events the control plane still holds (of the session, or of
+    every session of the tenant), then goes on live.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
+        recent_logs: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recent_logs", b"recent_logs", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

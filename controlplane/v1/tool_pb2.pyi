@@ -134,23 +134,68 @@ class ListToolsResponse(_message.Message):
 
     TOOLS_FIELD_NUMBER: _builtins.int
     LOAD_ERRORS_FIELD_NUMBER: _builtins.int
+    LOGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolDefinition]: ...
     @_builtins.property
     def load_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadError]: ...
+    @_builtins.property
+    def logs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolLog]:
+        """What the custom tool and plugin files printed while loading (console.*, print, logging), for
+        their authors; bounded (docs/tools.md, "Logs").
+        """
+
     def __init__(
         self,
         *,
         tools: _abc.Iterable[Global___ToolDefinition] | None = ...,
         load_errors: _abc.Iterable[Global___LoadError] | None = ...,
+        logs: _abc.Iterable[Global___ToolLog] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["load_errors", b"load_errors", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["load_errors", b"load_errors", "logs", b"logs", "tools", b"tools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListToolsResponse: _TypeAlias = ListToolsResponse  # noqa: Y015
+
+@_typing.final
+class ToolLog(_message.Message):
+    """A line a custom tool or plugin printed, for its author (never part of what the model reads)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    """The file it comes from (workspace path)."""
+    level: _builtins.str
+    """debug, info, warn or error."""
+    text: _builtins.str
+    call_id: _builtins.str
+    """The call it was printed in; empty at load time."""
+    at: _builtins.float
+    """Unix time, seconds."""
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        level: _builtins.str = ...,
+        text: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+        at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "call_id", b"call_id", "level", b"level", "origin", b"origin", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolLog: _TypeAlias = ToolLog  # noqa: Y015
 
 @_typing.final
 class ToolCall(_message.Message):
@@ -577,6 +622,7 @@ class ToolEvent(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     SUBTASK_FIELD_NUMBER: _builtins.int
+    LOG_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     seq: _builtins.int
     @_builtins.property
@@ -593,6 +639,10 @@ class ToolEvent(_message.Message):
     def error(self) -> Global___ToolError: ...
     @_builtins.property
     def subtask(self) -> Global___Subtask: ...
+    @_builtins.property
+    def log(self) -> Global___ToolLog:
+        """A line the custom tool printed during the call; every one comes before the call's result or error."""
+
     def __init__(
         self,
         *,
@@ -605,12 +655,13 @@ class ToolEvent(_message.Message):
         result: Global___ToolResult | None = ...,
         error: Global___ToolError | None = ...,
         subtask: Global___Subtask | None = ...,
+        log: Global___ToolLog | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "state", b"state", "subtask", b"subtask"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "log", b"log", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "state", b"state", "subtask", b"subtask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "error", b"error", "event", b"event", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "seq", b"seq", "state", b"state", "subtask", b"subtask"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "error", b"error", "event", b"event", "log", b"log", "metadata", b"metadata", "permission_request", b"permission_request", "question", b"question", "result", b"result", "seq", b"seq", "state", b"state", "subtask", b"subtask"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["state", "metadata", "permission_request", "question", "result", "error", "subtask"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["state", "metadata", "permission_request", "question", "result", "error", "subtask", "log"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

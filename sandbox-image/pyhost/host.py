@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyhost_harden  # noqa: F401 - first: before any tool code runs in the host
+import pyhost_logs
 from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext
 from pyhost_children import CHILDREN, kill_all
 from pyhost_tracing import Recording, unix_ms
@@ -68,6 +69,7 @@ class FileState:
     tools: list[LoadedTool] = field(default_factory=list)
     errors: list[Message] = field(default_factory=list)
     notes: list[Message] = field(default_factory=list)
+    logs: list[Message] = field(default_factory=list)
 
 
 def file_version(path: str) -> str:
@@ -98,7 +100,9 @@ class Registry:
         tools: dict[str, LoadedTool] = {}
         errors: list[Message] = []
         notes: list[Message] = []
+        logs: list[Message] = []
         for state in states.values():
+            logs += state.logs
             errors += state.errors
             notes += state.notes
             for loaded in state.tools:
@@ -112,10 +116,21 @@ class Registry:
              "source": "CUSTOM", "init_ms": t.init_ms}
             for t in tools.values()
         ]
-        return {"type": "loaded", "tools": listed, "load_errors": errors, "hooks": [], "notes": notes,
+        return {"type": "loaded", "tools": listed, "load_errors": errors, "hooks": [], "notes": notes, "logs": logs,
                 **(recording.field() if recording is not None else {})}
 
     def _load_file(self, path: str, kind: str, version: str, recording: Recording | None) -> FileState:
+        # What the file prints while imported stays with it (pyhost_logs.py).
+        scope = pyhost_logs.Scope("", path, sink=[])
+        token = pyhost_logs.SCOPE.set(scope)
+        try:
+            state = self._import_file(path, kind, version, recording)
+        finally:
+            pyhost_logs.SCOPE.reset(token)
+        state.logs = pyhost_logs.finish(scope)
+        return state
+
+    def _import_file(self, path: str, kind: str, version: str, recording: Recording | None) -> FileState:
         state = FileState(version, kind)
         if kind != "tool":
             state.errors.append({"origin": path, "message": "the Python host loads tool files only, not plugins"})
@@ -315,11 +330,14 @@ class Host:
         is_async = inspect.iscoroutinefunction(execute) or inspect.iscoroutinefunction(type(execute).__call__)
         children: set[int] = set()
         recording_children = CHILDREN.set(children)  # the task (and to_thread's worker) copy this context
+        logging_scope = pyhost_logs.Scope(request_id, loaded.origin)
+        logging_call = pyhost_logs.SCOPE.set(logging_scope)
         try:
             work = execute(args, ctx) if is_async else asyncio.to_thread(execute, args, ctx)
             task = asyncio.ensure_future(work)
         finally:
             CHILDREN.reset(recording_children)
+            pyhost_logs.SCOPE.reset(logging_call)
         self.running[request_id] = Running(task, abort, is_async, children)
         try:
             result = await task
@@ -332,6 +350,7 @@ class Host:
             outcome = {"id": request_id, "type": "error", "message": describe(exc)}
         finally:
             del self.running[request_id]
+            pyhost_logs.finish(logging_scope)  # the call's last lines, before its reply
         try:
             json.dumps(outcome)  # fails before the span is ended, so the error reply still carries it
         except (TypeError, ValueError) as exc:
@@ -412,6 +431,7 @@ async def serve(channel: Channel) -> None:
 def main() -> None:
     sys.dont_write_bytecode = True  # importing a tool must not leave __pycache__ in the user's project
     channel = Channel()
+    pyhost_logs.capture(channel.send)
     # pydantic's messages end with a documentation link per error: noise for the model.
     os.environ["PYDANTIC_ERRORS_INCLUDE_URL"] = "0"
     asyncio.run(serve(channel))

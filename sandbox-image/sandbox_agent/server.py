@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
-from sandbox_agent import __version__, tracing
+from sandbox_agent import __version__, tool_home, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.file_rpcs import FileRpcs
@@ -409,7 +409,8 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
 
 
 async def _prepare_home(service: SandboxAgentService, config: AgentConfig) -> None:
-    """Creates the tool user's HOME on the tmpfs; done as that user, since the agent has no CAP_CHOWN."""
+    """Creates the tool user's HOME on the tmpfs, with upstream's state dirs (tool_home.py); done as that user,
+    since the agent has no CAP_CHOWN."""
     os.makedirs(os.path.dirname(config.tool_home) or "/", exist_ok=True)
-    helper = await service.run_tool(["/bin/mkdir", "-p", "-m", "700", config.tool_home])
+    helper = await service.run_tool(tool_home.prepare_command(config.tool_home))
     await _collect(helper)

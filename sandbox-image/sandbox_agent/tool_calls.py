@@ -13,7 +13,8 @@ from typing import Any
 
 from opencode_semantics.tools import BY_ID
 from sandbox.v1 import agent_pb2
-from sandbox_agent import tracing
+from sandbox_agent import tool_logs, tracing
+from sandbox_agent.custom.host import LogFn
 from sandbox_agent.custom.manager import CustomTools
 from sandbox_agent.custom.skills import SkillScan
 from sandbox_agent.custom.snapshot import SnapshotError
@@ -192,9 +193,23 @@ class ToolCalls:
                     outbox.put(**final, spans=self.shown_spans(trace.drain()) if trace is not None else [])
                 outbox.queue.put_nowait(None)
 
+        budget = tool_logs.CallLogs()
+
+        def log_line(line: tool_logs.LogLine) -> None:
+            if budget.admit(line):
+                outbox.put(log=_log_message(line))
+
         async def attempt() -> dict[str, Any]:
             try:
-                run = self._custom_run(start.tool, abort) if start.custom else load_tool(start.tool)
+                return await attempted()
+            finally:
+                dropped = budget.close()
+                if dropped is not None:  # the call's last log line, still before its result
+                    outbox.put(log=_log_message(dropped))
+
+        async def attempted() -> dict[str, Any]:
+            try:
+                run = self._custom_run(start.tool, abort, log_line) if start.custom else load_tool(start.tool)
                 directory = self._workspace
                 state = self._state(start.session_id)
                 if state.worktree is None:
@@ -248,7 +263,7 @@ class ToolCalls:
                                      cancel_on_hang_up=False, is_final=_is_end):
             yield event
 
-    def _custom_run(self, tool_id: str, abort: asyncio.Event) -> ToolRun:
+    def _custom_run(self, tool_id: str, abort: asyncio.Event, on_log: LogFn) -> ToolRun:
         async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             context = {
                 "sessionID": ctx.session_id, "messageID": ctx.message_id, "agent": ctx.agent, "callID": ctx.call_id,
@@ -259,7 +274,7 @@ class ToolCalls:
                 await ctx.ask(permission, await with_real_spellings(ctx, permission, list(patterns)), always, metadata)
 
             result = await self.custom.call(tool_id, args, context, on_metadata=ctx.metadata, on_ask=ask,
-                                            abort=abort)
+                                            abort=abort, on_log=on_log)
             attachments = [
                 Attachment(mime=str(a.get("mime", "")), url=str(a.get("url", "")), filename=str(a.get("filename", "")))
                 for a in result.attachments
@@ -308,6 +323,8 @@ class ToolCalls:
                     for s in scan.skills],
             skill_dirs=scan.dirs,
             config_json=listing.config_json,
+            worktree=worktree,
+            logs=[_log_message(line) for line in listing.logs],
         )
 
     def shown_spans(self, records: list[agent_pb2.SpanRecord]) -> list[agent_pb2.SpanRecord]:
@@ -405,6 +422,10 @@ def _result(output: ToolOutput) -> agent_pb2.ToolResult:
             capped=s.capped,
         ))
     return result
+
+
+def _log_message(line: tool_logs.LogLine) -> agent_pb2.ToolLog:
+    return agent_pb2.ToolLog(origin=line.origin, level=line.level, text=line.text, at=line.at)
 
 
 def _describe(exc: BaseException) -> str:

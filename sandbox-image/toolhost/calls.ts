@@ -1,6 +1,7 @@
 // Runs tool calls and plugin hooks: validation with the tool's own zod schema, the ToolContext
 // (metadata, ask, abort) and the normalisation of whatever execute returned.
 import { log, send } from "./channel.ts"
+import { CallBudget, logScope } from "./console_capture.ts"
 import { type HostTool, messageOf, type Registry, withTimeout } from "./loader.ts"
 import { type Recording, UNTRACED } from "./tracing.ts"
 import { killAll, recordingChildren } from "./children.ts"
@@ -115,9 +116,13 @@ export class Calls {
       ask: (request: { permission: string; patterns?: string[]; always?: string[]; metadata?: Json }) =>
         this.ask(id, request),
     }
+    // The call's console lines go out tagged with its request, before its reply, within its budget.
+    const budget = new CallBudget()
     try {
       const args = withUndeclared(tool, raw as Json, parsed.data as Json)
-      const result = await recordingChildren(children, () => tool.execute(args, ctx))
+      const result = await logScope.run({ request: id, origin: tool.origin, budget },
+                                        () => recordingChildren(children, () => tool.execute(args, ctx)))
+      budget.close(id, tool.origin)
       const normalised = normalise(result)
       try {
         JSON.stringify(normalised) // fails before the span is ended, so the error reply still carries it
@@ -126,6 +131,7 @@ export class Calls {
         reply({ id, type: "error", message: `The ${toolId} tool returned a result that is not JSON: ${messageOf(error)}` })
       }
     } catch (error) {
+      budget.close(id, tool.origin)
       reply({ id, type: "error", message: messageOf(error) })
     } finally {
       this.running.delete(id)
@@ -174,7 +180,9 @@ export class Calls {
       const hook = plugin.hooks[name]
       if (typeof hook !== "function") continue
       let thrown = false
-      const running = Promise.resolve().then(() => hook.call(plugin.hooks, input, output)).catch((error) => {
+      const scope = { request: id, origin: plugin.origin }
+      const calling = () => Promise.resolve().then(() => hook.call(plugin.hooks, input, output))
+      const running = logScope.run(scope, calling).catch((error) => {
         thrown = true
         throw error
       })

@@ -4,11 +4,13 @@
 import "./harden.ts" // first: before any other code runs in the host
 import { log, requestLines, send } from "./channel.ts"
 import { Calls } from "./calls.ts"
+import { captureConsole, logScope } from "./console_capture.ts"
 import { type FileSpec, messageOf, Registry } from "./loader.ts"
 import { Recording, traceOf } from "./tracing.ts"
 
 type Request = Record<string, unknown> & { id?: string; type?: string }
 
+captureConsole()
 const registry = new Registry()
 const calls = new Calls(registry)
 const exit = process.exit.bind(process)
@@ -24,6 +26,10 @@ let loading: Promise<unknown> = Promise.resolve()
 const inFlight = new Set<Promise<void>>()
 
 async function load(request: Request): Promise<void> {
+  await logScope.run({ request: String(request.id ?? ""), origin: "" }, () => loadInScope(request))
+}
+
+async function loadInScope(request: Request): Promise<void> {
   const recording = new Recording(traceOf(request))
   const result = await registry.load(request.files as FileSpec[], String(request.directory ?? process.cwd()),
                                      String(request.worktree ?? request.directory ?? process.cwd()), recording)
@@ -37,7 +43,7 @@ async function load(request: Request): Promise<void> {
       id: tool.id, description: tool.description, parameters: tool.parameters, origin: tool.origin,
       source: tool.source, init_ms: tool.initMs,
     })),
-    load_errors: [...result.errors, ...configured.errors], hooks: result.hooks, notes: result.notes,
+    load_errors: [...result.errors, ...configured.errors], hooks: result.hooks, notes: result.notes, logs: result.logs,
     ...(configured.config === undefined ? {} : { config: configured.config }), ...recording.field(),
   })
 }

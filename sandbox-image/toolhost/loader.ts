@@ -4,6 +4,7 @@ import { statSync } from "node:fs"
 import { basename, extname } from "node:path"
 import { z } from "zod"
 import { pluginClient } from "./client.ts"
+import { type LogLine, LogSink, logScope, whileImporting } from "./console_capture.ts"
 import { type Recording, UNTRACED, unixMs } from "./tracing.ts"
 
 export type Problem = { origin: string; message: string }
@@ -32,9 +33,11 @@ type FileState = {
   errors: Problem[]
   notes: Problem[]
   plugins: PluginHooks[]
+  /** What the file printed while it was imported and its plugins initialised (console_capture.ts). */
+  logs: LogLine[]
 }
 
-export type LoadResult = { tools: HostTool[]; errors: Problem[]; notes: Problem[]; hooks: string[] }
+export type LoadResult = { tools: HostTool[]; errors: Problem[]; notes: Problem[]; hooks: string[]; logs: LogLine[] }
 export type Configured = { config?: string; errors: Problem[] }
 
 export const PLUGIN_INIT_LIMIT_MS = 10_000
@@ -144,8 +147,10 @@ export class Registry {
     const errors: Problem[] = []
     const notes: Problem[] = []
     const plugins: PluginHooks[] = []
+    const logs: LogLine[] = []
     for (const file of ordered) {
       const state = this.files.get(file.path)!
+      logs.push(...state.logs)
       errors.push(...state.errors)
       notes.push(...state.notes)
       plugins.push(...state.plugins)
@@ -161,7 +166,7 @@ export class Registry {
     for (const plugin of plugins) {
       for (const [name, value] of Object.entries(plugin.hooks)) if (name !== "tool" && typeof value === "function") hooks.add(name)
     }
-    return { tools: [...tools.values()], errors, notes, hooks: [...hooks].sort() }
+    return { tools: [...tools.values()], errors, notes, hooks: [...hooks].sort(), logs }
   }
 
   /**
@@ -199,7 +204,18 @@ export class Registry {
 
   private async loadFile(file: FileSpec, version: string, directory: string, worktree: string,
                          recording: Recording): Promise<FileState> {
-    const state: FileState = { version, kind: file.kind, tools: [], errors: [], notes: [], plugins: [] }
+    // The file's lines stay with it: a later load that keeps the file (unchanged) lists them again.
+    const sink = new LogSink()
+    const request = logScope.getStore()?.request ?? ""
+    const state = await logScope.run({ request, origin: file.path, sink },
+                                     () => this.importFile(file, version, directory, worktree, recording, sink))
+    state.logs = sink.all(file.path)
+    return state
+  }
+
+  private async importFile(file: FileSpec, version: string, directory: string, worktree: string,
+                           recording: Recording, sink: LogSink): Promise<FileState> {
+    const state: FileState = { version, kind: file.kind, tools: [], errors: [], notes: [], plugins: [], logs: [] }
     const started = performance.now()
     let module: Record<string, unknown>
     try {
@@ -216,7 +232,7 @@ export class Registry {
     const errors = state.errors.length
     if (file.kind === "tool") this.collectTools(file.path, module, started, state)
     else await this.callPlugins(file.path, module, started, directory, worktree, state)
-    if (recording.trace !== undefined) traceInits(recording, file, state, known, errors, started, imported)
+    if (recording.trace !== undefined) traceInits(recording, file, state, known, errors, started, imported, sink.lines)
     return state
   }
 
@@ -224,7 +240,9 @@ export class Registry {
     // Bun caches modules by specifier: a query string makes a changed file import anew.
     const count = this.imports.get(path) ?? 0
     this.imports.set(path, count + 1)
-    return (await import(count === 0 ? path : `${path}?v=${count}`)) as Record<string, unknown>
+    const scope = logScope.getStore()
+    const load = () => import(count === 0 ? path : `${path}?v=${count}`)
+    return (await (scope === undefined ? load() : whileImporting(scope, load))) as Record<string, unknown>
   }
 
   private collectTools(path: string, module: Record<string, unknown>, started: number, state: FileState): void {
@@ -299,12 +317,16 @@ function initAttributes(file: FileSpec, id: string | undefined): Record<string, 
 
 /** One `init_tool` span per tool the file defined (import plus its own conversion), and per failure. */
 function traceInits(recording: Recording, file: FileSpec, state: FileState, firstTool: number, firstError: number,
-                    started: number, imported: number): void {
+                    started: number, imported: number, logs: LogLine[]): void {
   const startMs = unixMs(started)
   for (const tool of state.tools.slice(firstTool)) {
     // initMs counts the file's import plus this tool's schema conversion; the span lasts as long.
-    recording.start(`init_tool ${tool.id}`, { ...initAttributes(file, tool.id), "sandbox.init_ms": tool.initMs },
-                    startMs)?.event("module imported", unixMs(imported)).end(startMs + tool.initMs)
+    const span = recording.start(`init_tool ${tool.id}`,
+                                 { ...initAttributes(file, tool.id), "sandbox.init_ms": tool.initMs }, startMs)
+    span?.event("module imported", unixMs(imported))
+    // What the file printed while loading, each line an event (at most the sink's 50).
+    for (const line of logs) span?.event("log", line.at, { "log.level": line.level, "log.text": line.text })
+    span?.end(startMs + tool.initMs)
   }
   for (const problem of state.errors.slice(firstError)) {
     const id = /^(?:tool|plugin) ([^:]+):/.exec(problem.message)?.[1] ?? basename(file.path, extname(file.path))

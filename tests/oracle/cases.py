@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 RECORDED = Path(__file__).parent / "recorded"
-GROUPS = ("files", "search", "shell", "misc", "file_edges", "search_edges", "bash_edges", "arguments")
+GROUPS = ("files", "search", "shell", "misc", "file_edges", "search_edges", "bash_edges", "arguments", "denied")
 """Modules tests/oracle/cases_<group>.py, each with a CASES list."""
 WORKSPACE = "/workspace"
 HOME = "/tmp/home"
@@ -66,7 +66,7 @@ def normalise(value: Any, workspace: str, home: str) -> Any:
         text = value
         if workspace:  # empty on our side, whose paths are already the sandbox's
             text = text.replace(workspace, WORKSPACE).replace(workspace.lstrip("/"), WORKSPACE.lstrip("/"))
-            text = text.replace(home, HOME)
+            text = text.replace(home, HOME).replace(home.lstrip("/"), HOME.lstrip("/"))
         return OUTPUT_ID.sub("tool_ID", text)
     if isinstance(value, list):
         return [normalise(v, workspace, home) for v in value]

@@ -4,7 +4,9 @@
 
 Each case runs `opencode debug agent <agent> --tool <id> --params <json>` in a fresh workspace, with a home
 of its own, and the answer is stored in tests/oracle/recorded/<group>.json with paths written as the
-sandbox's. Upstream's asks are not exercised by this command (it allows everything).
+sandbox's. Upstream's asks are not exercised by this command (it allows everything). A call it denies is
+recorded again through a real upstream session (session_record.py): its debug command lists denied rules
+its own way, not as a session's ask does.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.oracle import session_record
 from tests.oracle.cases import GROUPS, Case, Recorded, cases, load, normalise, reads_first, save
 
 VERSION = "1.2.27"
@@ -109,7 +112,20 @@ async def record(case: Case, root: Path, home: Path, gate: asyncio.Semaphore) ->
             result, error = parse(out.decode(errors="replace"), err.decode(errors="replace"))
             if error != "database is locked":
                 break
+        if session_record.wants_session(error):
+            return await record_session(case, root, env)
         return Recorded(case, normalise(result, str(workspace), str(home)), normalise(error, str(workspace), str(home)))
+
+
+async def record_session(case: Case, root: Path, debug_env: dict[str, str]) -> Recorded:
+    """A denied call again, through a session (see session_record): what a model is told."""
+    workspace, home = session_record.session_home(root, case)
+    prepare(case, workspace)
+    env = session_record.environment(home, debug_env["PATH"])
+    # A denial is what is recorded: edit's read-before-write check (which upstream makes first) is not.
+    env["OPENCODE_DISABLE_FILETIME_CHECK"] = "true"
+    error = await session_record.run_session(BINARY, case, workspace, env, TIMEOUT_S)
+    return Recorded(case, None, normalise(error, str(workspace), str(home)))
 
 
 async def main(groups: list[str]) -> None:
@@ -121,7 +137,10 @@ async def main(groups: list[str]) -> None:
         gate = asyncio.Semaphore(PARALLEL)
         for group in groups:
             # ORACLE_ONLY_NEW=1 keeps the stored answers of unchanged cases and records only the others.
-            kept = {r.case.name: r for r in load(group)} if os.environ.get("ORACLE_ONLY_NEW") else {}
+            # ORACLE_RERECORD=name,... records those cases again even then.
+            again = set(os.environ.get("ORACLE_RERECORD", "").split(","))
+            kept = ({r.case.name: r for r in load(group) if r.case.name not in again}
+                    if os.environ.get("ORACLE_ONLY_NEW") else {})
             fresh = await asyncio.gather(*(record(c, root, home, gate) for c in cases(group) if c.name not in kept))
             by_name = {**kept, **{r.case.name: r for r in fresh}}
             recorded = [by_name[c.name] for c in cases(group)]

@@ -209,11 +209,13 @@ def test_refusal_messages() -> None:
 
 
 def test_denied_message_json_matches_upstream_key_order() -> None:
+    # A session's ask parses its rules with upstream's rule schema: bare actions are written
+    # permission, pattern, action too.
     ruleset = from_config({"*": "allow", "bash": {"*": "ask", "rm *": "deny"}, "edit": "deny"}, home=HOME)
     rules = [r for r in ruleset if r.permission in ("*", "bash")]
     assert denied_message(rules) == (
         "The user has specified a rule which prevents you from using this specific tool call. "
-        'Here are some of the relevant rules [{"permission":"*","action":"allow","pattern":"*"},'
+        'Here are some of the relevant rules [{"permission":"*","pattern":"*","action":"allow"},'
         '{"permission":"bash","pattern":"*","action":"ask"},{"permission":"bash","pattern":"rm *","action":"deny"}]'
     )
     assert str(DeniedError(rules)) == denied_message(rules)

@@ -247,16 +247,35 @@ async def test_a_later_denied_pattern_wins_over_an_earlier_ask() -> None:
     )
 
 
-async def test_denied_message_lists_the_whole_ruleset() -> None:
-    # Observed from v1.2.27 (tests/oracle, bash_config_deny_pattern): rules of other permissions are listed too.
+async def test_denied_message_lists_the_rules_of_the_requested_permission() -> None:
+    # Upstream's session ask lists `ruleset.filter(r => Wildcard.match(permission, r.permission))`
+    # (tests/oracle, group denied).
     gate = PermissionGate()
     rules = from_config({"*": "allow", "ba*": {"x": "allow"}, "read": "deny", "bash": "deny"}, home="/h")
     with pytest.raises(permission.DeniedError) as denied:
         await gate.ask(PermissionAsk("bash", ["x"], ["x"], {}), _scope("c", rules), lambda _: None)
     assert str(denied.value).endswith(
-        '[{"permission":"*","action":"allow","pattern":"*"},{"permission":"ba*","pattern":"x","action":"allow"},'
-        '{"permission":"read","action":"deny","pattern":"*"},{"permission":"bash","action":"deny","pattern":"*"}]'
+        '[{"permission":"*","pattern":"*","action":"allow"},{"permission":"ba*","pattern":"x","action":"allow"},'
+        '{"permission":"bash","pattern":"*","action":"deny"}]'
     )
+
+
+async def test_denied_message_shows_no_operator_rule_but_the_denying_one() -> None:
+    gate = PermissionGate()
+    rules = from_config({"bash": "allow"}, home="/h")
+    policy = [Rule("bash", "curl *", "deny"), Rule("bash", "secret-tool *", "deny"), Rule("read", "/etc/*", "deny")]
+    with pytest.raises(permission.DeniedError) as denied:
+        await gate.ask(PermissionAsk("bash", ["curl x"], ["curl *"], {}), _scope("c", rules, policy), lambda _: None)
+    assert str(denied.value).endswith(
+        '[{"permission":"bash","pattern":"*","action":"allow"},'
+        '{"permission":"bash","pattern":"curl *","action":"deny"}]'
+    )
+    # An agent rule that denies: no operator rule is shown at all.
+    own = from_config({"bash": {"rm *": "deny"}}, home="/h")
+    with pytest.raises(permission.DeniedError) as denied:
+        await gate.ask(PermissionAsk("bash", ["rm x"], ["rm *"], {}), _scope("c", own, policy), lambda _: None)
+    assert "curl" not in str(denied.value)
+    assert "secret-tool" not in str(denied.value)
 
 
 async def test_no_matching_rule_asks() -> None:

@@ -41,6 +41,7 @@ from controlplane.core.calls.tool_events import (
     MetadataUpdated,
     StateChanged,
 )
+from controlplane.core.calls.tool_log import ToolLogged
 from controlplane.core.definitions.validation import validate
 from controlplane.core.permissions import permission
 from controlplane.core.permissions.asks import AskScope, CallAsks, PermissionGate
@@ -231,10 +232,17 @@ class ToolExecutor:
         async def metadata(title: str | None, meta: dict[str, Any] | None) -> None:
             emit(MetadataUpdated(title, meta))
 
+        execute_span = spans.current()
+
+        def log(line: ToolLogged) -> None:
+            line = replace(line, call_id=call.call_id)
+            spans.tool_logged(execute_span, line.origin, line.level, line.text, line.at)
+            emit(line)
+
         ctx = ToolContext(
             session_id=scope.session_id, message_id=call.message_id, call_id=call.call_id, agent=scope.agent,
             ask=ask, metadata=metadata, sandbox=scope.sandbox, abort=abort, env=env,
-            services=self._call_services(scope, call, raw_args, emit, abort), rules=ask,
+            services=self._call_services(scope, call, raw_args, emit, abort), rules=ask, log=log,
         )
         result = await definition.execute(args, ctx)
         # Upstream truncates inside a tool's own execute, so after-hooks see the truncated output and its

@@ -17,8 +17,8 @@ from controlplane.core.calls.tool_events import CallEvent
 from controlplane.core.permissions import permission
 from controlplane.core.seam.messages import CustomListing
 
-AgentsKey = tuple[str, str, tuple[str, ...]]
-"""The session's config, the caller's config and the skill dirs the session's agents were made from."""
+AgentsKey = tuple[str, str, tuple[str, ...], str]
+"""The session's config, the caller's config, the skill dirs and the worktree the session's agents were made from."""
 
 
 class McpSource(Protocol):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from controlplane.core.calls.spooled import Spooled
+from controlplane.core.calls.tool_log import ToolLogged
 from controlplane.core.definitions.schema import parameters_schema
 from controlplane.core.sessions.services import SessionServices
 from controlplane.errors import ControlPlaneError
@@ -122,6 +123,8 @@ class ToolContext:
     rules: CallRules | None = None
     """The rules that decide `ask`, when rules do (the executor's calls): without them every ask of a
     sandbox tool goes up to `ask`."""
+    log: Callable[[ToolLogged], None] | None = None
+    """Takes the lines a custom tool prints during the call (for its author, not the model)."""
 
 
 @dataclass(frozen=True)

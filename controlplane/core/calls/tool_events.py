@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.core.calls.tool import ToolResult
+from controlplane.core.calls.tool_log import ToolLogged
 
 
 class CallStatus(enum.Enum):
@@ -90,5 +91,5 @@ class SubCallEvent:
 
 CallEvent = (
     StateChanged | MetadataUpdated | PermissionRequested | Completed | Failed | SubtaskRequested | QuestionAsked
-    | SubCallEvent
+    | SubCallEvent | ToolLogged
 )

@@ -32,6 +32,7 @@ from controlplane.core.calls.tool_events import (
     StateChanged,
     SubCallEvent,
 )
+from controlplane.core.calls.tool_log import ToolLogged
 from controlplane.core.config import plugin_config
 from controlplane.core.definitions import tool_reload
 from controlplane.core.definitions.custom_tools import custom_tool
@@ -70,6 +71,8 @@ class ListedTool:
 class ToolListing:
     tools: list[ListedTool]
     load_errors: list[tuple[str, str]] = field(default_factory=list)
+    logs: list[ToolLogged] = field(default_factory=list)
+    """What the custom tool and plugin files printed while loading."""
 
 
 McpFactory = Callable[[str, "SandboxAgent"], Awaitable[McpSource | None]]
@@ -127,7 +130,11 @@ class ToolRuntime:
         stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         kept = self._sessions_kept.of(session_id)
+        before = kept.custom
         custom = await self._custom_listing(kept, stored, sandbox, refresh=True)
+        if custom.logs and (before is None or before.logs != custom.logs):
+            for line in custom.logs:  # load-time lines on the bus once per load that printed them
+                self.bus.publish("tool.log", tenant, session_id, **line.properties())
         session = configured(stored, custom)
         agent = await self._agent(kept, session, sandbox, agent_name, custom)
         policy = self._policy.rules(tenant, home=await self._home(kept, sandbox))
@@ -153,6 +160,7 @@ class ToolRuntime:
             listed.append(ListedTool(tool.id, description, schema, tool.source, tool.origin, elapsed))
         return ToolListing(
             listed, [*custom.load_errors, *unadopted(stored, custom), *(mcp.load_errors() if mcp else [])],
+            custom.logs,
         )
 
     async def _shown_definition(
@@ -257,6 +265,8 @@ class ToolRuntime:
             running.events.put_nowait(event)
             if isinstance(event, StateChanged):
                 bus.publish("tool.state", tenant, session_id, callID=call_id, tool=tool, status=event.status.value)
+            elif isinstance(event, ToolLogged):
+                bus.publish("tool.log", tenant, session_id, tool=tool, **event.properties())
             elif isinstance(event, SubCallEvent) and isinstance(event.event, StateChanged):
                 bus.publish(
                     "tool.state", tenant, session_id, callID=event.call_id, tool=event.tool,
@@ -398,13 +408,13 @@ class ToolRuntime:
     ) -> permission.Agent:
         home = await self._home(kept, sandbox)
         cached = kept.agents
-        key = (session.config_json, _caller_config(session), tuple(custom.skill_dirs))
+        key = (session.config_json, _caller_config(session), tuple(custom.skill_dirs), custom.worktree)
         if cached is not None and cached[0] == key:
             agents = cached[1]
         else:
             setting = rule_layers.AgentSetting(
                 posixpath.join(home, TOOL_OUTPUT_SUBDIR), posixpath.join(home, PLANS_SUBDIR), home,
-                tuple(custom.skill_dirs), self._env_permission,
+                tuple(custom.skill_dirs), self._env_permission, custom.worktree,
             )
             caller = _caller_config(session)  # differs when the workspace or a plugin hook added to it
             agents = rule_layers.session_agents(

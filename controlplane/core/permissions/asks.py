@@ -98,6 +98,18 @@ class _SessionAsks:
     pending: dict[str, _Pending] = field(default_factory=dict)
 
 
+def shown_rules(name: str, scope: AskScope, denying: Rule, source: str) -> list[Rule]:
+    """The rules a denied call's message lists: the agent's rules for permission `name` (the caller's own
+    when they are what denies), as upstream lists a session's. The operator's rules are not the model's
+    business (a tenant's policy is not for a prompt-injected model to probe), except the one that denied
+    this call, so the model learns why and stops retrying."""
+    agent_rules = scope.ceiling if source == CEILING_SOURCE and scope.ceiling is not None else scope.ruleset
+    shown = permission.relevant_rules(name, agent_rules)
+    if "operator" in source:
+        shown.append(denying)
+    return shown
+
+
 def describe_rule(rule: Rule, source: str) -> str:
     return f"{source}: {rule.permission} {rule.pattern} {rule.action}"
 
@@ -160,10 +172,7 @@ class PermissionGate:
                 denying = describe_rule(rule, source)
                 spans.permission_ruled(ask.permission, ask.patterns, attributes.DECISION_DENY, denying)
                 await self._record(scope, ask, "deny", denying)
-                # v1.2.27 lists the whole ruleset, not only the rules of the denied permission (observed):
-                # the caller's own when they are what denies.
-                agent_rules = scope.ceiling if source == CEILING_SOURCE and scope.ceiling is not None else scope.ruleset
-                raise permission.DeniedError(permission.merge(agent_rules, scope.policy))
+                raise permission.DeniedError(shown_rules(ask.permission, scope, rule, source))
             if rule.action == "ask":
                 needs_reply = True
             else:

@@ -25,12 +25,11 @@ class Rule:
     pattern: str
     action: Action
     bare: bool = field(default=False, compare=False, repr=False)
-    """Made from a bare action (`"bash": "deny"`). Upstream builds that object with `action` before
-    `pattern`, which shows in the denied message's JSON; nothing else depends on it."""
+    """Made from a bare action (`"bash": "deny"`). Upstream's config code builds that object with `action`
+    before `pattern`, but a session's ask parses its ruleset with the rule schema first, so the denied
+    message always lists `permission, pattern, action`; only upstream's debug command shows the other order."""
 
     def to_json(self) -> dict[str, str]:
-        if self.bare:
-            return {"permission": self.permission, "action": self.action, "pattern": self.pattern}
         return {"permission": self.permission, "pattern": self.pattern, "action": self.action}
 
 
@@ -168,8 +167,13 @@ def corrected_message(feedback: str) -> str:
     return f"The user rejected permission to use this specific tool call with the following feedback: {feedback}"
 
 
+def relevant_rules(permission: str, rules: Iterable[Rule]) -> Ruleset:
+    """The rules a denied message lists: those whose permission matches the request's, as upstream's ask does."""
+    return [rule for rule in rules if match(permission, rule.permission)]
+
+
 def denied_message(rules: Iterable[Rule]) -> str:
-    """`rules`: the asking call's whole merged ruleset, which upstream lists (not only the denied permission's)."""
+    """`rules`: what the model is shown (see `relevant_rules`), in evaluation order."""
     return (
         "The user has specified a rule which prevents you from using this specific tool call. "
         f"Here are some of the relevant rules {json_stringify([r.to_json() for r in rules])}"

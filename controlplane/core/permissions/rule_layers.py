@@ -82,6 +82,8 @@ class AgentSetting:
     skill_dirs: tuple[str, ...] = ()
     env_permission: str | None = None
     """The operator's OPENCODE_PERMISSION, part of every user permission."""
+    worktree: str = "/"
+    """The session's worktree: upstream writes the plan agent's plan-file rule relative to it."""
 
 
 def agents_of(config: Mapping[str, Any], setting: AgentSetting, bare: Iterable[str] = ()) -> dict[str, Agent]:
@@ -96,7 +98,7 @@ def agents_of(config: Mapping[str, Any], setting: AgentSetting, bare: Iterable[s
     sections |= {name: dict(inherited) for name in bare if name not in sections}
     return permission.builtin_agents(
         setting.tool_output_dir, list(setting.skill_dirs), setting.plans_dir, user, agent_config=sections,
-        home=setting.home,
+        home=setting.home, worktree=setting.worktree,
     )
 
 

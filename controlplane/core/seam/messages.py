@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from controlplane.core.calls.spooled import Spooled
+from controlplane.core.calls.tool_log import ToolLogged
 
 if TYPE_CHECKING:  # asks.py reaches this module through the session manager: only its type is needed here
     from controlplane.core.permissions.asks import LocalRules
@@ -107,6 +108,10 @@ class CustomListing:
     """Where the session's skills are (upstream's `Skill.dirs()`): its agents read there without asking."""
     config_json: str = ""
     """The session's opencode.json as the project plugins' `config` hooks left it; empty when no plugin has one."""
+    worktree: str = "/"
+    """The session's worktree as the sandbox last found it: the plan agent's plan-file rule is relative to it."""
+    logs: list[ToolLogged] = field(default_factory=list)
+    """What the tool and plugin files printed while loading (bounded in the sandbox)."""
 
 
 @dataclass(frozen=True)
@@ -165,4 +170,4 @@ class RunFailed:
     message: str
 
 
-RunEvent = RunAsk | RunMetadata | RunResult | RunFailed
+RunEvent = RunAsk | RunMetadata | RunResult | RunFailed | ToolLogged

@@ -1101,6 +1101,7 @@ class RunToolEvent(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
+    LOG_FIELD_NUMBER: _builtins.int
     SPANS_FIELD_NUMBER: _builtins.int
     ALLOWED_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
@@ -1112,6 +1113,12 @@ class RunToolEvent(_message.Message):
     def result(self) -> Global___ToolResult: ...
     @_builtins.property
     def failed(self) -> Global___ToolFailed: ...
+    @_builtins.property
+    def log(self) -> Global___ToolLog:
+        """A line the custom tool printed (console.*, print, logging) during the call: always before the
+        call's `result` or `failed`.
+        """
+
     @_builtins.property
     def spans(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpanRecord]:
         """Spans the agent and the tool hosts recorded for the call (on the `result` or `failed` event, when
@@ -1130,14 +1137,15 @@ class RunToolEvent(_message.Message):
         metadata: Global___ToolMetadata | None = ...,
         result: Global___ToolResult | None = ...,
         failed: Global___ToolFailed | None = ...,
+        log: Global___ToolLog | None = ...,
         spans: _abc.Iterable[Global___SpanRecord] | None = ...,
         allowed: _abc.Iterable[Global___AllowedAsk] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ask", b"ask", "event", b"event", "failed", b"failed", "log", b"log", "metadata", b"metadata", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "ask", b"ask", "event", b"event", "failed", b"failed", "metadata", b"metadata", "result", b"result", "seq", b"seq", "spans", b"spans"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "ask", b"ask", "event", b"event", "failed", b"failed", "log", b"log", "metadata", b"metadata", "result", b"result", "seq", b"seq", "spans", b"spans"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["ask", "metadata", "result", "failed"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["ask", "metadata", "result", "failed", "log"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -1302,9 +1310,15 @@ class ListCustomToolsResponse(_message.Message):
     SKILLS_FIELD_NUMBER: _builtins.int
     SKILL_DIRS_FIELD_NUMBER: _builtins.int
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
+    WORKTREE_FIELD_NUMBER: _builtins.int
+    LOGS_FIELD_NUMBER: _builtins.int
     config_json: _builtins.str
     """The session's opencode.json (config_json) as the project plugins' `config` hooks left it, which
     upstream runs once at plugin init on its live config; empty when no plugin has the hook.
+    """
+    worktree: _builtins.str
+    """The session's worktree as upstream finds it (the nearest directory up from the workspace holding
+    `.git`, else "/"): the plan agent's plan-file rule is written relative to it.
     """
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomTool]:
@@ -1332,6 +1346,10 @@ class ListCustomToolsResponse(_message.Message):
         agents may read there without an external_directory ask.
         """
 
+    @_builtins.property
+    def logs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolLog]:
+        """What the tool and plugin files printed while loading (bounded, see sandbox_agent/tool_logs.py)."""
+
     def __init__(
         self,
         *,
@@ -1342,14 +1360,49 @@ class ListCustomToolsResponse(_message.Message):
         skills: _abc.Iterable[Global___SkillInfo] | None = ...,
         skill_dirs: _abc.Iterable[_builtins.str] | None = ...,
         config_json: _builtins.str = ...,
+        worktree: _builtins.str = ...,
+        logs: _abc.Iterable[Global___ToolLog] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "hooks", b"hooks", "load_errors", b"load_errors", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_json", b"config_json", "hooks", b"hooks", "load_errors", b"load_errors", "logs", b"logs", "skill_dirs", b"skill_dirs", "skills", b"skills", "spans", b"spans", "tools", b"tools", "worktree", b"worktree"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListCustomToolsResponse: _TypeAlias = ListCustomToolsResponse  # noqa: Y015
+
+@_typing.final
+class ToolLog(_message.Message):
+    """A line a custom tool or plugin printed, for its author."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    origin: _builtins.str
+    """The file it comes from (workspace path)."""
+    level: _builtins.str
+    """debug, info, warn or error."""
+    text: _builtins.str
+    at: _builtins.float
+    """Unix time, seconds."""
+    def __init__(
+        self,
+        *,
+        origin: _builtins.str = ...,
+        level: _builtins.str = ...,
+        text: _builtins.str = ...,
+        at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "level", b"level", "origin", b"origin", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolLog: _TypeAlias = ToolLog  # noqa: Y015
 
 @_typing.final
 class SkillInfo(_message.Message):

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_agent import tracing
+from sandbox_agent import tool_logs, tracing
 from sandbox_agent.custom.files import HostFile, LoadError
 from sandbox_agent.process import Chunk, Execution
 from sandbox_agent.server_identity import BUN_SERVER, PY_SERVER, ServerIdentityError, verify_server
@@ -35,6 +35,7 @@ __all__ = ["HostCallError", "HostFile", "HostResult", "HostTool", "Loaded", "Too
 log = logging.getLogger(__name__)
 Launch = Callable[[], Awaitable[Execution]]
 Message = dict[str, Any]
+LogFn = Callable[[tool_logs.LogLine], None]
 
 
 class HostCallError(ToolError):
@@ -59,6 +60,8 @@ class Loaded:
     notes: list[LoadError]
     config_json: str = ""
     """The session's opencode.json as the plugins' `config` hooks left it; empty when no plugin has one."""
+    logs: tuple[tool_logs.LogLine, ...] = ()
+    """What the loaded files printed while they were imported (and their plugins initialised)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class _HostProcess:
         self.gone_reason = ""
         self._queues: dict[str, asyncio.Queue[Message | _Gone]] = {}
         self._abandoned: set[str] = set()
+        self.log_streams: set[str] = set()
+        """Calls whose `log` messages go to their queue, in order with their other messages; any other
+        request's (a load's, a hook's, a call's after its end) are dropped here."""
         self._write_lock = asyncio.Lock()
         self._stderr_tail = b""
         self._reader = asyncio.ensure_future(self._read())
@@ -155,6 +161,10 @@ class _HostProcess:
             log.warning("%s tool host wrote a line outside the protocol: %r", self.name, line[:200])
             return
         queue = self._queues.get(request_id)
+        if message.get("type") == "log":
+            if queue is not None and request_id in self.log_streams:
+                queue.put_nowait(message)
+            return
         if queue is not None:
             queue.put_nowait(message)
         elif request_id in self._abandoned and message.get("type") in ("result", "error"):
@@ -239,12 +249,15 @@ class ToolHost:
 
     async def call(
         self, tool: str, args: dict[str, Any], context: dict[str, Any], *, on_metadata: MetadataFn, on_ask: AskFn,
-        abort: asyncio.Event, timeout_s: float | None,
+        abort: asyncio.Event, timeout_s: float | None, on_log: LogFn | None = None,
     ) -> HostResult:
-        """Runs one call; raises HostCallError with the tool's error, or on abort, timeout or host death."""
+        """Runs one call; raises HostCallError with the tool's error, or on abort, timeout or host death.
+        `on_log` gets the call's console lines, each before the call's result or error."""
         process = await self._running()
         request_id = self._next_id()
         queue = process.open(request_id)
+        if on_log is not None:
+            process.log_streams.add(request_id)
         asks: set[asyncio.Task[None]] = set()
         try:
             await process.send(_traced({"id": request_id, "type": "call", "tool": tool, "args": args,
@@ -260,7 +273,10 @@ class ToolHost:
                 if isinstance(message, _Gone):
                     raise HostCallError(message.reason)
                 kind = message.get("type")
-                if kind == "metadata":
+                if kind == "log":
+                    if on_log is not None:
+                        on_log(tool_logs.line_from(message))
+                elif kind == "metadata":
                     await on_metadata(message.get("title"), message.get("metadata"))
                 elif kind == "ask":
                     task = asyncio.ensure_future(self._answer(process, message, on_ask))
@@ -284,6 +300,7 @@ class ToolHost:
             stopping.add_done_callback(self._background.discard)
             raise
         finally:
+            process.log_streams.discard(request_id)
             if request_id not in self._stopping:
                 process.close(request_id)
             for task in asks:
@@ -447,7 +464,7 @@ def _loaded(reply: Message) -> Loaded:
     ]
     return Loaded(tools=tools, load_errors=_problems(reply.get("load_errors")),
                   hooks=[str(h) for h in reply.get("hooks") or []], notes=_problems(reply.get("notes")),
-                  config_json=str(reply.get("config") or ""))
+                  config_json=str(reply.get("config") or ""), logs=tuple(tool_logs.load_lines(reply.get("logs"))))
 
 
 def _problems(items: list[Message] | None) -> list[LoadError]:

@@ -22,7 +22,8 @@ from typing import Any
 from sandbox_agent import tracing
 from sandbox_agent.custom import discovery, snapshot
 from sandbox_agent.custom.files import HostFile, LoadError
-from sandbox_agent.custom.host import HostResult, HostTool, Loaded, ToolHost, bun_launcher, python_launcher
+from sandbox_agent.custom.host import HostResult, HostTool, Loaded, LogFn, ToolHost, bun_launcher, python_launcher
+from sandbox_agent.tool_logs import LogLine
 from sandbox_agent.tools.base import AskFn, MetadataFn, ToolError
 from sandbox_agent.tools.runner import ToolRunner
 
@@ -45,6 +46,8 @@ class CustomListing:
     hooks: list[str] = field(default_factory=list)
     config_json: str = ""
     """The session's opencode.json after the plugins' `config` hooks; empty when no plugin has one."""
+    logs: list[LogLine] = field(default_factory=list)
+    """What the tool and plugin files printed while loading (tool_logs.py), with workspace paths."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,8 @@ class CustomTools:
         shown = self.snapshot.outside if self.snapshot is not None else str
         tools = [dataclasses.replace(tool, origin=shown(tool.origin)) for tool, _ in winners]
         errors = [LoadError(shown(p.origin), shown(p.message)) for p in problems]
-        return CustomListing(tools, errors, hooks, configured)
+        logs = [dataclasses.replace(line, origin=shown(line.origin)) for _, result in loaded for line in result.logs]
+        return CustomListing(tools, errors, hooks, configured, logs)
 
     async def _load_into(self, host: ToolHost, files: Sequence[HostFile], problems: list[LoadError],
                          config: Mapping[str, Any]) -> Loaded:
@@ -179,13 +183,21 @@ class CustomTools:
 
     async def call(
         self, tool_id: str, args: dict[str, Any], context: dict[str, Any], *, on_metadata: MetadataFn, on_ask: AskFn,
-        abort: asyncio.Event, timeout_s: float | None = None,
+        abort: asyncio.Event, timeout_s: float | None = None, on_log: LogFn | None = None,
     ) -> HostResult:
         host = self._owners.get(tool_id)
         if host is None:
             raise ToolError(f"no custom tool named {tool_id!r} is loaded in this sandbox; list the tools again")
+        logged = None
+        if on_log is not None:
+            shown = self.snapshot.outside if self.snapshot is not None else str
+            report = on_log
+
+            def logged(line: LogLine) -> None:
+                report(dataclasses.replace(line, origin=shown(line.origin)))
+
         return await host.call(tool_id, args, context, on_metadata=on_metadata, on_ask=on_ask, abort=abort,
-                               timeout_s=timeout_s)
+                               timeout_s=timeout_s, on_log=logged)
 
     async def hook(self, name: str, input_: dict[str, Any], output: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if self._bun is None or name not in self._listing.hooks:

@@ -1,0 +1,54 @@
+"""`controlplane logs SESSION`: what the session's custom tools and plugins print, for their authors.
+
+Prints the lines the control plane still holds (recent ones, bounded per session), then follows the bus
+until Ctrl-C, which ends it quietly. Lines of other event types are not shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TextIO
+
+from controlplane.client import AsyncClient
+
+LOG_EVENT = "tool.log"
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    logs = sub.add_parser("logs", parents=[common], help="print what a session's custom tools and plugins print "
+                          "(recent lines, then live; Ctrl-C ends)")
+    logs.add_argument("session")
+
+
+def line_text(properties: dict[str, Any]) -> str:
+    """One log line for a person: time, level, file (and call), text."""
+    at = datetime.fromtimestamp(float(properties.get("time") or 0)).strftime("%H:%M:%S.%f")[:-3]
+    call = properties.get("callID") or "load"
+    return f"{at} {str(properties.get('level', '')).upper():5} {properties.get('origin', '')} [{call}] " \
+           f"{properties.get('text', '')}"
+
+
+async def follow(client: AsyncClient, session_id: str, out: TextIO, as_json: bool = False) -> None:
+    async for event in client.subscribe_events(session_id, recent_logs=True):
+        if event.type != LOG_EVENT:
+            continue
+        properties = json.loads(event.properties_json or "{}")
+        print(json.dumps(properties, ensure_ascii=False) if as_json else line_text(properties), file=out, flush=True)
+
+
+def main(args: argparse.Namespace, target_and_token: Callable[[argparse.Namespace], tuple[str, str]]) -> int:
+    target, token = target_and_token(args)
+
+    async def run() -> None:
+        async with AsyncClient(target, token) as client:
+            await follow(client, args.session, sys.stdout, args.json)
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it ends: no traceback, exit 0
+        asyncio.run(run())
+    return 0
