@@ -224,9 +224,10 @@ class Client(Files):
     def reply_permission(self, request_id: str, reply: str, message: str = "") -> None:
         self._call(self._async.reply_permission(request_id, reply, message))
 
-    def subscribe_events(self, session_id: str = "") -> SyncStream[event_pb2.Event]:
-        """The bus as a blocking iterator; `cancel()` it (from another thread too) to stop."""
-        return self._stream(lambda: self._async.subscribe_events(session_id))
+    def subscribe_events(self, session_id: str = "", *, recent_logs: bool = False) -> SyncStream[event_pb2.Event]:
+        """The bus as a blocking iterator; `cancel()` it (from another thread too) to stop. With `recent_logs`,
+        the `tool.log` events the control plane still holds come first."""
+        return self._stream(lambda: self._async.subscribe_events(session_id, recent_logs=recent_logs))
 
     def close(self) -> None:
         self._call(self._async.close())
