@@ -5,6 +5,7 @@ The rpc layer maps `code` to a gRPC status in one place.
 ControlPlaneError
 ├── InvalidArgumentError        the request is malformed
 ├── UnauthenticatedError        no or unknown bearer token
+│   └── TokenDiedError          an open stream's token died (rpc/token_watch.py, internal)
 ├── NotFoundError               unknown (or another tenant's) session
 ├── FailedPreconditionError     the session is not in a state that allows this
 ├── ExecDeniedError             operator policy refuses a SandboxService.Exec (core/permissions/exec_policy.py)

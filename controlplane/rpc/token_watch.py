@@ -27,11 +27,12 @@ import grpc
 
 from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.tenants.records import TokenDirectory, hash_token
+from controlplane.errors import UnauthenticatedError
 
 T = TypeVar("T")
 
 
-class TokenDiedError(Exception):
+class TokenDiedError(UnauthenticatedError):
     """Raised inside the stream's wrapper only; it becomes the UNAUTHENTICATED status."""
 
 
