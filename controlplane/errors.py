@@ -6,6 +6,7 @@ ControlPlaneError
 ├── InvalidArgumentError        the request is malformed
 │   └── WorkspaceTooLargeError  a client-side workspace directory over its bound (workspace_dir.py)
 ├── UnauthenticatedError        no or unknown bearer token
+│   └── TokenDiedError          an open stream's token died (rpc/token_watch.py, internal)
 ├── NotFoundError               unknown (or another tenant's) session
 ├── FailedPreconditionError     the session is not in a state that allows this
 ├── ExecDeniedError             operator policy refuses a SandboxService.Exec (core/permissions/exec_policy.py)

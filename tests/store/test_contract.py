@@ -125,7 +125,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
         versions = _query(target, "SELECT version FROM schema_migrations ORDER BY version")
-        assert versions == [(1,), (2,), (3,), (4,), (5,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)]
     finally:
         await store.aclose()
 
