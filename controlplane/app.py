@@ -10,10 +10,11 @@ import os
 import secrets
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
-from controlplane import host_capacity, tenancy
+from controlplane import cli_common, host_capacity, tenancy
 from controlplane.config import (
     DockerProviderConfig,
     LimitsConfig,
@@ -51,7 +52,7 @@ from controlplane.tools.websearch import SearchConfig
 from sandbox_agent.gc_tuning import tune_after_startup
 
 log = logging.getLogger(__name__)
-ENDPOINT_FILE = "endpoint"
+ENDPOINT_FILE = cli_common.ENDPOINT_FILE
 DEFAULT_TOKEN_PREFIX = "ocsb_"
 """Starts every generated default-tenant token."""
 
@@ -172,6 +173,8 @@ class ControlPlane:
     audit: AuditWriter
     telemetry: telemetry.Telemetry | None = None
     tenants: TenantAdmin | None = None
+    mcp_http: Any = None
+    """The MCP front end over streamable HTTP (`server.mcp_listen`), when served: its `.address`."""
 
     @property
     def address(self) -> str:
@@ -214,10 +217,16 @@ async def start(settings: Settings) -> ControlPlane:
     await mark_serving(health_servicer, True)
     plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting, tenant_admin)
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
+    if settings.server.mcp_listen:
+        from controlplane.mcp_front import http as mcp_http
+
+        plane.mcp_http = await mcp_http.start(settings.server.mcp_listen, plane.address)
     return plane
 
 
 async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
+    if plane.mcp_http is not None:
+        await plane.mcp_http.stop()
     await plane.server.stop(grace_s)
     if plane.tenants is not None:
         await plane.tenants.close()

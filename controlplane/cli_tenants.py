@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf.json_format import MessageToDict
-
-from controlplane import app
-from controlplane.admin_client import AsyncAdminClient, quota
-from controlplane.config import client_environment, load_settings
+from controlplane.cli_common import place, target
 from controlplane.core.tenants.quota import KEYS
-from controlplane.v1 import admin_pb2
+
+if TYPE_CHECKING:
+    from controlplane.v1 import admin_pb2
 
 ACTIONS = ("create", "list", "usage", "quota", "rotate", "revoke", "delete")
 
@@ -37,21 +35,16 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _target_and_admin_token(args: argparse.Namespace) -> tuple[str, str]:
-    settings = load_settings(Path(args.config) if args.config else None)
-    environment = client_environment()
-    target = args.target or environment.target
-    if not target:
-        endpoint = settings.data_dir / app.ENDPOINT_FILE
-        target = endpoint.read_text().strip() if endpoint.exists() else settings.server.listen
-    path = settings.admin_token_file
-    token = args.token or environment.admin_token or (
+    where = place(args.config)
+    path = where.admin_token_file
+    token = args.token or os.environ.get("CONTROLPLANE_ADMIN_TOKEN") or (
         path.read_text().strip() if path.exists() else ""
     )
     if not token:
         raise SystemExit(
             f"no admin token: pass --token, set CONTROLPLANE_ADMIN_TOKEN, or start the server once ({path})"
         )
-    return target, token
+    return target(args, where), token
 
 
 def _when(ts: float) -> str:
@@ -64,6 +57,10 @@ def _limits(q: admin_pb2.Quota) -> str:
 
 
 def _print(message: Any, as_json: bool) -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from controlplane.v1 import admin_pb2
+
     if as_json:
         print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), indent=2))
         return
@@ -85,9 +82,13 @@ def _print(message: Any, as_json: bool) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    target, token = _target_and_admin_token(args)
+    from google.protobuf.json_format import MessageToDict
+
+    from controlplane.admin_client import AsyncAdminClient, quota
+
+    address, token = _target_and_admin_token(args)
     limits = {k: getattr(args, k, None) for k in KEYS}
-    async with AsyncAdminClient(target, token) as client:
+    async with AsyncAdminClient(address, token) as client:
         if args.action == "list":
             tenants = await client.list_tenants()
             if args.json:
