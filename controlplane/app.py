@@ -211,7 +211,7 @@ async def start(settings: Settings) -> ControlPlane:
         todos=store, limits=settings.limits,
     )
     server, health_servicer, port = build_server(
-        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit)
+        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit), (store, audit)
     )
     await server.start()
     await mark_serving(health_servicer, True)

@@ -8,6 +8,7 @@
     controlplane tool SESSION TOOL ARGS_JSON [--agent A] [--yes]
     controlplane events [SESSION]                      (follows the bus until Ctrl-C)
     controlplane approvals list [SESSION] | reply REQUEST_ID once|always|reject [--message M]
+    controlplane audit [SESSION] [--limit N]
     controlplane mcp SESSION                           (an MCP server on stdio: the session's tools)
     controlplane tenant create|list|usage|quota|rotate|revoke|delete [NAME] [...]   (with the admin token)
 

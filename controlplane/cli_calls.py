@@ -1,4 +1,4 @@
-"""`controlplane tool`, `events`, `approvals` and `mcp`: the commands that follow a live stream.
+"""`controlplane tool`, `events`, `approvals`, `audit` and `mcp`: the commands about calls and their answers.
 
 `tool` writes the call's live output (metadata deltas) to stderr as it comes and the result to stdout,
 so `$(controlplane tool ...)` captures only the result; a tool error exits 1. A permission ask is put to
@@ -41,6 +41,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     reply.add_argument("request_id")
     reply.add_argument("reply", choices=REPLIES)
     reply.add_argument("--message", default="", help="with reject: feedback the model reads")
+    audit = sub.add_parser("audit", parents=[common], help="the tenant's audit record (of one session when given)")
+    audit.add_argument("session", nargs="?", default="")
+    audit.add_argument("--limit", type=int, default=0, help="only the newest N entries")
     mcp = sub.add_parser("mcp", parents=[common], help="serve a session's tools to an MCP client on stdio")
     mcp.add_argument("session")
 
@@ -52,6 +55,8 @@ async def run(args: argparse.Namespace) -> int:
         return await _events(args)
     if args.command == "approvals":
         return await _approvals(args)
+    if args.command == "audit":
+        return await _audit(args)
     from controlplane.mcp_front.stdio import serve_stdio
 
     target, token = target_and_token(args)
@@ -213,4 +218,29 @@ async def _approvals(args: argparse.Namespace) -> int:
         return 0
     for p in pending:
         print(f"{p.request.id}  {p.session_id}  {p.request.permission:<12} {', '.join(p.request.patterns)}")
+    return 0
+
+
+async def _audit(args: argparse.Namespace) -> int:
+    import grpc
+
+    from controlplane.v1 import audit_pb2, audit_pb2_grpc
+
+    target, token = target_and_token(args)
+    # The client SDK has no audit call: this one command speaks to AuditService directly.
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = audit_pb2_grpc.AuditServiceStub(channel)
+        request = audit_pb2.ListAuditRequest(session_id=args.session, limit=max(args.limit, 0))
+        response = await stub.ListAudit(request, metadata=(("authorization", f"Bearer {token}"),))
+    if args.json:
+        from controlplane.cli import as_dict
+
+        print(json.dumps([as_dict(e) for e in response.entries], indent=2))
+        return 0
+    from datetime import UTC, datetime
+
+    for e in response.entries:
+        when = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        what = f"{e.permission} {', '.join(e.patterns)}" if e.kind == "permission" else e.detail[:80]
+        print(f"{when}  {e.session_id}  {e.kind:<10} {e.tool:<10} {e.outcome:<9} {what}  {e.rule}".rstrip())
     return 0

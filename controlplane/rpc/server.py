@@ -13,6 +13,7 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.rpc.admin_service import AdminService
+from controlplane.rpc.audit_service import AuditService
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
 from controlplane.rpc.permission_service import PermissionService
@@ -20,10 +21,13 @@ from controlplane.rpc.question_service import QuestionService
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
 from controlplane.rpc.tool_service import ToolService
+from controlplane.store.base import AuditWriter, Store
 from controlplane.telemetry.grpc_server import server_interceptors
 from controlplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    audit_pb2,
+    audit_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
     permission_pb2,
@@ -45,6 +49,7 @@ SERVICES = (
     permission_pb2.DESCRIPTOR.services_by_name["PermissionService"],
     question_pb2.DESCRIPTOR.services_by_name["QuestionService"],
     event_pb2.DESCRIPTOR.services_by_name["EventService"],
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
 )
 SERVICE_NAMES = tuple(service.full_name for service in SERVICES)
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
@@ -54,6 +59,7 @@ ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
 def build_server(
     settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator,
     tenants: TenantAdmin | None = None, exec_gate: ExecGate | None = None,
+    audit: tuple[Store, AuditWriter] | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The server (not started), its health servicer and the bound port; AdminService only with `tenants`."""
     quotas = tenants.quotas if tenants is not None else TenantQuotas.unlimited()
@@ -69,6 +75,8 @@ def build_server(
     permission_pb2_grpc.add_PermissionServiceServicer_to_server(PermissionService(tools, auth), server)
     question_pb2_grpc.add_QuestionServiceServicer_to_server(QuestionService(tools, auth), server)
     event_pb2_grpc.add_EventServiceServicer_to_server(EventService(sessions, tools.bus, auth, quotas), server)
+    if audit is not None:
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditService(*audit, sessions, auth), server)
     if tenants is not None:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(tenants), server)
     health_servicer = health.aio.HealthServicer()

@@ -183,3 +183,20 @@ def test_reply_choices_are_the_api_replies() -> None:
     from controlplane.cli_calls import REPLIES
 
     assert {r.upper() for r in REPLIES} == set(tool_pb2.PermissionReply.Reply.keys()) - {"REPLY_UNSPECIFIED"}
+
+
+async def test_audit_lists_the_tenants_own_record(local_plane: Plane, session_id: str) -> None:
+    code, _, err = await cli(local_plane, "tool", session_id, "read", json.dumps({"filePath": ".env"}))
+    assert code == 1, err
+    code, out, err = await cli(local_plane, "audit", session_id, "--json")
+    assert code == 0, err
+    entries = json.loads(out)
+    asked = [e for e in entries if e["kind"] == "permission" and e.get("permission") == "read"]
+    assert asked, entries
+    assert asked[-1]["outcome"] == "reject"
+    assert {e["session_id"] for e in entries} == {session_id}
+    code, out, _ = await cli(local_plane, "audit", session_id, "--limit", "1", "--json")
+    assert len(json.loads(out)) == 1
+    code, _, err = await cli(local_plane, "audit", "ses_missing")
+    assert code == 2
+    assert "NOT_FOUND" in err
