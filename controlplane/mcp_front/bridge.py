@@ -43,7 +43,8 @@ from controlplane.v1 import tool_pb2
 log = logging.getLogger(__name__)
 
 Target = Callable[[ServerRequestContext[Any, Any]], Awaitable[tuple[AsyncClient, str, str]]]
-"""Finds, for one MCP request, (a client with the caller's token, the platform session id, the caller's key)."""
+"""Finds, for one MCP request, (a client with the caller's token, the platform session id, the caller's key). The
+client stays the front end's: calls use it, never close it."""
 PERMISSION_KEY = "permission"
 PARKED_TTL_S = 600.0
 """How long a call parked on a 2026-protocol ask waits for the client's retry before it is aborted."""
@@ -77,7 +78,6 @@ class _Call:
         self.outbox.put_nowait(None)
         if abort:
             self.stream.cancel()
-        await self.client.close()
 
 
 class SessionTools:
@@ -103,8 +103,6 @@ class SessionTools:
             listing = await client.list_tools(session_id)
         except grpc.aio.AioRpcError as exc:
             raise _mcp_error(exc) from exc
-        finally:
-            await client.close()
         return types.ListToolsResult(tools=[
             types.Tool(name=t.id, description=t.description, input_schema=json.loads(t.parameters_json_schema or "{}"))
             for t in listing.tools
@@ -123,7 +121,6 @@ class SessionTools:
     async def _resume(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
                       ) -> types.CallToolResult | types.InputRequiredResult:
         _client, _session_id, owner = await self._target(ctx)
-        await _client.close()
         state = params.request_state or ""
         call = self._parked.get(state)
         # Another caller's state (or a made-up one) is as unknown as an expired one.

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import re
 import socket
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ from controlplane.mcp_front.bridge import SessionTools, owner_key
 log = logging.getLogger(__name__)
 PATH = re.compile(r"^/mcp/(ses_[A-Za-z0-9_-]{1,100})/?$")
 SCOPE_KEY = "ocsb.mcp"
+MAX_CLIENTS = 256
+"""gRPC clients kept, one per token that passed authentication (a new channel per request costs a connection)."""
 
 
 class McpHttpApp:
@@ -40,6 +44,8 @@ class McpHttpApp:
 
     def __init__(self, grpc_target: str) -> None:
         self._grpc_target = grpc_target
+        self._clients: OrderedDict[str, AsyncClient] = OrderedDict()
+        self._retired: list[AsyncClient] = []
         self.tools = SessionTools(self._target_of)
         # DNS-rebinding protection is the SDK's default only for loopback names; a bearer token is required
         # on every request here, which a browser tricked into calling us does not have.
@@ -53,7 +59,25 @@ class McpHttpApp:
         if found is None:  # never: every request passed __call__
             raise RuntimeError("an MCP request reached the tools without its authenticated session")
         token, session_id = found
-        return AsyncClient(self._grpc_target, token), session_id, owner_key(token, session_id)
+        return self._client(token), session_id, owner_key(token, session_id)
+
+    def _client(self, token: str) -> AsyncClient:
+        key = _key(token)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = AsyncClient(self._grpc_target, token)
+            if len(self._clients) > MAX_CLIENTS:
+                # Closed at stop, not now: a call of that token may still be running on it.
+                self._retired.append(self._clients.popitem(last=False)[1])
+        self._clients.move_to_end(key)
+        return client
+
+    async def close(self) -> None:
+        await self.tools.close()
+        for client in [*self._clients.values(), *self._retired]:
+            await client.close()
+        self._clients.clear()
+        self._retired.clear()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,17 +91,26 @@ class McpHttpApp:
         if not token:
             await _respond(send, 401, "a bearer token is required (Authorization: Bearer TOKEN)")
             return
-        async with AsyncClient(self._grpc_target, token) as client:
-            try:
-                await client.get_session(session_id)
-            except grpc.aio.AioRpcError as exc:
-                status = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.NOT_FOUND: 404,
-                          grpc.StatusCode.PERMISSION_DENIED: 403}.get(exc.code(), 502)
-                await _respond(send, status, f"{exc.code().name}: {exc.details()}")
-                return
+        # Every request is authenticated by the API; a token gets its kept client only once it has passed.
+        kept = self._clients.get(_key(token))
+        probe = kept or AsyncClient(self._grpc_target, token)
+        try:
+            await probe.get_session(session_id)
+        except grpc.aio.AioRpcError as exc:
+            status = {grpc.StatusCode.UNAUTHENTICATED: 401, grpc.StatusCode.NOT_FOUND: 404,
+                      grpc.StatusCode.PERMISSION_DENIED: 403}.get(exc.code(), 502)
+            await _respond(send, status, f"{exc.code().name}: {exc.details()}")
+            return
+        finally:
+            if kept is None:
+                await probe.close()
         scope[SCOPE_KEY] = (token, session_id)
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=owner_key(token, session_id), scopes=[]))
         await self.manager.handle_request(scope, receive, send)
+
+
+def _key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _bearer(scope: Scope) -> str:
@@ -111,7 +144,7 @@ class McpHttpServer:
             await asyncio.wait_for(asyncio.shield(self._task), 5)
         if not self._task.done():
             self._task.cancel()
-        await self._app.tools.close()
+        await self._app.close()
 
 
 async def start(listen: str, grpc_target: str) -> McpHttpServer:

@@ -256,6 +256,7 @@ SECTIONS = (
     ("floors", "tests.bench.floor_bench"),
     ("grpc engine", "tests.bench.grpc_engine_bench"),
     ("gVisor beside runc", "tests.bench.gvisor_bench"),
+    ("CLI start and the MCP front end", "tests.bench.adopter_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""
