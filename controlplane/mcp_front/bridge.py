@@ -25,9 +25,8 @@ import hashlib
 import json
 import logging
 import secrets
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -72,7 +71,6 @@ class _Call:
     asked: tool_pb2.PermissionRequest | None = None
     shown: str = ""
     progress: int = 0
-    parked_at: float = field(default_factory=time.monotonic)
 
     async def finish(self, *, abort: bool) -> None:
         self.outbox.put_nowait(None)
@@ -86,6 +84,7 @@ class SessionTools:
     def __init__(self, target: Target) -> None:
         self._target = target
         self._parked: dict[str, _Call] = {}
+        self._expiring: set[asyncio.Task[None]] = set()
         self.server: Server[Any] = Server(
             "ocsandbox", version="1", on_list_tools=self._list_tools, on_call_tool=self._call_tool,
             instructions="Tools of one sandboxed OpenCode session: they run in its container, under its permissions.",
@@ -110,7 +109,6 @@ class SessionTools:
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
                          ) -> types.CallToolResult | types.InputRequiredResult:
-        await self._expire()
         if params.request_state is not None:
             return await self._resume(ctx, params)
         client, session_id, owner = await self._target(ctx)
@@ -175,18 +173,19 @@ class SessionTools:
     def _park(self, call: _Call, request: tool_pb2.PermissionRequest) -> types.InputRequiredResult:
         state = secrets.token_urlsafe(32)
         call.asked = request
-        call.parked_at = time.monotonic()
         self._parked[state] = call
+        asyncio.get_running_loop().call_later(PARKED_TTL_S, self._expire_one, state, call)
         ask = types.ElicitRequest(params=types.ElicitRequestFormParams(
             message=_ask_text(request), requested_schema=ELICIT_SCHEMA))
         return types.InputRequiredResult(input_requests={PERMISSION_KEY: ask}, request_state=state)
 
-    async def _expire(self) -> None:
-        now = time.monotonic()
-        for state, call in list(self._parked.items()):
-            if now - call.parked_at > PARKED_TTL_S:
-                del self._parked[state]
-                await call.finish(abort=True)
+    def _expire_one(self, state: str, call: _Call) -> None:
+        # The client never came back with an answer: the call must not hold its sandbox and quota forever.
+        if self._parked.get(state) is call:
+            del self._parked[state]
+            task = asyncio.ensure_future(call.finish(abort=True))
+            self._expiring.add(task)
+            task.add_done_callback(self._expiring.discard)
 
     @staticmethod
     def _reply(call: _Call, request: tool_pb2.PermissionRequest, answer: types.ElicitResult | None, *,
