@@ -165,15 +165,18 @@ async def _answer(request: tool_pb2.PermissionRequest, yes: bool) -> tuple[int, 
 
 
 async def _prompt(text: str) -> str | None:
-    """input() on a daemon thread: Ctrl-C must not wait for a line (asyncio.run's executor would join it);
+    """A line read on a daemon thread: Ctrl-C must not wait for it (asyncio.run's executor would join it);
     None at end of input."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[str | None] = loop.create_future()
 
     def read() -> None:
+        # The question goes to stderr: stdout carries only the call's result.
+        sys.stderr.write(text)
+        sys.stderr.flush()
         try:
-            line: str | None = input(text)
-        except (EOFError, OSError):
+            line: str | None = sys.stdin.readline() or None  # "" is the end of input
+        except OSError:
             line = None
         loop.call_soon_threadsafe(_settle, answer, line)
 

@@ -62,7 +62,6 @@ NO_ELICITATION = ("the MCP client cannot be asked (it declared no elicitation su
 class _Call:
     """One ExecuteTool stream, possibly outliving the MCP request that started it (a parked 2026 ask)."""
 
-    client: AsyncClient
     owner: str
     stream: Any
     outbox: asyncio.Queue[tool_pb2.ExecuteToolRequest | None]
@@ -113,7 +112,7 @@ class SessionTools:
             return await self._resume(ctx, params)
         client, session_id, owner = await self._target(ctx)
         stream, outbox = client.tool_call(session_id, params.name, params.arguments or {})
-        call = _Call(client, owner, stream, outbox, stream.__aiter__())
+        call = _Call(owner, stream, outbox, stream.__aiter__())
         return await self._drive(ctx, call)
 
     async def _resume(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

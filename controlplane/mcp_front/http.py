@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 PATH = re.compile(r"^/mcp/(ses_[A-Za-z0-9_-]{1,100})/?$")
 SCOPE_KEY = "ocsb.mcp"
 MAX_CLIENTS = 256
+MAX_SESSIONS_PER_TOKEN = 32
+"""Open MCP sessions one token may hold: the SDK's manager caps them all together, which one tenant alone must
+not be able to reach (every other tenant's clients would be refused)."""
 """gRPC clients kept, one per token that passed authentication (a new channel per request costs a connection)."""
 
 
@@ -104,9 +107,22 @@ class McpHttpApp:
         finally:
             if kept is None:
                 await probe.close()
+        opening = not any(name == b"mcp-session-id" for name, _ in scope.get("headers", []))
+        if opening and self._open_sessions(token) >= MAX_SESSIONS_PER_TOKEN:
+            await _respond(send, 429, f"this token holds {MAX_SESSIONS_PER_TOKEN} open MCP sessions: close one "
+                                      "(HTTP DELETE with its Mcp-Session-Id) or wait for one to idle out")
+            return
         scope[SCOPE_KEY] = (token, session_id)
-        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=owner_key(token, session_id), scopes=[]))
+        # The SDK binds an MCP session to the identity that opened it: the token and the platform session.
+        identity = f"{_key(token)}/{session_id}"
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=identity, scopes=[]))
         await self.manager.handle_request(scope, receive, send)
+
+    def _open_sessions(self, token: str) -> int:
+        # The manager's own record of who opened each live session (it forgets them as they end).
+        prefix = _key(token) + "/"
+        owners = self.manager._session_owners  # private: the SDK keeps no public count per identity
+        return sum(1 for owner in owners.values() if owner["client_id"].startswith(prefix))
 
 
 def _key(token: str) -> str:

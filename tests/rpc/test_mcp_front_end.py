@@ -225,3 +225,36 @@ async def test_stdio_refuses_an_unknown_session_before_serving(plane: Plane) -> 
     assert child.returncode == 2
     assert out == b""
     assert b"NOT_FOUND" in err
+
+
+async def test_one_token_cannot_take_every_mcp_session(plane: Plane, session_id: str,
+                                                       clients: dict[str, AsyncClient]) -> None:
+    from controlplane.mcp_front.http import MAX_SESSIONS_PER_TOKEN
+
+    other = await clients["other"].create_session()
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    mine = {**accept, "Authorization": f"Bearer {TENANTS[0]['token']}"}
+    opened: list[str] = []
+    async with httpx2.AsyncClient(timeout=10) as http:
+        try:
+            for _ in range(MAX_SESSIONS_PER_TOKEN):
+                answer = await http.post(url(plane, session_id), json=body, headers=mine)
+                assert answer.status_code == 200
+                opened.append(answer.headers["mcp-session-id"])
+            refused = await http.post(url(plane, session_id), json=body, headers=mine)
+            assert refused.status_code == 429
+            theirs = await http.post(url(plane, other.id), json=body, headers={
+                **accept, "Authorization": f"Bearer {OTHER['token']}"})
+            assert theirs.status_code == 200
+            closed = await http.delete(url(plane, session_id), headers={
+                **mine, "mcp-session-id": opened.pop(), "mcp-protocol-version": "2025-06-18"})
+            assert closed.status_code == 200
+            again = await http.post(url(plane, session_id), json=body, headers=mine)
+            assert again.status_code == 200
+            opened.append(again.headers["mcp-session-id"])
+        finally:
+            for mcp_session in opened:
+                await http.delete(url(plane, session_id), headers={
+                    **mine, "mcp-session-id": mcp_session, "mcp-protocol-version": "2025-06-18"})

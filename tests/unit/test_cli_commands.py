@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
 import signal
 import sys
@@ -200,3 +201,25 @@ async def test_audit_lists_the_tenants_own_record(local_plane: Plane, session_id
     code, _, err = await cli(local_plane, "audit", "ses_missing")
     assert code == 2
     assert "NOT_FOUND" in err
+
+
+async def test_a_terminal_is_asked_and_its_answer_taken(local_plane: Plane, session_id: str) -> None:
+    for answer, code, shown in ((b"y\n", 0, b"SECRET=1"), (b"n\n", 1, b"")):
+        leader, follower = pty.openpty()
+        try:
+            child = await start(local_plane, "tool", session_id, "read", json.dumps({"filePath": ".env"}),
+                                stdin=follower)
+            assert child.stderr is not None
+            prompt = await asyncio.wait_for(child.stderr.readuntil(b"? [y/N/a(lways)] "), 30)
+            assert b"allow read" in prompt
+            assert b".env" in prompt
+            os.write(leader, answer)
+            out, err = await asyncio.wait_for(child.communicate(), 30)
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert child.returncode == code, err
+        assert shown in out
+        if code:
+            assert b"SECRET" not in out
+            assert b"rejected permission" in err
