@@ -67,6 +67,10 @@ def target_and_token(args: argparse.Namespace) -> tuple[str, str]:
     return target(args, where), token
 
 
+def admin_token_from_environment() -> str | None:
+    return os.environ.get("CONTROLPLANE_ADMIN_TOKEN") or None
+
+
 def _read(path: Path) -> str | None:
     return path.read_text().strip() if path.exists() else None
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from controlplane.cli_common import place, target
+from controlplane.cli_common import admin_token_from_environment, place, target
 from controlplane.core.tenants.quota import KEYS
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _target_and_admin_token(args: argparse.Namespace) -> tuple[str, str]:
     where = place(args.config)
     path = where.admin_token_file
-    token = args.token or os.environ.get("CONTROLPLANE_ADMIN_TOKEN") or (
+    token = args.token or admin_token_from_environment() or (
         path.read_text().strip() if path.exists() else ""
     )
     if not token:

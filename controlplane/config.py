@@ -13,7 +13,8 @@ elsewhere only where a library or another process owns the variables, namely:
   (`OTEL_SDK_DISABLED`, `OTEL_{TRACES,METRICS}_EXPORTER`, `OTEL_EXPORTER_OTLP_[{signal}_]ENDPOINT` and
   `..._PROTOCOL`), and the SDK's resource and the OTLP exporters it builds read the rest of `OTEL_*`
   themselves: that is the standard way to point any OpenTelemetry program at a collector.
-- controlplane/cli_common.py reads `CONTROLPLANE_TARGET` and `CONTROLPLANE_TOKEN` (as `client_environment` does)
+- controlplane/cli_common.py reads `CONTROLPLANE_TARGET`, `CONTROLPLANE_TOKEN` and `CONTROLPLANE_ADMIN_TOKEN` (as
+  `client_environment` does)
   and checks for any other `CONTROLPLANE_*` setting, so that a client command with neither a config file nor
   such a setting skips importing pydantic-settings (a fifth of a second of the CLI's start).
 - controlplane/__main__.py sets `GRPC_ENABLE_FORK_SUPPORT` (default 0) for gRPC's C core, which reads it.
