@@ -10,6 +10,7 @@ import os
 import secrets
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -181,6 +182,8 @@ class ControlPlane:
     audit: AuditWriter
     telemetry: telemetry.Telemetry | None = None
     tenants: TenantAdmin | None = None
+    mcp_http: Any = None
+    """The MCP front end over streamable HTTP (`server.mcp_listen`), when served: its `.address`."""
 
     @property
     def address(self) -> str:
@@ -219,16 +222,22 @@ async def start(settings: Settings) -> ControlPlane:
         todos=store, limits=settings.limits, quotas=tenant_admin.quotas,
     )
     server, health_servicer, port = build_server(
-        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit, read_command)
+        settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit, read_command), (store, audit)
     )
     await server.start()
     await mark_serving(health_servicer, True)
     plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting, tenant_admin)
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
+    if settings.server.mcp_listen:
+        from controlplane.mcp_front import http as mcp_http
+
+        plane.mcp_http = await mcp_http.start(settings.server.mcp_listen, plane.address)
     return plane
 
 
 async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
+    if plane.mcp_http is not None:
+        await plane.mcp_http.stop()
     await plane.server.stop(grace_s)
     if plane.tenants is not None:
         await plane.tenants.close()

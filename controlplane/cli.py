@@ -1,47 +1,47 @@
-"""`controlplane`: serve the platform, manage sessions, run commands in them.
+"""`controlplane`: serve the platform, manage sessions, run commands and tools in them.
 
     controlplane serve [--config FILE]
-    controlplane session create|list|get|delete [...] [--json]
+    controlplane session create|list|get|delete [...] [-q]
     controlplane exec SESSION [--cwd DIR] [--timeout-ms N] -- CMD [ARGS...]
-    controlplane tools SESSION [--provider P] [--model M] [--agent A] [--json]
-    controlplane tools reload SESSION [--json]
+    controlplane tools SESSION [--provider P] [--model M] [--agent A]
+    controlplane tools reload SESSION
     controlplane tool SESSION TOOL ARGS_JSON [--agent A] [--yes]
+    controlplane events [SESSION]                      (follows the bus until Ctrl-C)
+    controlplane approvals list [SESSION] | reply REQUEST_ID once|always|reject [--message M]
+    controlplane audit [SESSION] [--limit N]
+    controlplane mcp SESSION                           (an MCP server on stdio: the session's tools)
     controlplane tenant create|list|usage|quota|rotate|revoke|delete [NAME] [...]   (with the admin token)
+
+`--json` (anywhere on the line) prints JSON. Exit status: 0 done, 1 the tool or command failed, 2 bad
+input or a refused request, 130 interrupted (Ctrl-C aborts a running call).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import io
 import json
-import logging
 import sys
 import tarfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
-from google.protobuf.json_format import MessageToDict
+from controlplane.cli_common import target_and_token
 
-from controlplane import app, cli_files, cli_logs, cli_tenants, discovery
-from controlplane.client import AsyncClient, PermissionRequest
-from controlplane.config import Settings, load_settings
-from controlplane.errors import ControlPlaneError
-from controlplane.v1 import session_pb2, tool_pb2
-from sandbox_agent import event_loop
+if TYPE_CHECKING:
+    from controlplane.v1 import session_pb2
 
-STATE_NAMES = {v: k for k, v in session_pb2.Session.State.items()}
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(Path(args.config) if args.config else None)
-
-
-def _target_and_token(args: argparse.Namespace) -> tuple[str, str]:
-    return discovery.find_endpoint(args.target, args.token, config=Path(args.config) if args.config else None)
+COMMAND_MODULES = (
+    "controlplane.cli_calls", "controlplane.cli_tenants", "controlplane.cli_files", "controlplane.cli_logs",
+)
+"""Modules adding commands: each has `add_parser(sub, common)` and `run(args) -> int` (a coroutine), and
+dispatches on `args.command`; they import what their commands need when those run, not at parse time."""
+INTERRUPTED = 130
+"""128 + SIGINT, as a shell reports a command stopped by Ctrl-C."""
 
 
 def _ts(ts: Any) -> str:
@@ -51,17 +51,29 @@ def _ts(ts: Any) -> str:
 
 
 def _table(sessions: Sequence[session_pb2.Session]) -> str:
+    from controlplane.v1 import session_pb2
+
+    state_names = {v: k for k, v in session_pb2.Session.State.items()}
     rows = [("ID", "STATE", "AGENT", "SANDBOX", "CREATED (UTC)", "EXPIRES (UTC)", "MESSAGE")]
     for s in sessions:
-        rows.append((s.id, STATE_NAMES[s.state], s.agent, s.sandbox_id, _ts(s.created_at), _ts(s.expires_at),
+        rows.append((s.id, state_names[s.state], s.agent, s.sandbox_id, _ts(s.created_at), _ts(s.expires_at),
                      s.status_message))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
-def _print_sessions(sessions: Sequence[session_pb2.Session], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps([MessageToDict(s, preserving_proto_field_name=True) for s in sessions], indent=2))
+def as_dict(message: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    found: dict[str, Any] = MessageToDict(message, preserving_proto_field_name=True)
+    return found
+
+
+def _print_sessions(sessions: Sequence[session_pb2.Session], args: argparse.Namespace) -> None:
+    if getattr(args, "quiet", False):
+        print("\n".join(s.id for s in sessions))
+    elif args.json:
+        print(json.dumps([as_dict(s) for s in sessions], indent=2))
     else:
         print(_table(sessions))
 
@@ -89,7 +101,9 @@ def _create_inputs(args: argparse.Namespace) -> tuple[bytes, str]:
 
 
 async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: str) -> int:
-    target, token = _target_and_token(args)
+    from controlplane.client import AsyncClient
+
+    target, token = target_and_token(args)
     async with AsyncClient(target, token) as client:
         if args.action == "create":
             labels = dict(item.split("=", 1) for item in args.label)
@@ -97,18 +111,20 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
                 agent=args.agent, workspace_archive=archive, labels=labels, config_json=config_json,
                 cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids,
             )
-            _print_sessions([session], args.json)
+            _print_sessions([session], args)
         elif args.action == "list":
-            _print_sessions(await client.list_sessions(args.all), args.json)
+            _print_sessions(await client.list_sessions(args.all), args)
         elif args.action == "get":
-            _print_sessions([await client.get_session(args.session)], args.json)
+            _print_sessions([await client.get_session(args.session)], args)
         elif args.action == "delete":
-            _print_sessions([await client.delete_session(args.session)], args.json)
+            _print_sessions([await client.delete_session(args.session)], args)
     return 0
 
 
 async def _exec_cmd(args: argparse.Namespace) -> int:
-    target, token = _target_and_token(args)
+    from controlplane.client import AsyncClient
+
+    target, token = target_and_token(args)
     argv = args.argv
     if not argv:
         raise SystemExit("nothing to run: controlplane exec SESSION -- CMD [ARGS...]")
@@ -129,7 +145,9 @@ async def _exec_cmd(args: argparse.Namespace) -> int:
 
 
 async def _tools_cmd(args: argparse.Namespace) -> int:
-    target, token = _target_and_token(args)
+    from controlplane.client import AsyncClient
+
+    target, token = target_and_token(args)
     if args.session == "reload":  # no session id is "reload": they all start with ses_
         return await _reload_cmd(args, target, token)
     if args.reload_session:
@@ -140,7 +158,11 @@ async def _tools_cmd(args: argparse.Namespace) -> int:
             args.session, provider_id=args.provider, model_id=args.model, agent=args.agent
         )
     if args.json:
-        print(json.dumps(MessageToDict(listing, preserving_proto_field_name=True), indent=2))
+        found = as_dict(listing)
+        # The schema is JSON inside the message: nested as an object, it is not encoded twice.
+        for tool, entry in zip(listing.tools, found.get("tools", []), strict=True):
+            entry["parameters_json_schema"] = json.loads(tool.parameters_json_schema or "{}")
+        print(json.dumps(found, indent=2))
         return 0
     for tool in listing.tools:
         summary = tool.description.splitlines()[0] if tool.description else ""
@@ -151,13 +173,15 @@ async def _tools_cmd(args: argparse.Namespace) -> int:
 
 
 async def _reload_cmd(args: argparse.Namespace, target: str, token: str) -> int:
+    from controlplane.client import AsyncClient
+
     if not args.reload_session:
         print("controlplane: tools reload needs a SESSION", file=sys.stderr)
         return 2
     async with AsyncClient(target, token) as client:
         report = await client.reload_tools(args.reload_session)
     if args.json:
-        print(json.dumps(MessageToDict(report, preserving_proto_field_name=True), indent=2))
+        print(json.dumps(as_dict(report), indent=2))
         return 0
     for label, items in (("tool added", report.added_tools), ("tool changed", report.changed_tools),
                          ("tool removed", report.removed_tools), ("file added", report.added_files),
@@ -169,40 +193,17 @@ async def _reload_cmd(args: argparse.Namespace, target: str, token: str) -> int:
     return 0
 
 
-async def _tool_cmd(args: argparse.Namespace) -> int:
-    target, token = _target_and_token(args)
-
-    async def answer(request: PermissionRequest) -> tuple[int, str]:
-        patterns = ", ".join(request.patterns)
-        if args.yes:
-            return tool_pb2.PermissionReply.ONCE, ""
-        reply = await asyncio.to_thread(input, f"allow {request.permission} ({patterns})? [y/N/a(lways)] ")
-        choice = reply.strip().lower()
-        if choice in ("a", "always"):
-            return tool_pb2.PermissionReply.ALWAYS, ""
-        if choice in ("y", "yes"):
-            return tool_pb2.PermissionReply.ONCE, ""
-        return tool_pb2.PermissionReply.REJECT, ""
-
-    async with AsyncClient(target, token) as client:
-        outcome = await client.execute_tool(args.session, args.tool, args.args_json, agent=args.agent,
-                                            on_permission=answer)
-    if outcome.result is None:
-        print(outcome.error, file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(MessageToDict(outcome.result, preserving_proto_field_name=True), indent=2))
-    else:
-        print(outcome.result.output)
-    return 0
-
-
-def _parser() -> argparse.ArgumentParser:
+def common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="operator TOML file (default: $CONTROLPLANE_CONFIG)")
     common.add_argument("--target", help="host:port of the control plane (default: the data dir's endpoint)")
     common.add_argument("--token", help="bearer token (default: $CONTROLPLANE_TOKEN or the default tenant's)")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return common
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    common = common_options()
     parser = argparse.ArgumentParser(prog="controlplane", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,8 +219,10 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--cpu", type=float, default=0)
     create.add_argument("--memory-mb", type=int, default=0)
     create.add_argument("--pids", type=int, default=0)
+    create.add_argument("-q", "--quiet", action="store_true", help="print only the new session's id")
     listing = actions.add_parser("list", parents=[common])
     listing.add_argument("--all", action="store_true", help="include deleted sessions")
+    listing.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
     for name in ("get", "delete"):
         actions.add_parser(name, parents=[common]).add_argument("session")
     run = sub.add_parser("exec", parents=[common], help="run a command in a session's sandbox")
@@ -235,52 +238,76 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_argument("--provider", default="")
     tools.add_argument("--model", default="")
     tools.add_argument("--agent", default="")
-    tool = sub.add_parser("tool", parents=[common], help="call one tool in a session")
-    tool.add_argument("session")
-    tool.add_argument("tool")
-    tool.add_argument("args_json", help='the arguments as a JSON object, e.g. \'{"filePath": "a.txt"}\'')
-    tool.add_argument("--agent", default="")
-    tool.add_argument("--yes", action="store_true", help="allow every permission request once")
-    cli_tenants.add_parser(sub, common)
-    cli_files.add_parser(sub, common)
-    cli_logs.add_parser(sub, common)
-    return parser
+    owners: dict[str, Any] = {}
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        before = set(sub.choices)
+        module.add_parser(sub, common)
+        owners.update(dict.fromkeys(set(sub.choices) - before, module))
+    return parser, owners
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
-    # Everything after `--` is the command of `exec`, never options of ours.
+def _split_words(words: list[str]) -> tuple[list[str], list[str] | None, bool]:
+    """(our words, the command after `--` if any, whether --json was given anywhere before it)."""
     command: list[str] | None = None
+    # Everything after `--` is the command of `exec`, never options of ours.
     if "--" in words:
         cut = words.index("--")
         words, command = words[:cut], words[cut + 1 :]
-    args = _parser().parse_args(words)
+    as_json = "--json" in words
+    return [w for w in words if w != "--json"], command, as_json
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words, command, as_json = _split_words(list(sys.argv[1:] if argv is None else argv))
+    parser, owners = _parser()
+    args = parser.parse_args(words)
+    args.json = as_json
     if command is not None:
         args.argv = [*getattr(args, "argv", []), *command]
     try:
-        if args.command == "serve":
-            logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-            event_loop.run(app.serve(_settings(args)))
-            return 0
-        if args.command == "session":
-            return asyncio.run(_session_cmd(args, *_create_inputs(args)))
-        if args.command == "tools":
-            return asyncio.run(_tools_cmd(args))
-        if args.command == "tool":
-            return asyncio.run(_tool_cmd(args))
-        if args.command == "tenant":
-            return asyncio.run(cli_tenants.run(args))
-        if args.command == "cp":
-            return asyncio.run(cli_files.run(args, _target_and_token))
-        if args.command == "logs":
-            return cli_logs.main(args, _target_and_token)
-        return asyncio.run(_exec_cmd(args))
-    except grpc.aio.AioRpcError as exc:
+        return _dispatch(args, owners)
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the command first, so a running call was aborted on its way out.
+        return INTERRUPTED
+    except Exception as exc:
+        return _reported(exc)
+
+
+def _dispatch(args: argparse.Namespace, owners: dict[str, Any]) -> int:
+    if args.command == "serve":
+        import logging
+
+        from controlplane import app
+        from controlplane.config import load_settings
+        from sandbox_agent import event_loop
+
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        event_loop.run(app.serve(load_settings(Path(args.config) if args.config else None)))
+        return 0
+    if args.command == "session":
+        return asyncio.run(_session_cmd(args, *_create_inputs(args)))
+    if args.command == "tools":
+        return asyncio.run(_tools_cmd(args))
+    if args.command in owners:
+        result: int = asyncio.run(owners[args.command].run(args))
+        return result
+    return asyncio.run(_exec_cmd(args))
+
+
+def _reported(exc: Exception) -> int:
+    """A refused request or bad configuration is one line on stderr and status 2; anything else is a bug."""
+    import grpc
+
+    from controlplane.errors import ControlPlaneError
+
+    if isinstance(exc, grpc.aio.AioRpcError):
         print(f"controlplane: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 2
-    except ControlPlaneError as exc:
+    if isinstance(exc, ControlPlaneError):
         print(f"controlplane: {exc}", file=sys.stderr)
         return 2
+    raise exc
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,11 +48,12 @@ def parse(word: str) -> Remote | None:
     return Remote(head, tail)
 
 
-async def run(args: argparse.Namespace, target_and_token: Callable[[argparse.Namespace], tuple[str, str]]) -> int:
+async def run(args: argparse.Namespace) -> int:
     src, dst = parse(args.src), parse(args.dst)
     if (src is None) == (dst is None):
         print("controlplane cp: exactly one of SRC and DST must be SESSION:PATH", file=sys.stderr)
         return 2
+    from controlplane.cli_common import target_and_token
     from controlplane.client import AsyncClient  # here: `--help` and other commands do not load gRPC for it
 
     async with AsyncClient(*target_and_token(args)) as client:

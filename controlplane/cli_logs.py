@@ -7,15 +7,14 @@ until Ctrl-C, which ends it quietly. Lines of other event types are not shown.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import sys
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from controlplane.client import AsyncClient
+if TYPE_CHECKING:
+    from controlplane.client import AsyncClient
+
 
 LOG_EVENT = "tool.log"
 
@@ -42,13 +41,11 @@ async def follow(client: AsyncClient, session_id: str, out: TextIO, as_json: boo
         print(json.dumps(properties, ensure_ascii=False) if as_json else line_text(properties), file=out, flush=True)
 
 
-def main(args: argparse.Namespace, target_and_token: Callable[[argparse.Namespace], tuple[str, str]]) -> int:
-    target, token = target_and_token(args)
+async def run(args: argparse.Namespace) -> int:
+    """Follows until Ctrl-C, which the command line reports as 130, quietly (controlplane.cli)."""
+    from controlplane.cli_common import target_and_token
+    from controlplane.client import AsyncClient  # here: `--help` and other commands do not load gRPC for it
 
-    async def run() -> None:
-        async with AsyncClient(target, token) as client:
-            await follow(client, args.session, sys.stdout, args.json)
-
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it ends: no traceback, exit 0
-        asyncio.run(run())
+    async with AsyncClient(*target_and_token(args)) as client:
+        await follow(client, args.session, sys.stdout, args.json)
     return 0

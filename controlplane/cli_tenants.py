@@ -7,15 +7,13 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf.json_format import MessageToDict
-
-from controlplane import discovery
-from controlplane.admin_client import AsyncAdminClient, quota
+from controlplane.cli_common import admin_target_and_token
 from controlplane.core.tenants.quota import KEYS
-from controlplane.v1 import admin_pb2
+
+if TYPE_CHECKING:
+    from controlplane.v1 import admin_pb2
 
 ACTIONS = ("create", "list", "usage", "quota", "rotate", "revoke", "delete")
 
@@ -36,8 +34,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _target_and_admin_token(args: argparse.Namespace) -> tuple[str, str]:
-    return discovery.find_endpoint(args.target, args.token, config=Path(args.config) if args.config else None,
-                                   admin=True)
+    return admin_target_and_token(args)
 
 
 def _when(ts: float) -> str:
@@ -50,6 +47,10 @@ def _limits(q: admin_pb2.Quota) -> str:
 
 
 def _print(message: Any, as_json: bool) -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    from controlplane.v1 import admin_pb2
+
     if as_json:
         print(json.dumps(MessageToDict(message, preserving_proto_field_name=True), indent=2))
         return
@@ -71,9 +72,13 @@ def _print(message: Any, as_json: bool) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    target, token = _target_and_admin_token(args)
+    from google.protobuf.json_format import MessageToDict
+
+    from controlplane.admin_client import AsyncAdminClient, quota
+
+    address, token = _target_and_admin_token(args)
     limits = {k: getattr(args, k, None) for k in KEYS}
-    async with AsyncAdminClient(target, token) as client:
+    async with AsyncAdminClient(address, token) as client:
         if args.action == "list":
             tenants = await client.list_tenants()
             if args.json:

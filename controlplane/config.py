@@ -13,6 +13,10 @@ elsewhere only where a library or another process owns the variables, namely:
   (`OTEL_SDK_DISABLED`, `OTEL_{TRACES,METRICS}_EXPORTER`, `OTEL_EXPORTER_OTLP_[{signal}_]ENDPOINT` and
   `..._PROTOCOL`), and the SDK's resource and the OTLP exporters it builds read the rest of `OTEL_*`
   themselves: that is the standard way to point any OpenTelemetry program at a collector.
+- controlplane/discovery.py reads `CONTROLPLANE_TARGET`, `CONTROLPLANE_TOKEN` and `CONTROLPLANE_ADMIN_TOKEN` (as
+  `client_environment` does)
+  and checks for any other `CONTROLPLANE_*` setting, so that a client command with neither a config file nor
+  such a setting skips importing pydantic-settings (a fifth of a second of the CLI's start).
 - controlplane/__main__.py sets `GRPC_ENABLE_FORK_SUPPORT` (default 0) for gRPC's C core, which reads it.
 - sandbox_agent.event_loop reads `OCSB_EVENT_LOOP` (uvloop or asyncio) for the control plane and the agent
   alike: one choice for both processes, made where the loop is made.
@@ -182,6 +186,9 @@ class ServerConfig(_Closed):
     tls_key: Path | None = None
     max_message_mb: int = 64
     """Largest request (workspace archives travel in CreateSession)."""
+    mcp_listen: str = ""
+    """host:port of the MCP front end over streamable HTTP (`/mcp/SESSION_ID`, the tenant's bearer token);
+    empty: not served. Loopback unless behind TLS termination: MCP's HTTP carries the token in clear."""
 
 
 class ExecConfig(_Closed):
@@ -198,6 +205,25 @@ class PolicyConfig(_Closed):
     """For every tenant."""
     tenants: dict[str, dict[str, Any] | str] = Field(default_factory=dict)
     """Per tenant name, applied after the global rules."""
+
+    @field_validator("permission")
+    @classmethod
+    def _global_not_nested(cls, rules: dict[str, Any] | str) -> dict[str, Any] | str:
+        if isinstance(rules, dict) and "permission" in rules:
+            raise ValueError("[policy.permission.permission] nests the rules once too deep: put them directly under "
+                             '[policy.permission] (e.g. bash = "ask")')
+        return rules
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenants_not_nested(cls, tenants: dict[str, dict[str, Any] | str]) -> dict[str, dict[str, Any] | str]:
+        # No tool asks a permission named "permission": such a key is a table nested one level too deep, whose
+        # rules would otherwise be accepted and never match anything.
+        for name, rules in tenants.items():
+            if isinstance(rules, dict) and "permission" in rules:
+                raise ValueError(f"[policy.tenants.{name}.permission] is not a table of rules: put tenant "
+                                 f"{name!r}'s rules directly under [policy.tenants.{name}] (e.g. bash = \"deny\")")
+        return tenants
 
 
 class PluginsConfig(_Closed):

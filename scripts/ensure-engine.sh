@@ -39,7 +39,8 @@ fi
 if [ -z "$running" ]; then
   log "starting dockerd"
   mkdir -p /var/log
-  nohup dockerd >/var/log/dockerd.log 2>&1 &
+  # In a session of its own: stopping whatever started it (make run, a test run) must not stop Docker.
+  bash "$here/detached.sh" dockerd >/var/log/dockerd.log 2>&1
 fi
 
 for _ in $(seq 1 120); do

@@ -61,7 +61,7 @@ async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIter
         provider_settings["image"] = os.environ["OCSB_TEST_IMAGE"]
     settings = load_settings(
         None, data_dir=data_dir, instance=instance, provider=provider_settings,
-        server={"listen": "127.0.0.1:0"}, **overrides,
+        server={"listen": "127.0.0.1:0", **overrides.pop("server", {})}, **overrides,
     )
     plane = await app.start(settings)
     tenants = overrides.get("tenants")

@@ -14,6 +14,7 @@ from controlplane.core.sessions.recent_logs import RecentLogs
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.rpc.admin_service import AdminService
+from controlplane.rpc.audit_service import AuditService
 from controlplane.rpc.auth import Authenticator, AuthInterceptor
 from controlplane.rpc.event_service import EventService
 from controlplane.rpc.file_service import FileService
@@ -22,10 +23,13 @@ from controlplane.rpc.question_service import QuestionService
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
 from controlplane.rpc.tool_service import ToolService
+from controlplane.store.base import AuditWriter, Store
 from controlplane.telemetry.grpc_server import server_interceptors
 from controlplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    audit_pb2,
+    audit_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
     file_pb2,
@@ -50,6 +54,7 @@ SERVICES = (
     question_pb2.DESCRIPTOR.services_by_name["QuestionService"],
     event_pb2.DESCRIPTOR.services_by_name["EventService"],
     file_pb2.DESCRIPTOR.services_by_name["FileService"],
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"],
 )
 SERVICE_NAMES = tuple(service.full_name for service in SERVICES)
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
@@ -67,6 +72,7 @@ METADATA_OPTIONS = (("grpc.max_metadata_size", MAX_METADATA_BYTES),
 def build_server(
     settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator,
     tenants: TenantAdmin | None = None, exec_gate: ExecGate | None = None,
+    audit: tuple[Store, AuditWriter] | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The server (not started), its health servicer and the bound port; AdminService only with `tenants`."""
     quotas = tenants.quotas if tenants is not None else TenantQuotas.unlimited()
@@ -86,6 +92,8 @@ def build_server(
         EventService(sessions, tools.bus, auth, quotas, RecentLogs(tools.bus)), server)
     files = FileService(sessions, auth, exec_gate.audit if exec_gate is not None else None)
     file_pb2_grpc.add_FileServiceServicer_to_server(files, server)
+    if audit is not None:
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditService(*audit, sessions, auth), server)
     if tenants is not None:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(tenants), server)
     health_servicer = health.aio.HealthServicer()

@@ -60,6 +60,7 @@ def test_every_public_service_is_listed() -> None:
         "controlplane.v1.SessionService", "controlplane.v1.SandboxService", "controlplane.v1.ToolService",
         "controlplane.v1.PermissionService", "controlplane.v1.QuestionService", "controlplane.v1.EventService",
         "controlplane.v1.FileService",
+        "controlplane.v1.AuditService",
     }
     assert all(service.methods for service in SERVICES)
 
