@@ -10,7 +10,13 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
-from controlplane.core.permissions.exec_policy import ExecGate, StdinRecord, exec_outcome
+from controlplane.core.permissions.exec_policy import (
+    ExecDeniedError,
+    ExecGate,
+    StdinRecord,
+    command_text,
+    exec_outcome,
+)
 from controlplane.core.seam.messages import Exited
 from controlplane.core.seam.provider import ExecStream
 from controlplane.core.sessions.manager import SessionManager
@@ -43,12 +49,14 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         stdin: StdinRecord | None = None
         took_stdin = False
         outcome, detail = "cancelled", "the client went away"
+        asking: tuple[str, str] | None = None  # (tenant, command) once known: a refusal before admission is audited
         try:
             tenant = self._auth.tenant_of(context)
             first = await anext(requests, None)
             if first is None or first.WhichOneof("msg") != "start":
                 raise InvalidArgumentError("the first Exec message must be `start`")
             session_id = first.start.session_id
+            asking = (tenant.name, command_text(first.start.argv, first.start.command))
             spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
             sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
             text = await self._gate.admit(
@@ -73,6 +81,9 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             await abort_with(context, exc)
         except ControlPlaneError as exc:
             outcome, detail = "error", str(exc)
+            if asking is not None and audited is None and not isinstance(exc, ExecDeniedError):
+                # Refused before the policy decided (a session that is not the tenant's, a bad request).
+                await self._gate.refused(*asking, session_id=session_id, error=exc)
             if stream is None:
                 await _drain(requests)
             await abort_with(context, exc)

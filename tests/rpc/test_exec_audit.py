@@ -16,13 +16,14 @@ from tests.planes import Plane, served_plane, tenant_clients
 
 TENANTS: list[dict[str, Any]] = [
     {"name": "alpha", "token": "token-alpha", "quota": {"calls": 1}},
-    {"name": "omega", "token": "token-omega"},
+    {"name": "sigma", "token": "token-sigma"},
+    {"name": "omega", "token": "token-omega"},  # revoked by a test: no per-test client
 ]
 USED_UP = ("tenant alpha's quota of 1 concurrent calls is used up (1 running); "
            "wait for a call to end or ask the operator to raise it")
 
 plane = served_plane("local", scope="module", tenants=TENANTS, pool={"size": 0})
-clients = tenant_clients(TENANTS)
+clients = tenant_clients(TENANTS[:2])
 
 
 async def audited(plane: Plane, tenant: str, session_id: str) -> list[AuditEntry]:
@@ -105,3 +106,16 @@ async def test_an_exec_with_a_revoked_token_is_audited_under_its_tenant(plane: P
     assert rows == [("exec", "exec", "denied", "authentication", "bearer token revoked")]
     await plane.plane.audit.flush()
     assert await plane.plane.store.audit_entries("") == []
+
+
+async def test_an_exec_into_a_session_not_the_tenants_is_audited(clients: dict[str, AsyncClient], plane: Plane) -> None:
+    theirs = await clients["sigma"].create_session()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await clients["alpha"].run(theirs.id, ["cat", "/workspace/secret"])
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    [row] = await audited(plane, "alpha", theirs.id)
+    assert (row.kind, row.outcome, row.patterns, row.rule) == (
+        "exec", "denied", ("cat /workspace/secret",), "request not_found"
+    )
+    assert row.detail == info.value.details()
+    assert await audited(plane, "sigma", theirs.id) == []  # nothing lands in the other tenant's record

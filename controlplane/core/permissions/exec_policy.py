@@ -142,6 +142,13 @@ class ExecGate:
             )
         return text
 
+    async def refused(self, tenant: str, text: str, *, session_id: str, error: ControlPlaneError) -> None:
+        """An Exec refused before the policy's decision: its session is not the tenant's, or the request is bad."""
+        await self.audit.record(AuditEntry(
+            tenant=tenant, session_id=session_id, kind="exec", tool=PERMISSION, call_id="", outcome="denied",
+            permission=PERMISSION, patterns=(text,), rule=f"request {error.code.value}", detail=str(error),
+        ))
+
     async def finished(
         self, tenant: str, text: str, *, session_id: str, outcome: str, detail: str, stdin: StdinRecord | None = None,
     ) -> None:
