@@ -94,3 +94,9 @@ async def test_a_long_command_is_read_off_the_loop() -> None:
     command = "echo " + "x" * 100_000 + "; rm f"
     with pytest.raises(ExecDeniedError, match="matched by `rm f`"):
         await ExecGate(GATE.policy, reader=read_command).admit("t", "s", [], command)
+
+
+async def test_a_gate_without_the_analysis_fails_closed() -> None:
+    gate = ExecGate(GATE.policy)
+    with pytest.raises(ExecDeniedError, match="no command analysis is configured"):
+        await gate.admit("t", "s", ["ls"], "")

@@ -61,9 +61,10 @@ CommandReader = Callable[[Sequence[str], str, Mapping[str, str], bool], CommandR
 
 
 def literal_reading(argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
-    """The command's text alone: only whole-Exec rules (`"*"`) are a boundary with this reader."""
+    """The command's text alone, for a gate built without the bash analysis: what it runs is then not
+    known, so rules other than whole-Exec ones answer with the strictest (fail closed)."""
     text = command_text(argv, command)
-    return CommandReading(text, (text,))
+    return CommandReading(text, (text,), ("no command analysis is configured",))
 
 
 @dataclass(frozen=True)
