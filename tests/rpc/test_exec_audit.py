@@ -3,6 +3,7 @@ Execs and tool calls refused before they ran (by the calls quota, or for a revok
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +32,17 @@ async def audited(plane: Plane, tenant: str, session_id: str) -> list[AuditEntry
     return [e for e in await plane.plane.store.audit_entries(tenant) if e.session_id == session_id]
 
 
+async def settled(plane: Plane, tenant: str, session_id: str, count: int) -> list[AuditEntry]:
+    """The session's rows once `count` Execs have their end recorded: the handler writes it as it finishes,
+    which may be just after the client has read the exit status."""
+    for _ in range(100):
+        rows = await audited(plane, tenant, session_id)
+        if sum(e.kind == "exec" for e in rows) >= count:
+            return rows
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} Exec ends recorded: {rows}")
+
+
 async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
     for part in parts:
         yield part
@@ -46,7 +58,7 @@ async def test_the_stdin_an_exec_received_is_recorded_and_bounded(
     assert done.stdout.strip() == str(len(data)).encode()
     small = await alpha.run(session.id, ["cat"], stdin=chunks(b"rm -rf x\n", b"\xff\xfe tail"))
     assert small.stdout == b"rm -rf x\n\xff\xfe tail"
-    rows = [e for e in await audited(plane, "alpha", session.id) if e.kind in ("stdin", "exec")]
+    rows = [e for e in await settled(plane, "alpha", session.id, 2) if e.kind in ("stdin", "exec")]
     assert [(e.kind, e.outcome, e.detail) for e in rows] == [
         ("stdin", "cut", f"{len(data)} bytes received; only the first 65536 recorded; closed by the client"),
         ("exec", "ok", "exit 0"),
@@ -64,7 +76,7 @@ async def test_how_an_exec_ended_is_recorded(clients: dict[str, AsyncClient], pl
     assert (await alpha.run(session.id, ["sleep", "5"], timeout_ms=200)).timed_out
     assert (await alpha.run(session.id, command="kill -KILL $$")).signal
     assert (await alpha.run(session.id, command="exit 7")).exit_code == 7
-    ended = [(e.outcome, e.detail) for e in await audited(plane, "alpha", session.id) if e.kind == "exec"]
+    ended = [(e.outcome, e.detail) for e in await settled(plane, "alpha", session.id, 3) if e.kind == "exec"]
     assert ended[0] == ("error", "timed out")
     assert ended[1][0] == "error"
     assert ended[1][1].startswith("signal ")
