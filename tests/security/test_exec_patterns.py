@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.exec_policy import CommandReading, ExecDeniedError, ExecGate, Verdict
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.exec_commands import read_command
@@ -100,3 +101,20 @@ async def test_a_gate_without_the_analysis_fails_closed() -> None:
     gate = ExecGate(GATE.policy)
     with pytest.raises(ExecDeniedError, match="no command analysis is configured"):
         await gate.admit("t", "s", ["ls"], "")
+
+
+async def test_a_command_too_long_to_read_is_not_known_and_its_record_is_bounded() -> None:
+    recorded: list[AuditEntry] = []
+
+    class Log:
+        async def record(self, entry: AuditEntry) -> None:
+            recorded.append(entry)
+
+    gate = ExecGate(GATE.policy, Log(), read_command)
+    command = "echo " + "x" * 300_000
+    with pytest.raises(ExecDeniedError, match="the command is too long to read"):
+        await gate.admit("t", "s", [], command)
+    [entry] = recorded
+    assert entry.patterns[0].endswith(f"... (cut: {len(command)} characters in all)")
+    assert len(entry.patterns[0]) < 70_000
+    assert await ExecGate(OperatorPolicy(), Log(), read_command).admit("t", "s", [], command) == command
