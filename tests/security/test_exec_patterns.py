@@ -43,7 +43,8 @@ def test_an_argv_is_read_as_the_shell_line_that_makes_it(argv: list[str]) -> Non
     ["sh"], ["bash", "-s"], ["dash", "-i"], ["sh", "-"], ["python3"], ["python3", "-"], ["python3", "-u"],
     ["python3", "-W", "ignore"], ["python3.11", "/dev/stdin"], ["perl"], ["perl", "-w"], ["ruby", "-r", "json"],
     ["node"], ["node", "-i"], ["php"], ["lua"], ["tclsh"], ["awk", "-f", "-"], ["sed", "-f", "/dev/stdin", "x"],
-    ["make", "-f", "-"], ["ed", "notes.txt"], ["gdb"], ["env", "python3"], ["nice", "perl"], ["busybox", "sh"],
+    ["make", "-f", "-"], ["php", "-f", "/dev/stdin"], ["dc", "-f", "-"], 
+    ["ed", "notes.txt"], ["gdb"], ["env", "python3"], ["nice", "perl"], ["busybox", "sh"],
 ])
 def test_a_program_reading_its_code_from_stdin_gets_the_strictest_rule(argv: list[str]) -> None:
     decided = verdict(argv)
@@ -65,7 +66,7 @@ def test_a_bare_shell_is_not_known_stdin_or_not() -> None:
 @pytest.mark.parametrize("argv", [
     ["cat"], ["wc", "-l"], ["python3", "-c", "print(1)"], ["python3", "-m", "json.tool"], ["python3", "x.py"],
     ["perl", "-ne", "print"], ["node", "-e", "1"], ["awk", "{print}"], ["sed", "s/a/b/"], ["sh", "-c", "wc -l"],
-    ["python3", "--version"], ["make"], ["git", "status"], ["grep", "rm", "notes.txt"],
+    ["python3", "--version"], ["make"], ["php", "-f", "x.php"], ["git", "status"], ["grep", "rm", "notes.txt"],
 ])
 def test_stdin_is_data_for_everything_else(argv: list[str]) -> None:
     assert verdict(argv).rule.action == "allow", argv
