@@ -43,7 +43,7 @@ def test_an_argv_is_read_as_the_shell_line_that_makes_it(argv: list[str]) -> Non
     ["sh"], ["bash", "-s"], ["dash", "-i"], ["sh", "-"], ["python3"], ["python3", "-"], ["python3", "-u"],
     ["python3", "-W", "ignore"], ["python3.11", "/dev/stdin"], ["perl"], ["perl", "-w"], ["ruby", "-r", "json"],
     ["node"], ["node", "-i"], ["php"], ["lua"], ["tclsh"], ["awk", "-f", "-"], ["sed", "-f", "/dev/stdin", "x"],
-    ["make", "-f", "-"], ["php", "-f", "/dev/stdin"], ["dc", "-f", "-"], 
+    ["make", "-f", "-"], ["php", "-f", "/dev/stdin"], ["dc", "-f", "-"],
     ["ed", "notes.txt"], ["gdb"], ["env", "python3"], ["nice", "perl"], ["busybox", "sh"],
 ])
 def test_a_program_reading_its_code_from_stdin_gets_the_strictest_rule(argv: list[str]) -> None:
