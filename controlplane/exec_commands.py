@@ -30,7 +30,7 @@ from sandbox_agent.tools.bash_runners import RUNNERS
 from sandbox_agent.tools.bash_words import literal
 
 _LANGUAGE = Language(tree_sitter_bash.language())
-STDIN_PATHS = re.compile(r"-|/dev/stdin|/dev/fd/0|/proc/(self|thread-self|\d+)/fd/0|/proc/self/fd/0")
+STDIN_PATHS = re.compile(r"-|/dev/stdin|/dev/fd/0|/proc/(self|thread-self|\d+)/fd/0")
 """Names of the standard input as a file a program may be told to run."""
 INTERPRETERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # family: (options whose value is the code to run, options whose next word is their value)
@@ -140,6 +140,8 @@ def reads_code_from_stdin(form: Form) -> str:
             i += 1
             break
         option = value.split("=", 1)[0]
+        if option in ("-f", "--file") and option in code:
+            return _file_option_is_stdin(name, values)  # `php -f -`: a script file, which may be stdin
         if option in code or (family == "perl" and value.startswith("-") and not value.startswith("--")
                               and ("e" in value or "E" in value)):
             return ""

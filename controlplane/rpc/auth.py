@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
+from controlplane.core.permissions.audit import AuditEntry, AuditLog, CoalescedRefusals, NoAudit
 from controlplane.core.sessions.models import Tenant
 from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, token_too_long
@@ -72,7 +72,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._auth = authenticator
         self._quotas = quotas or TenantQuotas.unlimited()
         self._guard = StreamGuard(authenticator.directory, audit)
-        self._audit = audit or NoAudit()
+        self._refusals = CoalescedRefusals(audit or NoAudit())
 
     async def intercept_service(
         self,
@@ -130,7 +130,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def _record_refusal(self, tenant: str, method: str, rule: str, reason: str) -> None:
         kind, tool = AUDITED_CALLS.get(method, ("call", ""))
-        await self._audit.record(AuditEntry(
+        await self._refusals.record(AuditEntry(
             tenant=tenant, session_id="", kind=kind, tool=tool, call_id="", outcome="denied", rule=rule,
             detail=reason,
         ))

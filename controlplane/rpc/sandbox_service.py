@@ -10,7 +10,13 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
-from controlplane.core.permissions.exec_policy import ExecGate, StdinRecord, exec_outcome
+from controlplane.core.permissions.exec_policy import (
+    ExecDeniedError,
+    ExecGate,
+    StdinRecord,
+    command_text,
+    exec_outcome,
+)
 from controlplane.core.seam.messages import Exited
 from controlplane.core.seam.provider import ExecStream
 from controlplane.core.sessions.manager import SessionManager
@@ -43,12 +49,14 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         stdin: StdinRecord | None = None
         took_stdin = False
         outcome, detail = "cancelled", "the client went away"
+        asking: tuple[str, str] | None = None  # (tenant, command) once known: a refusal before admission is audited
         try:
             tenant = self._auth.tenant_of(context)
             first = await anext(requests, None)
             if first is None or first.WhichOneof("msg") != "start":
                 raise InvalidArgumentError("the first Exec message must be `start`")
             session_id = first.start.session_id
+            asking = (tenant.name, command_text(first.start.argv, first.start.command))
             spec = convert.command_spec(first.start, self._config.default_timeout_ms, self._config.max_timeout_ms)
             sandbox = await self._sessions.sandbox_for(tenant.name, session_id)
             text = await self._gate.admit(
@@ -73,6 +81,9 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             await abort_with(context, exc)
         except ControlPlaneError as exc:
             outcome, detail = "error", str(exc)
+            if asking is not None and audited is None and not isinstance(exc, ExecDeniedError):
+                # Refused before the policy decided (a session that is not the tenant's, a bad request).
+                await self._gate.refused(*asking, session_id=session_id, error=exc)
             if stream is None:
                 await _drain(requests)
             await abort_with(context, exc)
@@ -89,22 +100,25 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
 
 
 DRAIN_S = 5.0
+DRAIN_IDLE_S = 0.25
 DRAIN_BYTES = 8 * 1024 * 1024
 
 
 async def _drain(requests: AsyncIterator[sandbox_pb2.ExecRequest]) -> None:
     """Reads what the client still sends after a refusal (the stdin it wrote before it could know), until it
     half-closes, so its status arrives as sent: a client whose write meets an ended call sees its own
-    INTERNAL error instead. Bounded in time and bytes; a client that goes on writing past them gets that."""
+    INTERNAL error instead. Bounded: 5 s and 8 MiB in all, and a quarter second without a message (a client
+    waiting on its own input, say a terminal, gets the refusal at once rather than after 5 s)."""
 
     async def read() -> None:
         total = 0
-        async for request in requests:
-            total += request.ByteSize()
-            if total > DRAIN_BYTES:
+        while total <= DRAIN_BYTES:
+            request = await asyncio.wait_for(anext(requests, None), DRAIN_IDLE_S)
+            if request is None:
                 return
+            total += request.ByteSize()
 
-    with contextlib.suppress(TimeoutError, grpc.RpcError, asyncio.InvalidStateError):
+    with contextlib.suppress(TimeoutError, grpc.RpcError, asyncio.InvalidStateError, StopAsyncIteration):
         await asyncio.wait_for(read(), DRAIN_S)
 
 

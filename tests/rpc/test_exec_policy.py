@@ -168,3 +168,40 @@ async def test_the_exec_environment_is_read_as_the_commands_environment(plane: P
     details = await denied(alpha.run(session.id, command="ls", env={"BASH_FUNC_ls%%": "() { rm victim; }"}))
     assert "BASH_FUNC_ls%% defines a function" in details
     assert (await alpha.run(session.id, ["sh", "-c", "echo $GREETING"], env={"GREETING": "hi"})).stdout == b"hi\n"
+
+
+async def test_a_refusal_reaches_a_client_still_waiting_on_its_own_input_at_once(plane: Plane) -> None:
+    alpha = plane.client
+    session = await alpha.create_session()
+    never = asyncio.Event()
+
+    async def terminal() -> AsyncIterator[bytes]:
+        await never.wait()  # a user who has not typed anything yet
+        yield b""  # pragma: no cover - never reached
+
+    started = asyncio.get_running_loop().time()
+    await denied(alpha.run(session.id, ["sh"], stdin=terminal()))
+    assert asyncio.get_running_loop().time() - started < 2.0
+
+
+async def test_refused_execs_streaming_stdin_get_their_status_every_time(plane: Plane) -> None:
+    """Forty refusals of an Exec that writes stdin at once, ten at a time: PERMISSION_DENIED each time, never
+    the client's own failed write (INTERNAL)."""
+    alpha = plane.client
+    session = await alpha.create_session()
+
+    async def flood() -> AsyncIterator[bytes]:
+        for _ in range(20):
+            yield b"rm victim\n" * 100
+
+    async def one() -> grpc.StatusCode:
+        try:
+            await alpha.run(session.id, ["sh"], stdin=flood())
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+    codes = []
+    for _ in range(4):
+        codes += await asyncio.gather(*(one() for _ in range(10)))
+    assert set(codes) == {grpc.StatusCode.PERMISSION_DENIED}

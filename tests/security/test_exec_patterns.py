@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.exec_policy import CommandReading, ExecDeniedError, ExecGate, Verdict
 from controlplane.core.permissions.policy import OperatorPolicy
 from controlplane.exec_commands import read_command
@@ -42,7 +43,8 @@ def test_an_argv_is_read_as_the_shell_line_that_makes_it(argv: list[str]) -> Non
     ["sh"], ["bash", "-s"], ["dash", "-i"], ["sh", "-"], ["python3"], ["python3", "-"], ["python3", "-u"],
     ["python3", "-W", "ignore"], ["python3.11", "/dev/stdin"], ["perl"], ["perl", "-w"], ["ruby", "-r", "json"],
     ["node"], ["node", "-i"], ["php"], ["lua"], ["tclsh"], ["awk", "-f", "-"], ["sed", "-f", "/dev/stdin", "x"],
-    ["make", "-f", "-"], ["ed", "notes.txt"], ["gdb"], ["env", "python3"], ["nice", "perl"], ["busybox", "sh"],
+    ["make", "-f", "-"], ["php", "-f", "/dev/stdin"], ["dc", "-f", "-"],
+    ["ed", "notes.txt"], ["gdb"], ["env", "python3"], ["nice", "perl"], ["busybox", "sh"],
 ])
 def test_a_program_reading_its_code_from_stdin_gets_the_strictest_rule(argv: list[str]) -> None:
     decided = verdict(argv)
@@ -64,7 +66,7 @@ def test_a_bare_shell_is_not_known_stdin_or_not() -> None:
 @pytest.mark.parametrize("argv", [
     ["cat"], ["wc", "-l"], ["python3", "-c", "print(1)"], ["python3", "-m", "json.tool"], ["python3", "x.py"],
     ["perl", "-ne", "print"], ["node", "-e", "1"], ["awk", "{print}"], ["sed", "s/a/b/"], ["sh", "-c", "wc -l"],
-    ["python3", "--version"], ["make"], ["git", "status"], ["grep", "rm", "notes.txt"],
+    ["python3", "--version"], ["make"], ["php", "-f", "x.php"], ["git", "status"], ["grep", "rm", "notes.txt"],
 ])
 def test_stdin_is_data_for_everything_else(argv: list[str]) -> None:
     assert verdict(argv).rule.action == "allow", argv
@@ -94,3 +96,26 @@ async def test_a_long_command_is_read_off_the_loop() -> None:
     command = "echo " + "x" * 100_000 + "; rm f"
     with pytest.raises(ExecDeniedError, match="matched by `rm f`"):
         await ExecGate(GATE.policy, reader=read_command).admit("t", "s", [], command)
+
+
+async def test_a_gate_without_the_analysis_fails_closed() -> None:
+    gate = ExecGate(GATE.policy)
+    with pytest.raises(ExecDeniedError, match="no command analysis is configured"):
+        await gate.admit("t", "s", ["ls"], "")
+
+
+async def test_a_command_too_long_to_read_is_not_known_and_its_record_is_bounded() -> None:
+    recorded: list[AuditEntry] = []
+
+    class Log:
+        async def record(self, entry: AuditEntry) -> None:
+            recorded.append(entry)
+
+    gate = ExecGate(GATE.policy, Log(), read_command)
+    command = "echo " + "x" * 300_000
+    with pytest.raises(ExecDeniedError, match="the command is too long to read"):
+        await gate.admit("t", "s", [], command)
+    [entry] = recorded
+    assert entry.patterns[0].endswith(f"... (cut: {len(command)} characters in all)")
+    assert len(entry.patterns[0]) < 70_000
+    assert await ExecGate(OperatorPolicy(), Log(), read_command).admit("t", "s", [], command) == command

@@ -33,6 +33,11 @@ DEFAULT = Rule(PERMISSION, "*", "allow")
 READ_NOW_CHARS = 4096
 """A command up to this long is read on the loop's thread; longer ones in a worker thread, so one huge
 command does not hold every tenant's RPCs."""
+MAX_READ_CHARS = 256 * 1024
+"""Longer commands (with their environment) are not read at all: parsing a message of up to 64 MiB would
+hold a worker thread, and the GIL, for seconds. Such a command is not known (the strictest rule decides)."""
+MAX_AUDITED_CHARS = 64 * 1024
+"""The audit record keeps this much of a command's text (and says how long it was)."""
 
 
 class ExecDeniedError(ControlPlaneError):
@@ -42,6 +47,13 @@ class ExecDeniedError(ControlPlaneError):
 def command_text(argv: Sequence[str], command: str) -> str:
     """What the rules match: the shell command, or the argv as a shell would read it."""
     return command or shlex.join(argv)
+
+
+def audited_text(text: str) -> str:
+    """A command as the audit record keeps it: whole up to MAX_AUDITED_CHARS, else its start and its length."""
+    if len(text) <= MAX_AUDITED_CHARS:
+        return text
+    return f"{text[:MAX_AUDITED_CHARS]}... (cut: {len(text)} characters in all)"
 
 
 @dataclass(frozen=True)
@@ -61,9 +73,10 @@ CommandReader = Callable[[Sequence[str], str, Mapping[str, str], bool], CommandR
 
 
 def literal_reading(argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
-    """The command's text alone: only whole-Exec rules (`"*"`) are a boundary with this reader."""
+    """The command's text alone, for a gate built without the bash analysis: what it runs is then not
+    known, so rules other than whole-Exec ones answer with the strictest (fail closed)."""
     text = command_text(argv, command)
-    return CommandReading(text, (text,))
+    return CommandReading(text, (text,), ("no command analysis is configured",))
 
 
 @dataclass(frozen=True)
@@ -110,8 +123,12 @@ class ExecGate:
         return verdict or Verdict(DEFAULT)
 
     async def read(self, argv: Sequence[str], command: str, env: Mapping[str, str], stdin: bool) -> CommandReading:
-        if len(command) + sum(len(a) for a in argv) + sum(len(v) for v in env.values()) <= READ_NOW_CHARS:
+        size = len(command) + sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) for k, v in env.items())
+        if size <= READ_NOW_CHARS:
             return self.reader(argv, command, env, stdin)
+        if size > MAX_READ_CHARS:
+            text = command_text(argv, command)
+            return CommandReading(text, (text,), (f"the command is too long to read ({size} characters)",))
         return await asyncio.to_thread(self.reader, argv, command, env, stdin)
 
     async def admit(
@@ -132,7 +149,7 @@ class ExecGate:
         allowed = verdict.rule.action == "allow"
         await self.audit.record(AuditEntry(
             tenant=tenant, session_id=session_id, kind="permission", tool=PERMISSION, call_id="",
-            outcome="allow" if allowed else "deny", permission=PERMISSION, patterns=(text,),
+            outcome="allow" if allowed else "deny", permission=PERMISSION, patterns=(audited_text(text),),
             rule=verdict.described, detail=verdict.reason,
         ))
         if not allowed:
@@ -141,6 +158,14 @@ class ExecGate:
                 f"the operator's policy does not allow this command in a sandbox (rule: {verdict.described}{why})"
             )
         return text
+
+    async def refused(self, tenant: str, text: str, *, session_id: str, error: ControlPlaneError) -> None:
+        """An Exec refused before the policy's decision: its session is not the tenant's, or the request is bad."""
+        await self.audit.record(AuditEntry(
+            tenant=tenant, session_id=session_id, kind="exec", tool=PERMISSION, call_id="", outcome="denied",
+            permission=PERMISSION, patterns=(audited_text(text),), rule=f"request {error.code.value}",
+            detail=str(error),
+        ))
 
     async def finished(
         self, tenant: str, text: str, *, session_id: str, outcome: str, detail: str, stdin: StdinRecord | None = None,
@@ -155,7 +180,7 @@ class ExecGate:
             ))
         await self.audit.record(AuditEntry(
             tenant=tenant, session_id=session_id, kind="exec", tool=PERMISSION, call_id="", outcome=outcome,
-            permission=PERMISSION, patterns=(text,), detail=detail,
+            permission=PERMISSION, patterns=(audited_text(text),), detail=detail,
         ))
 
 
