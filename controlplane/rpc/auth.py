@@ -80,16 +80,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         (controlplane.stream_accept): a refusal (quota) comes before the mark, so it reaches the client exactly."""
         if not handler.request_streaming:
             return handler
-        return _streaming(handler, lambda: self._quotas.take_call(tenant))
+        return _streaming(handler, lambda: self._quotas.take_call(tenant), lambda: self._quotas.pause_refusal(tenant))
 
 
-def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot]) -> grpc.RpcMethodHandler[Any, Any]:
+def _streaming(
+    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot], pause: Callable[[], Awaitable[None]],
+) -> grpc.RpcMethodHandler[Any, Any]:
     inner: Any = handler.stream_stream if handler.response_streaming else handler.stream_unary
 
     async def stream_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
             slot = admit()
         except ControlPlaneError as exc:
+            await pause()
             await abort_with(context, exc)
             raise  # unreachable: abort raises
         try:
@@ -107,6 +110,7 @@ def _streaming(handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slo
         try:
             slot = admit()
         except ControlPlaneError as exc:
+            await pause()
             await abort_with(context, exc)
             raise  # unreachable: abort raises
         try:

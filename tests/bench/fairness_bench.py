@@ -42,7 +42,7 @@ A_QUOTA = 4
 A_CALLS = 8
 ARGS_LIMIT = 8 * 1024 * 1024
 TARGET_RATIO = 2.0
-PHASE_BUDGET_S = 40.0
+PHASE_BUDGET_S = 35.0
 RAMP_S = 1.0
 """A's flood runs this long before B's first sample."""
 START_TIMEOUT_S = 60.0
