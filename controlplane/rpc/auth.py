@@ -111,6 +111,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         async def refused(reason: str) -> None:
             await self._record_refusal(tenant, method, "quota calls", reason)
+            # A flood of refused calls is slowed where it comes from (controlplane.core.tenants.quota).
+            await self._quotas.pause_refusal(tenant)
 
         return _streaming(
             handler, lambda: self._quotas.take_call(tenant), refused, self._guard, token, tenant, method,

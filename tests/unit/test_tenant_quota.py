@@ -107,3 +107,31 @@ def test_the_creating_lock_is_per_tenant() -> None:
         assert asyncio.get_running_loop().time() - started < 0.4
 
     asyncio.run(main())
+
+
+async def test_a_refused_create_is_held_a_moment_so_a_retry_loop_cannot_spin_and_only_so_many_are_held() -> None:
+    from controlplane.core.tenants.quota import MAX_PAUSED, REFUSAL_PAUSE_S
+
+    async def none(_: str) -> list[Session]:
+        return []
+
+    quotas = TenantQuotas(none, configured={"spinner": Quota(sessions=0)})
+    loop = asyncio.get_running_loop()
+
+    async def refused_after() -> float:
+        started = loop.time()
+        with pytest.raises(QuotaExceededError, match="quota of 0 sessions"):
+            async with quotas.creating("spinner", Resources(1.0, 256, 64)):
+                pass
+        return loop.time() - started
+
+    assert await refused_after() >= REFUSAL_PAUSE_S * 0.9
+    # Many at once: MAX_PAUSED are held, the rest are refused at once (nothing piles up behind the pause).
+    took = await asyncio.gather(*(refused_after() for _ in range(MAX_PAUSED + 4)))
+    assert sum(t >= REFUSAL_PAUSE_S * 0.9 for t in took) == MAX_PAUSED
+    assert sum(t < REFUSAL_PAUSE_S / 2 for t in took) == 4
+    # Another tenant's admitted create does not wait for the spinner's pauses.
+    started = loop.time()
+    async with quotas.creating("other", Resources(1.0, 256, 64)):
+        pass
+    assert loop.time() - started < REFUSAL_PAUSE_S / 2

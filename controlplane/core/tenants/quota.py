@@ -21,6 +21,13 @@ from controlplane.errors import ResourceExhaustedError
 UNLIMITED = -1
 """A quota value that lifts a limit set below it (the global default or the tenant's TOML entry)."""
 KEYS = ("sessions", "cpu", "memory_mb", "disk_mb", "calls", "subscriptions")
+REFUSAL_PAUSE_S = 0.1
+"""How long a refused create or call waits before its refusal is sent. A client retrying at once in a loop
+(a bug or a flood) made 1,000 to 2,000 refused creates a second, a core of the control plane every tenant
+shares (the fairness bench); paused, each of its loops makes ten."""
+MAX_PAUSED = 8
+"""Refusals of one tenant held at once; past it they are sent at once, so pausing never holds more than this
+many requests (a CreateSession may carry a large archive)."""
 
 
 class QuotaExceededError(ResourceExhaustedError):
@@ -92,6 +99,7 @@ class _Held:
     calls: int = 0
     calls_started: int = 0
     subscriptions: int = 0
+    paused: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -112,8 +120,10 @@ class TenantQuotas:
     def __init__(
         self, live_sessions: LiveSessions, *, defaults: Quota = Quota(),
         configured: Mapping[str, Quota] | None = None, disk_mb_per_session: int = 0,
+        refusal_pause_s: float = REFUSAL_PAUSE_S,
     ) -> None:
         self._live_sessions = live_sessions
+        self._refusal_pause_s = refusal_pause_s
         self._defaults = defaults
         self._configured = dict(configured or {})
         self._stored: dict[str, Quota] = {}
@@ -169,11 +179,19 @@ class TenantQuotas:
         """Admits one new session reserving `resources`, held as a creation until the block ends
         (by then the session is in the store, or it failed)."""
         held = self._of(tenant)
+        refused: QuotaExceededError | None = None
         async with held.lock:
             quota = self.quota(tenant)
-            if any(getattr(quota, k) is not None for k in ("sessions", "cpu", "memory_mb", "disk_mb")):
-                self._admit_session(tenant, quota, await self.usage(tenant), resources)
-            held.creating.append(resources)
+            try:
+                if any(getattr(quota, k) is not None for k in ("sessions", "cpu", "memory_mb", "disk_mb")):
+                    self._admit_session(tenant, quota, await self.usage(tenant), resources)
+            except QuotaExceededError as exc:
+                refused = exc
+            else:
+                held.creating.append(resources)
+        if refused is not None:
+            await self.pause_refusal(tenant)  # not under the lock: the tenant's other creates go on
+            raise refused
         try:
             yield
         finally:
@@ -196,6 +214,17 @@ class TenantQuotas:
                     f"tenant {tenant}'s quota of {_num(limit)} {unit} would be exceeded: {_num(used)} reserved by "
                     f"live sessions and {_num(more)} asked; {advice}"
                 )
+
+    async def pause_refusal(self, tenant: str) -> None:
+        """Holds a refusal for REFUSAL_PAUSE_S, unless MAX_PAUSED of the tenant's are held already."""
+        held = self._of(tenant)
+        if held.paused >= MAX_PAUSED or self._refusal_pause_s <= 0:
+            return
+        held.paused += 1
+        try:
+            await asyncio.sleep(self._refusal_pause_s)
+        finally:
+            held.paused -= 1
 
     def take_call(self, tenant: str) -> Slot:
         """One running ExecuteTool call or Exec, counted until the slot is released."""
