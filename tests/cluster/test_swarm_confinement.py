@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import tempfile
 import threading
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.cluster.support import Cluster, SwarmPlane
 from tests.cluster.test_swarm import node_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+IMAGE = os.environ.get("OCSB_TEST_IMAGE", "ocsb-sandbox:latest")
 
 AIO = """
 import ctypes, errno
@@ -90,7 +92,7 @@ async def test_two_hosts_choosing_at_once_never_keep_the_same_block(cluster: Clu
             name = f"{names[index]}-{attempt['n']}"
             made[index].append(name)
             created = api.create_service(
-                docker.types.TaskTemplate(docker.types.ContainerSpec("ocsb-sandbox:latest", command=["sleep", "60"])),
+                docker.types.TaskTemplate(docker.types.ContainerSpec(IMAGE, command=["sleep", "60"])),
                 name=name, labels={LABEL_MANAGED: "true", LABEL_TOOL_UID: str(uid)},
             )
             return str(created["ID"])
