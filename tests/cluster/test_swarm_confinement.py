@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -79,9 +80,11 @@ async def test_two_hosts_choosing_at_once_never_keep_the_same_block(cluster: Clu
     chose = threading.Barrier(2, timeout=30)
     names = [f"ocsb-blocktest-{i}-{threading.get_ident()}" for i in range(2)]
     made: list[list[str]] = [[], []]
+    claim_dirs: list[Path] = []
 
     def plane(index: int) -> tuple[str, int]:
         claims = Path(tempfile.mkdtemp(prefix=f"claims{index}", dir="/tmp"))
+        claim_dirs.append(claims)
         tool_ids = ToolIds(first, 4 * BLOCK, claims_dir=claims)
         attempt = {"n": 0}
 
@@ -112,3 +115,5 @@ async def test_two_hosts_choosing_at_once_never_keep_the_same_block(cluster: Clu
         assert not api.services(filters={"name": losers[0]})
     finally:
         _remove_services(api, made[0] + made[1])
+        for claims in claim_dirs:
+            shutil.rmtree(claims, ignore_errors=True)
