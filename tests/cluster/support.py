@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -85,12 +86,14 @@ async def swarm_plane(
 ) -> AsyncIterator[SwarmPlane]:
     """A Swarm-provider control plane in this process; `settings` and `provider` override the defaults."""
     data_dir = short_tmp()
+    # A checkout beside main tests its own image (cluster.sh copies OCSB_IMAGE to the worker).
+    image = {"image": os.environ["OCSB_TEST_IMAGE"]} if os.environ.get("OCSB_TEST_IMAGE") else {}
     loaded = load_settings(
         None, **{
             "data_dir": data_dir, "instance": new_instance("c"), "server": {"listen": "127.0.0.1:0"},
             "pool": {"size": pool_size}, "tenants": [{"name": n, "token": t} for n, t in TOKENS.items()],
             "provider": {"type": "swarm", "relay_port": free_port(), "watch_interval_s": 0.5,
-                         "tenant_constraints": TENANT_CONSTRAINTS, **provider},
+                         "tenant_constraints": TENANT_CONSTRAINTS, **image, **provider},
             **(settings or {}),
         },
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -21,6 +23,7 @@ from tests.cluster.support import Cluster, SwarmPlane
 from tests.cluster.test_swarm import node_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+IMAGE = os.environ.get("OCSB_TEST_IMAGE", "ocsb-sandbox:latest")
 
 AIO = """
 import ctypes, errno
@@ -77,9 +80,11 @@ async def test_two_hosts_choosing_at_once_never_keep_the_same_block(cluster: Clu
     chose = threading.Barrier(2, timeout=30)
     names = [f"ocsb-blocktest-{i}-{threading.get_ident()}" for i in range(2)]
     made: list[list[str]] = [[], []]
+    claim_dirs: list[Path] = []
 
     def plane(index: int) -> tuple[str, int]:
         claims = Path(tempfile.mkdtemp(prefix=f"claims{index}", dir="/tmp"))
+        claim_dirs.append(claims)
         tool_ids = ToolIds(first, 4 * BLOCK, claims_dir=claims)
         attempt = {"n": 0}
 
@@ -90,7 +95,7 @@ async def test_two_hosts_choosing_at_once_never_keep_the_same_block(cluster: Clu
             name = f"{names[index]}-{attempt['n']}"
             made[index].append(name)
             created = api.create_service(
-                docker.types.TaskTemplate(docker.types.ContainerSpec("ocsb-sandbox:latest", command=["sleep", "60"])),
+                docker.types.TaskTemplate(docker.types.ContainerSpec(IMAGE, command=["sleep", "60"])),
                 name=name, labels={LABEL_MANAGED: "true", LABEL_TOOL_UID: str(uid)},
             )
             return str(created["ID"])
@@ -110,3 +115,5 @@ async def test_two_hosts_choosing_at_once_never_keep_the_same_block(cluster: Clu
         assert not api.services(filters={"name": losers[0]})
     finally:
         _remove_services(api, made[0] + made[1])
+        for claims in claim_dirs:
+            shutil.rmtree(claims, ignore_errors=True)

@@ -227,11 +227,11 @@ def runtime(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-async def runtime_plane(request: pytest.FixtureRequest, runtime: str) -> AsyncIterator[Plane]:
+async def runtime_plane(docker_plane: Plane, runtime: str) -> AsyncIterator[Plane]:
     """The shared Docker plane on runc; on gVisor a plane of the module's own with `provider.runtime = "runsc"`
     (every session and the warm pool on gVisor; a tenant's `runtime` takes the same path, test_kernel_state)."""
     if runtime == "runc":
-        yield request.getfixturevalue("docker_plane")
+        yield docker_plane
         return
     pool = {"size": 2, "refill_concurrency": 2}
     async with running_plane("docker", provider_options={"runtime": runtime}, pool=pool) as plane:

@@ -21,7 +21,7 @@ from controlplane.client import AsyncClient
 from tests.planes import Plane, running_plane
 from tests.runtimes import skip_unless_usable
 from tests.security.conftest import new_session, python_probe, through_bash_tool
-from tests.security.test_escape import NETWORK_PROBE, Listener, listeners  # noqa: F401 - the fixture
+from tests.security.escape_probes import NETWORK_PROBE, Listener, listeners  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
 
