@@ -19,8 +19,10 @@ session_id = workspace_session({"a.txt": "a\n"})
 
 async def test_the_plan_agent_writes_its_plan_in_a_git_workspace(docker_plane: Plane, session_id: str) -> None:
     client = docker_plane.client
+    # A call before the workspace is a git repository: the sandbox's worktree was "/" then.
+    assert (await client.execute_tool(session_id, "read", {"filePath": "a.txt"})).error is None
     assert (await client.run(session_id, ["git", "init", "-q", "/workspace"])).exit_code == 0
-    await client.reload_tools(session_id)  # the worktree is taken with the session's code
+    await client.reload_tools(session_id)  # the worktree is taken again with the session's code
     wrote = await client.execute_tool(session_id, "write", {"filePath": PLAN, "content": "# plan\n"}, agent="plan")
     assert wrote.error is None
     denied = await client.execute_tool(session_id, "write", {"filePath": "/workspace/b.txt", "content": "b"},
