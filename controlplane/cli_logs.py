@@ -25,12 +25,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     logs.add_argument("session")
 
 
+CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+"""Control characters are shown escaped: a tool's text must not drive the reader's terminal (escape
+sequences that move the cursor, retitle the window, or hide lines)."""
+
+
+def shown(value: object) -> str:
+    return str(value).translate(CONTROL)
+
+
 def line_text(properties: dict[str, Any]) -> str:
     """One log line for a person: time, level, file (and call), text."""
     at = datetime.fromtimestamp(float(properties.get("time") or 0)).strftime("%H:%M:%S.%f")[:-3]
-    call = properties.get("callID") or "load"
-    return f"{at} {str(properties.get('level', '')).upper():5} {properties.get('origin', '')} [{call}] " \
-           f"{properties.get('text', '')}"
+    call = shown(properties.get("callID") or "load")
+    level = shown(properties.get("level", "")).upper()
+    return f"{at} {level:5} {shown(properties.get('origin', ''))} [{call}] {shown(properties.get('text', ''))}"
 
 
 async def follow(client: AsyncClient, session_id: str, out: TextIO, as_json: bool = False) -> None:

@@ -200,6 +200,11 @@ def trace_inits(recording: Recording, path: str, state: FileState, started: floa
         }, start_ms)
         if span is not None and imported is not None:
             span.event("module imported", unix_ms(imported))
+        scope = pyhost_logs.SCOPE.get()
+        if span is not None and scope is not None and scope.sink:
+            # What the file printed while imported (at most the scope's 50 lines), as the Bun host does.
+            for line in scope.sink:
+                span.event("log", float(line["at"]), {"log.level": line["level"], "log.text": line["text"]})
         if span is not None:
             span.end(start_ms + loaded.init_ms)
     for error in state.errors:

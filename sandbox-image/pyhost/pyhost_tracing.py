@@ -38,8 +38,8 @@ class Span:
         self.json["attributes"][key] = value
         return self
 
-    def event(self, name: str, at_ms: float) -> Span:
-        self.json["events"].append({"name": name, "time_ms": at_ms, "attributes": {}})
+    def event(self, name: str, at_ms: float, attributes: dict[str, Any] | None = None) -> Span:
+        self.json["events"].append({"name": name, "time_ms": at_ms, "attributes": attributes or {}})
         return self
 
     def fail(self, message: str) -> Span:

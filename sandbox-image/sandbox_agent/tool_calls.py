@@ -299,6 +299,10 @@ class ToolCalls:
         config = _config(config_json)
         with tracing.span(trace, "sandbox.list_custom_tools") as span:
             worktree = await self._runner.io(find_worktree, self._workspace)
+            # The calls from now on name paths relative to the worktree this listing reports, which the
+            # control plane writes the plan agent's plan-file rule against: both must be the same.
+            for state in self._sessions.values():
+                state.worktree = worktree
             try:
                 listing = await self.custom.listing(config, env, worktree)
             except SnapshotError as exc:

@@ -134,7 +134,7 @@ async def test_default_rules_of_each_agent(docker_plane: Plane, session_id: str)
     out, _ = await run(docker_plane, session_id, "edit",
                        {"filePath": "/workspace/env.txt", "oldString": "E", "newString": "e"}, agent="explore")
     assert out.error is not None
-    assert '{"permission":"*","action":"deny","pattern":"*"}' in out.error
+    assert '{"permission":"*","pattern":"*","action":"deny"}' in out.error
 
 
 async def test_always_approval_survives_a_sigkill_of_the_control_plane() -> None:
