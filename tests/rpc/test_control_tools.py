@@ -345,5 +345,7 @@ async def test_plan_exit_yes_and_no(plane: Plane) -> None:
     }
     no = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("No"))
     assert no.error == "The user dismissed this question"
-    other = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Maybe later"))
+    # A third identical call asks doom_loop: approved, as before the default became a rejection.
+    other = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Maybe later"),
+                                            on_permission=allow_once)
     assert other.output == "User approved switching to build agent. Wait for further instructions."
