@@ -31,7 +31,6 @@ from controlplane.client_types import (
     reject_unanswered,
 )
 from controlplane.core.tenants.records import token_too_long
-from controlplane.discovery import find_endpoint
 from controlplane.errors import InvalidArgumentError
 from controlplane.stream_accept import accepted, ended
 from controlplane.v1 import (
@@ -69,6 +68,9 @@ def connect(
     """A client for the control plane found as the CLI finds it (`controlplane.discovery`): the arguments,
     then CONTROLPLANE_TARGET / CONTROLPLANE_TOKEN, then the data dir of a server started on this machine.
     Use it as `async with connect() as client:`."""
+    # Imported here: it reads the operator's settings (pydantic), which a client given its target never needs.
+    from controlplane.discovery import find_endpoint
+
     found_target, found_token = find_endpoint(target, token, config=config)
     return AsyncClient(found_target, found_token, root_certificates=root_certificates)
 

@@ -63,7 +63,7 @@ def _schema_of(listing: Listing, name: str) -> Schema:
     for tool in tools:
         if tool.id == name:
             schema: Schema = json.loads(tool.parameters_json_schema or "{}")
-            return schema
+            return inline_refs(schema)
     raise InvalidArgumentError(f"the model called {name!r}, which is not in the tool listing")
 
 
@@ -77,6 +77,30 @@ def plain_schema(schema: Schema) -> Schema:
 
 
 # -- what cannot be said in a closed schema -------------------------------------------------------------
+
+
+def inline_refs(schema: Schema) -> Schema:
+    """`schema` with its local `$ref`s (`#/$defs/X`, `#/definitions/X`, as zod emits for `.meta({id})` and
+    `z.lazy`) replaced by what they name; a recursive one becomes `{}` (free-form: said as a JSON string by
+    the dialects that cannot refer)."""
+    definitions = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [resolve(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            if name in seen or name not in definitions or not ref.startswith(("#/$defs/", "#/definitions/")):
+                return {k: v for k, v in node.items() if k == "description"}
+            target = resolve(definitions[name], (*seen, name))
+            return {**target, **{k: v for k, v in node.items() if k == "description"}}
+        return {k: resolve(v, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
+
+    resolved: Schema = resolve(schema, ())
+    return resolved
 
 
 def _is_free_form(node: Schema) -> bool:
@@ -121,7 +145,7 @@ def _as_json_string(node: Schema) -> Schema:
 
 def strict_schema(schema: Schema) -> Schema:
     """`schema` following OpenAI's strict-mode rules (see the module's docstring)."""
-    root = _strict(schema)
+    root = _strict(inline_refs(schema))
     if root.get("type") != "object":
         raise InvalidArgumentError("a tool's parameters must be an object schema")
     return root
@@ -276,7 +300,7 @@ def anthropic_tool_result(tool_use_id: str, outcome: ToolOutcome) -> dict[str, A
 def gemini_schema(schema: Schema) -> Schema:
     """`schema` in Gemini's OpenAPI subset: upper-case types, `nullable` instead of null types, no
     `additionalProperties`/`$schema`/`const`, free-form objects as JSON strings."""
-    return _gemini(schema)
+    return _gemini(inline_refs(schema))
 
 
 _GEMINI_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",

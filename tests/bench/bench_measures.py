@@ -14,7 +14,7 @@ from typing import Any
 
 import docker
 
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from controlplane.core.calls.tool import PermissionAsk
 from controlplane.core.permissions import permission
 from controlplane.core.permissions.asks import AskScope, PermissionGate
@@ -124,7 +124,8 @@ async def bench_tool(client: AsyncClient, session_id: str, tool: str, args: dict
 
     async def once() -> None:
         nonlocal asks
-        outcome = await client.execute_tool(session_id, tool, args, message_id=f"bench-{next(messages)}")
+        outcome = await client.execute_tool(session_id, tool, args, message_id=f"bench-{next(messages)}",
+                                            on_permission=allow_once)
         if outcome.error is not None or expect not in outcome.output:
             raise RuntimeError(f"{tool} tool call went wrong: error={outcome.error!r} result={outcome.result!r}")
         asks += len(outcome.permission_requests)

@@ -30,6 +30,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
+from controlplane.client import allow_once
 from controlplane.core.seam.messages import BuiltinCall, CommandSpec, Exited, RunAsk, RunFailed, RunResult
 from controlplane.core.seam.provider import SandboxAgent
 from sandbox_agent import event_loop
@@ -110,7 +111,8 @@ async def measure(quick: bool) -> list[str]:
 
         async def tool(name: str, args: dict[str, object], expect: str, fresh: bool = True) -> None:
             message = f"m{next(ids)}" if fresh else ""
-            outcome = await client.execute_tool(session.id, name, args, message_id=message)
+            # A repeated call in one message asks doom_loop: the bench times the approved path, as a user's.
+            outcome = await client.execute_tool(session.id, name, args, message_id=message, on_permission=allow_once)
             if outcome.error is not None or expect not in outcome.output:
                 raise RuntimeError(f"{name}: {outcome.error!r} {outcome.result!r}")
 

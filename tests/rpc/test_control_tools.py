@@ -323,8 +323,7 @@ async def test_plan_exit_yes_and_no(plane: Plane) -> None:
 
         return answer
 
-    out = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Yes"),
-                                         on_permission=allow_once)
+    out = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Yes"))
     plan = re.fullmatch(r"Plan at (.+) is complete\. Would you like to switch to the build agent and start "
                         r"implementing\?", seen[0]["question"])
     assert plan is not None
@@ -345,5 +344,7 @@ async def test_plan_exit_yes_and_no(plane: Plane) -> None:
     }
     no = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("No"))
     assert no.error == "The user dismissed this question"
-    other = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Maybe later"))
+    # A third identical call asks doom_loop: approved, as before the default became a rejection.
+    other = await plane.client.execute_tool(session.id, "plan_exit", {}, on_question=answering("Maybe later"),
+                                            on_permission=allow_once)
     assert other.output == "User approved switching to build agent. Wait for further instructions."

@@ -19,7 +19,7 @@ import docker
 import grpc
 import pytest
 
-from controlplane.client import AsyncClient, Session, ToolOutcome
+from controlplane.client import AsyncClient, Session, ToolOutcome, allow_once
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
@@ -37,8 +37,10 @@ NOT_SAVED = "The tool call succeeded but the output was truncated. The full outp
 
 
 async def bash(client: AsyncClient, session_id: str, command: str, timeout_ms: int = 60_000) -> ToolOutcome:
+    # Asks (paths outside the workspace) are approved: the limits, not a prompt, must hold.
     return await client.execute_tool(
-        session_id, "bash", {"command": command, "description": "Attack", "timeout": timeout_ms})
+        session_id, "bash", {"command": command, "description": "Attack", "timeout": timeout_ms},
+        on_permission=allow_once)
 
 
 def container(plane: Plane, sandbox_id: str) -> Any:

@@ -15,7 +15,7 @@ import docker
 import grpc
 import pytest
 
-from controlplane.client import AsyncClient, Session, ToolOutcome
+from controlplane.client import AsyncClient, Session, ToolOutcome, allow_once
 from controlplane.v1 import tool_pb2
 from tests.planes import Plane, container_gone
 
@@ -33,7 +33,9 @@ DETACHED_BOMB = "bomb(){ bomb|bomb& }; bomb"
 
 
 async def bash(client: AsyncClient, session_id: str, command: str) -> ToolOutcome:
-    return await client.execute_tool(session_id, "bash", {"command": command, "description": "Attack"})
+    # Asks (paths outside the workspace) are approved: the limits, not a prompt, must hold.
+    return await client.execute_tool(session_id, "bash", {"command": command, "description": "Attack"},
+                                     on_permission=allow_once)
 
 
 def container_id(plane: Plane, sandbox_id: str) -> str:

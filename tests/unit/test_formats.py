@@ -174,6 +174,29 @@ def test_nullable_and_enum_conversions() -> None:
     assert _gemini_problems(declaration["parameters"], "t") == []
 
 
+def test_local_refs_are_inlined_and_a_recursive_one_is_a_json_string() -> None:
+    schema = {"type": "object", "$defs": {
+        "Point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"],
+                  "additionalProperties": False},
+        "Tree": {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}},
+                 "required": ["children"], "additionalProperties": False},
+    }, "properties": {"at": {"$ref": "#/$defs/Point", "description": "where"}, "tree": {"$ref": "#/$defs/Tree"}},
+        "required": ["at", "tree"], "additionalProperties": False}
+    tool = tool_pb2.ToolDefinition(id="t", description="d", parameters_json_schema=json.dumps(schema))
+    (entry,) = formats.to_openai([tool], strict=True)
+    assert strict_violations(entry) == []
+    props = entry["function"]["parameters"]["properties"]
+    assert props["at"]["properties"] == {"x": {"type": "number"}}
+    assert props["at"]["description"] == "where"
+    assert props["tree"]["properties"]["children"]["items"]["type"] == "string"  # the recursion, as JSON
+    (declaration,) = formats.to_gemini([tool])
+    assert _gemini_problems(declaration["parameters"], "t") == []
+    said = {"at": {"x": 1}, "tree": {"children": ['{"children": []}']}}
+    assert formats.from_openai_arguments([tool], "t", said, strict=True) == {
+        "at": {"x": 1}, "tree": {"children": [{"children": []}]},
+    }
+
+
 def test_a_name_a_provider_refuses_is_a_clear_error() -> None:
     tool = tool_pb2.ToolDefinition(id="mcp server/tool", parameters_json_schema='{"type": "object"}')
     with pytest.raises(InvalidArgumentError, match="OpenAI does not accept this name"):
