@@ -16,7 +16,7 @@ import pytest
 from controlplane.client_files import _extract, _tar_into
 from controlplane.core.seam.files import workspace_relative
 from controlplane.errors import InvalidArgumentError
-from sandbox_agent.fileops import FileRefusedError, listing, locate, pack, read, write
+from sandbox_agent.fileops import FileRefusedError, frame, listing, locate, pack, read, write
 from sandbox_agent.tools.base import FileTimes, SessionState, ToolContext, ToolError
 from sandbox_agent.tools.edit import assert_read
 
@@ -33,6 +33,11 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
+def framed(*pieces: bytes) -> io.BytesIO:
+    """Content as the agent feeds a write: framed pieces, then the end mark."""
+    return io.BytesIO(b"".join(frame(p) for p in pieces) + frame(b""))
+
+
 def _status(call: object) -> str:
     with pytest.raises(FileRefusedError) as caught:
         call()  # type: ignore[operator]
@@ -44,7 +49,7 @@ def test_paths_and_links_leading_out_are_refused(ws: Path) -> None:
                  "sub/../../outside.txt"):
         assert _status(lambda p=path: locate(str(ws), p)) == "INVALID_ARGUMENT", path
         assert _status(lambda p=path: read(str(ws), p, io.BytesIO())) == "INVALID_ARGUMENT", path
-        assert _status(lambda p=path: write(str(ws), p, None, True, 100, io.BytesIO(b"x"))) == "INVALID_ARGUMENT"
+        assert _status(lambda p=path: write(str(ws), p, None, True, 100, framed(b"x"))) == "INVALID_ARGUMENT"
         assert _status(lambda p=path: listing(str(ws), p, True, 0)) == "INVALID_ARGUMENT", path
         assert _status(lambda p=path: pack(str(ws), [p], io.BytesIO())) == "INVALID_ARGUMENT", path
     assert (ws.parent / "outside.txt").read_text() == "secret\n"
@@ -52,18 +57,24 @@ def test_paths_and_links_leading_out_are_refused(ws: Path) -> None:
 
 
 def test_write_replaces_whole_or_not_at_all(ws: Path) -> None:
-    entry = write(str(ws), "in/new/b.bin", 0o600, True, 100, io.BytesIO(b"\0\1\2"))
+    entry = write(str(ws), "in/new/b.bin", 0o600, True, 100, framed(b"\0", b"\1\2"))
     assert entry["path"] == "sub/new/b.bin"  # named where it really is
     assert (ws / "sub" / "new" / "b.bin").read_bytes() == b"\0\1\2"
     assert (ws / "sub" / "new" / "b.bin").stat().st_mode & 0o777 == 0o600
-    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 2, io.BytesIO(b"toolong"))) \
+    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 2, framed(b"toolong"))) \
         == "RESOURCE_EXHAUSTED"
     assert (ws / "sub" / "new" / "b.bin").read_bytes() == b"\0\1\2"  # the old content stays
+    # A stream cut off before its end mark (the caller went away) writes nothing either.
+    cut = io.BytesIO(frame(b"new content")[:-3])
+    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 100, cut)) == "FAILED_PRECONDITION"
+    unended = io.BytesIO(frame(b"new content"))
+    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 100, unended)) == "FAILED_PRECONDITION"
+    assert (ws / "sub" / "new" / "b.bin").read_bytes() == b"\0\1\2"
     assert sorted(os.listdir(ws / "sub" / "new")) == ["b.bin"]  # no temporary file left behind
-    assert _status(lambda: write(str(ws), "x/y/z", None, False, 100, io.BytesIO(b""))) == "NOT_FOUND"
-    assert _status(lambda: write(str(ws), "sub", None, True, 100, io.BytesIO(b""))) == "FAILED_PRECONDITION"
+    assert _status(lambda: write(str(ws), "x/y/z", None, False, 100, framed())) == "NOT_FOUND"
+    assert _status(lambda: write(str(ws), "sub", None, True, 100, framed())) == "FAILED_PRECONDITION"
     os.mkfifo(ws / "fifo")
-    assert _status(lambda: write(str(ws), "fifo", None, True, 100, io.BytesIO(b""))) == "FAILED_PRECONDITION"
+    assert _status(lambda: write(str(ws), "fifo", None, True, 100, framed())) == "FAILED_PRECONDITION"
     assert _status(lambda: read(str(ws), "fifo", io.BytesIO())) == "FAILED_PRECONDITION"
 
 
