@@ -144,8 +144,9 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             transfer.paths = (path,)
             if not path:
                 raise InvalidArgumentError("WriteFile needs a file path, not the workspace itself")
-            if first.HasField("mode") and first.mode > 0o7777:
-                raise InvalidArgumentError(f"mode {first.mode:o} is not a permission mode (at most 7777, octal)")
+            if first.HasField("mode") and first.mode > 0o777:
+                # setuid, setgid and sticky bits have no use on a workspace file and only help an attacker.
+                raise InvalidArgumentError(f"mode {first.mode:o} is not a permission mode (at most 777, octal)")
             entry = await self._relayed(transfer, sandbox.agent.write_file(
                 path, self._received(context, transfer, first.data, requests),
                 mode=first.mode if first.HasField("mode") else None, parents=first.create_parents,

@@ -364,6 +364,11 @@ def main(argv: list[str]) -> int:
     except FileRefusedError as exc:
         print(f"{exc.status} {exc}", file=sys.stderr)
         return 1
+    except RecursionError:
+        # A tree nested deeper than the walk goes (a model can make one): refused, not a crash.
+        print("FAILED_PRECONDITION the directory tree is nested too deeply to walk; name a deeper path",
+              file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"{_os_refusal(exc, exc.filename or '').status} {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -88,6 +88,9 @@ async def test_links_planted_by_a_tool_are_not_followed_out(plane: Plane, sessio
             assert "symbolic link" in (caught.value.details() or "")
         assert await _code(plane.client.download(session_id, [path], dest=tmp_path / "x")) \
             == grpc.StatusCode.INVALID_ARGUMENT
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    assert await _code(plane.client.upload(session_id, _hostile_tar(), "planted_etc")) == invalid
+    assert await _code(plane.client.write_file(session_id, "suid", b"x", mode=0o4755)) == invalid
     # A link inside the workspace is followed; the file behind it is what is read and written.
     assert await plane.client.read_file(session_id, "inner/readme.txt") == b"hello\n"
     # The whole workspace comes down with the links as links, never their targets' contents; the client leaves

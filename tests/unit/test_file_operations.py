@@ -16,6 +16,7 @@ import pytest
 from controlplane.client_files import _extract, _tar_into
 from controlplane.core.seam.files import workspace_relative
 from controlplane.errors import InvalidArgumentError
+from sandbox_agent import fileops
 from sandbox_agent.fileops import FileRefusedError, frame, listing, locate, pack, read, write
 from sandbox_agent.tools.base import FileTimes, SessionState, ToolContext, ToolError
 from sandbox_agent.tools.edit import assert_read
@@ -177,3 +178,17 @@ def test_a_change_under_a_directory_voids_the_reads_below_it() -> None:
     assert times.changed_since_read("/w/d/e/f.txt")
     assert not times.changed_since_read("/w/other.txt")
     assert not times.changed_since_read("/w/never-read.txt")
+
+
+def test_a_tree_too_deep_to_walk_is_refused_not_crashed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "deep"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1100):  # deeper than both the recursion limit and the usual open-file limit
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    assert fileops.main(["list", str(root), "", "1", "0"]) == 1
+    assert capsys.readouterr().err.startswith("FAILED_PRECONDITION ")
