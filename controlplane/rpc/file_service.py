@@ -85,7 +85,7 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             await self._audit.record(AuditEntry(
                 tenant=transfer.tenant, session_id=transfer.session_id, kind="file", tool=operation, call_id="",
                 outcome=transfer.outcome, patterns=transfer.paths,
-                detail=f"{transfer.bytes} bytes" + (f"; {transfer.detail}" if transfer.outcome != "ok" else ""),
+                detail=f"{transfer.bytes} bytes" + (f"; {transfer.detail}" if transfer.detail else ""),
             ))
         if exc is not None:
             await abort_with(context, exc)

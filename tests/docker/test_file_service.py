@@ -202,7 +202,9 @@ async def test_every_operation_is_audited(plane: Plane, session_id: str, tmp_pat
                     ("download", ("audit/a.bin",), "ok"), ("read_file", (), "error")]
     assert entries[-6].detail == "5 bytes"
     assert entries[-5].detail == "5 bytes"
-    assert entries[-3].detail.startswith(f"{len(_hostile_tar())} bytes")
+    assert entries[-4].detail.endswith("; 1 entries")
+    # Two levels down, `sym_up` (../../etc/shadow) stays inside the workspace: kept; no planted link here either.
+    assert entries[-3].detail == f"{len(_hostile_tar())} bytes; 2 files, 9 members refused"
     assert "climbs out" in entries[-1].detail
     await _sh(plane.client, session_id, "rm -rf /workspace/audit")
 
