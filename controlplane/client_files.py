@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
 
@@ -36,6 +36,12 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 """A local file with one of these names is uploaded as an archive (extracted); any other as itself."""
 
 
+class Readable(Protocol):
+    """An open binary source: a file, a pipe, anything with `read(size) -> bytes` (b"" at its end)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 @dataclass
 class Downloaded:
     """What `download` wrote under `dest`, and the archive members it refused (with the reason)."""
@@ -44,7 +50,7 @@ class Downloaded:
     skipped: list[str] = field(default_factory=list)
 
 
-async def _read_chunks(source: IO[bytes]) -> AsyncIterator[bytes]:
+async def _read_chunks(source: Readable) -> AsyncIterator[bytes]:
     while block := await asyncio.to_thread(source.read, CHUNK):
         yield block
 
@@ -89,7 +95,7 @@ class AsyncFiles:
         return file_pb2_grpc.FileServiceStub(self._channel)
 
     async def write_file(
-        self, session_id: str, path: str, data: bytes | str | os.PathLike[str] | IO[bytes], *,
+        self, session_id: str, path: str, data: bytes | str | os.PathLike[str] | Readable, *,
         mode: int | None = None, create_parents: bool = True,
     ) -> FileInfo:
         """Creates or replaces `path` with `data` (bytes, or a local file's path or open binary file)."""
@@ -184,7 +190,7 @@ class Files:
         raise NotImplementedError
 
     def write_file(
-        self, session_id: str, path: str, data: bytes | str | os.PathLike[str] | IO[bytes], *,
+        self, session_id: str, path: str, data: bytes | str | os.PathLike[str] | Readable, *,
         mode: int | None = None, create_parents: bool = True,
     ) -> FileInfo:
         return self._call(self._async.write_file(session_id, path, data, mode=mode, create_parents=create_parents))

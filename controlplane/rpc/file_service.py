@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from controlplane.core.permissions.audit import AuditEntry, AuditLog, NoAudit
 from controlplane.core.seam.files import FileEntry, workspace_relative
@@ -24,6 +24,7 @@ from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with
 from controlplane.v1 import file_pb2, file_pb2_grpc
 
+T = TypeVar("T")
 CHUNK = 1024 * 1024
 """Bytes per message the control plane sends (what it receives is the client's choice, up to the message limit)."""
 DRAIN_S = 30.0
@@ -52,6 +53,8 @@ class _Transfer:
     bytes: int = 0
     outcome: str = "cancelled"
     detail: str = "the client went away"
+    refusal: ControlPlaneError | None = None
+    """Why the caller's stream was cut off mid-transfer (its token refused)."""
 
 
 class FileService(file_pb2_grpc.FileServiceServicer):
@@ -82,7 +85,7 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             await self._audit.record(AuditEntry(
                 tenant=transfer.tenant, session_id=transfer.session_id, kind="file", tool=operation, call_id="",
                 outcome=transfer.outcome, patterns=transfer.paths,
-                detail=f"{transfer.bytes} bytes" + (f"; {transfer.detail}" if transfer.outcome != "ok" else ""),
+                detail=f"{transfer.bytes} bytes" + (f"; {transfer.detail}" if transfer.detail else ""),
             ))
         if exc is not None:
             await abort_with(context, exc)
@@ -97,20 +100,35 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             transfer.bytes += len(first)
             yield first
         async for message in rest:
-            self._auth.tenant_of(context)
+            try:
+                self._auth.tenant_of(context)
+            except ControlPlaneError as exc:
+                transfer.refusal = exc  # gRPC cancels the agent's call on this error: see _relayed
+                raise
             if message.data:
                 transfer.bytes += len(message.data)
                 yield message.data
 
-    async def _sent(self, context: Any, transfer: _Transfer, pieces: AsyncIterator[bytes],
+    async def _relayed(self, transfer: _Transfer, work: Awaitable[T]) -> T:
+        """`work` (an agent call fed by `_received`); when the caller's stream was refused mid-transfer, gRPC
+        cancels that call, and the refusal is what the caller gets (not a cancelled or lost sandbox)."""
+        try:
+            return await work
+        except (asyncio.CancelledError, ControlPlaneError):
+            if transfer.refusal is None:
+                raise
+            raise transfer.refusal from None
+
+    async def _sent(self, context: Any, transfer: _Transfer, pieces: AsyncGenerator[bytes, None],
                     make: Any) -> AsyncIterator[Any]:
         """The agent's chunks as responses of at most CHUNK bytes, with the token checked again at each."""
-        async for piece in pieces:
-            for offset in range(0, len(piece), CHUNK):
-                self._auth.tenant_of(context)
-                part = piece[offset:offset + CHUNK]
-                transfer.bytes += len(part)
-                yield make(data=part)
+        async with contextlib.aclosing(pieces):  # a refusal here cancels the agent's call at once
+            async for piece in pieces:
+                for offset in range(0, len(piece), CHUNK):
+                    self._auth.tenant_of(context)
+                    part = piece[offset:offset + CHUNK]
+                    transfer.bytes += len(part)
+                    yield make(data=part)
 
     async def WriteFile(
         self, request_iterator: AsyncIterator[file_pb2.WriteFileRequest], context: Any
@@ -126,12 +144,13 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             transfer.paths = (path,)
             if not path:
                 raise InvalidArgumentError("WriteFile needs a file path, not the workspace itself")
-            if first.HasField("mode") and first.mode > 0o7777:
-                raise InvalidArgumentError(f"mode {first.mode:o} is not a permission mode (at most 7777, octal)")
-            entry = await sandbox.agent.write_file(
+            if first.HasField("mode") and first.mode > 0o777:
+                # setuid, setgid and sticky bits have no use on a workspace file and only help an attacker.
+                raise InvalidArgumentError(f"mode {first.mode:o} is not a permission mode (at most 777, octal)")
+            entry = await self._relayed(transfer, sandbox.agent.write_file(
                 path, self._received(context, transfer, first.data, requests),
                 mode=first.mode if first.HasField("mode") else None, parents=first.create_parents,
-            )
+            ))
             self._done(transfer)
             return _info(entry)
         except ControlPlaneError as exc:
@@ -185,7 +204,8 @@ class FileService(file_pb2_grpc.FileServiceServicer):
             sandbox = await self._sandbox(context, transfer, first.session_id)
             path = workspace_relative(first.path, what="directory")
             transfer.paths = (path,)
-            summary = await sandbox.agent.upload_tar(path, self._received(context, transfer, first.data, requests))
+            summary = await self._relayed(
+                transfer, sandbox.agent.upload_tar(path, self._received(context, transfer, first.data, requests)))
             self._done(transfer, f"{summary.files} files, {len(summary.skipped)} members refused")
             return file_pb2.UploadResponse(files=summary.files, directories=summary.directories,
                                            symlinks=summary.symlinks, bytes=summary.bytes, skipped=summary.skipped)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 
@@ -37,7 +37,7 @@ class AgentFiles(WorkspaceFiles):
         except grpc.aio.AioRpcError as exc:
             raise map_agent_error(exc, self.sandbox_id) from exc
 
-    async def read_file(self, path: str) -> AsyncIterator[bytes]:
+    async def read_file(self, path: str) -> AsyncGenerator[bytes, None]:
         try:
             async for piece in self._stub.ReadFile(agent_pb2.ReadFileRequest(path=path)):
                 yield piece.chunk
@@ -64,7 +64,7 @@ class AgentFiles(WorkspaceFiles):
             raise map_agent_error(exc, self.sandbox_id) from exc
         return UploadSummary(r.files, r.directories, r.symlinks, r.bytes, list(r.skipped))
 
-    async def download_tar(self, paths: list[str]) -> AsyncIterator[bytes]:
+    async def download_tar(self, paths: list[str]) -> AsyncGenerator[bytes, None]:
         request = agent_pb2.DownloadWorkspaceRequest(paths=paths or [""])
         try:
             async for piece in self._stub.DownloadWorkspace(request):

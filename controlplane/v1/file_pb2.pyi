@@ -34,8 +34,8 @@ class WriteFileRequest(_message.Message):
     CREATE_PARENTS_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
-    """On the first message only: the session, the file, its mode (the current file's mode, or 0644 for a new
-    file, when absent) and whether missing parent directories are made.
+    """On the first message only: the session, the file, its permission bits (at most 0777; the current file's
+    mode, or 0644 for a new file, when absent) and whether missing parent directories are made.
     """
     path: _builtins.str
     mode: _builtins.int

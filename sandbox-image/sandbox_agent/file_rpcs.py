@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from sandbox.v1 import agent_pb2
+from sandbox_agent.fileops import frame
 from sandbox_agent.process import Chunk, Execution, Exit
 
 Helper = Callable[[list[str], bool], Awaitable[Execution]]
@@ -45,12 +46,14 @@ async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
 
 class FileRpcs:
     def __init__(self, workspace: str, max_write_bytes: int, helper: Helper,
-                 changed: Callable[[str, float], None], running: set[Execution]) -> None:
+                 changed: Callable[[str, float], None], running: set[Execution],
+                 background: Callable[[asyncio.Task[Any]], None]) -> None:
         self._workspace = workspace
         self._max_write_bytes = max_write_bytes
         self._helper = helper
         self._changed = changed
         self._running = running
+        self._background = background
 
     def caller_changed(self, rel: str) -> None:
         """Voids the sessions' reads of `rel` (relative to the workspace), by both of its spellings."""
@@ -70,7 +73,9 @@ class FileRpcs:
     def _done(self, helper: Execution) -> None:
         self._running.discard(helper)
         if not helper.finished:
-            helper.stop(reason="file call cancelled")
+            # The caller went away (or its token was refused): the helper is stopped; a write's helper then
+            # removes its unfinished file (fileops.py).
+            self._background(helper.stop(reason="file call cancelled"))
 
     async def write(self, requests: AsyncIterator[agent_pb2.WriteFileRequest], context: Any) -> agent_pb2.FileEntry:
         iterator = aiter(requests)
@@ -140,11 +145,13 @@ class FileRpcs:
 
 
 async def _feed(helper: Execution, first: bytes, rest: AsyncIterator[bytes]) -> None:
+    """The caller's content, framed, then the end mark: only a stream that really ended gets it (fileops.frames)."""
     if first:
-        await helper.write_stdin(first)
+        await helper.write_stdin(frame(first))
     async for chunk in rest:
         if chunk:
-            await helper.write_stdin(chunk)
+            await helper.write_stdin(frame(chunk))
+    await helper.write_stdin(frame(b""))
     helper.close_stdin()
 
 

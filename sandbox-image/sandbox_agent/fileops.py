@@ -1,11 +1,14 @@
 """The files API's work, run as the unprivileged tool user in a child process of the agent.
 
-    python3 -m sandbox_agent.fileops write WORKSPACE PATH MODE|- PARENTS(0|1) MAX_BYTES < content  -> entry JSON
+    python3 -m sandbox_agent.fileops write WORKSPACE PATH MODE|- PARENTS(0|1) MAX_BYTES < frames   -> entry JSON
     python3 -m sandbox_agent.fileops read WORKSPACE PATH                                          -> content
     python3 -m sandbox_agent.fileops list WORKSPACE PATH RECURSIVE(0|1) LIMIT                     -> listing JSON
     python3 -m sandbox_agent.fileops pack WORKSPACE [PATH...]                                     -> tar
 
-A refusal exits 1 with `STATUS message` (a gRPC status name) as the last line of stderr, before any output.
+A write's content comes framed (each piece after its 4-byte big-endian length, then an empty piece): the file
+is put in place only after that end mark, so a write whose caller went away (its stdin closed early, which the
+agent does before it stops a helper) never leaves a truncated file. A refusal exits 1 with `STATUS message` (a
+gRPC status name) as the last line of stderr, before any output.
 
 Every path is resolved once (symlinks inside the workspace are followed, one leading out is refused), then the
 resolved path is walked from `/` with O_NOFOLLOW at each step (tools/safe_open.py): a link swapped in by a tool
@@ -20,9 +23,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import stat
 import sys
 import tarfile
+from collections.abc import Iterator
 from typing import IO, Any
 
 from sandbox_agent.errors import AgentError
@@ -136,7 +141,7 @@ def _replace(dir_fd: int, name: str, target: Target, mode: int | None, max_bytes
     try:
         written = 0
         with os.fdopen(fd, "wb", closefd=True) as out:
-            while block := source.read(CHUNK):
+            for block in frames(source):
                 written += len(block)
                 if written > max_bytes:
                     raise FileRefusedError("RESOURCE_EXHAUSTED", f"{target.path!r}: the content exceeds the "
@@ -152,6 +157,32 @@ def _replace(dir_fd: int, name: str, target: Target, mode: int | None, max_bytes
         raise
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     return entry(relative(root, target.real), info)
+
+
+def frames(source: IO[bytes]) -> Iterator[bytes]:
+    """The pieces of a framed stream up to its end mark; a stream that stops before the mark is refused."""
+    while True:
+        header = _exactly(source, 4)
+        size = int.from_bytes(header, "big")
+        if size == 0:
+            return
+        yield _exactly(source, size)
+
+
+def _exactly(source: IO[bytes], size: int) -> bytes:
+    data = source.read(size)
+    while data is not None and len(data) < size:
+        more = source.read(size - len(data))
+        if not more:
+            break
+        data += more
+    if not data or len(data) < size:
+        raise FileRefusedError("FAILED_PRECONDITION", "the content was cut off before its end; nothing was written")
+    return data
+
+
+def frame(piece: bytes) -> bytes:
+    return len(piece).to_bytes(4, "big") + piece
 
 
 def _discard(name: str, dir_fd: int) -> None:
@@ -310,7 +341,12 @@ def _pack_entry(archive: tarfile.TarFile, dir_fd: int, name: str, rel: str) -> N
 
 # -- command line -----------------------------------------------------------------------------------------------
 
+def _stopped(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds a write, whose handler removes the unfinished file
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _stopped)
     try:
         if len(argv) == 6 and argv[0] == "write":
             mode = None if argv[3] == "-" else int(argv[3], 8)
@@ -327,6 +363,11 @@ def main(argv: list[str]) -> int:
             return 64
     except FileRefusedError as exc:
         print(f"{exc.status} {exc}", file=sys.stderr)
+        return 1
+    except RecursionError:
+        # A tree nested deeper than the walk goes (a model can make one): refused, not a crash.
+        print("FAILED_PRECONDITION the directory tree is nested too deeply to walk; name a deeper path",
+              file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"{_os_refusal(exc, exc.filename or '').status} {exc.strerror or exc}", file=sys.stderr)

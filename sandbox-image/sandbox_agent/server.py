@@ -45,7 +45,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes,
                                 config.code_dir)
         self._files = FileRpcs(config.workspace, config.max_upload_bytes, self._start_helper,
-                               self._tools.changed_by_caller, self._running)
+                               self._tools.changed_by_caller, self._running, self._spawn_background)
 
     # -- helpers --------------------------------------------------------------------------------
 

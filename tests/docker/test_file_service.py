@@ -88,6 +88,9 @@ async def test_links_planted_by_a_tool_are_not_followed_out(plane: Plane, sessio
             assert "symbolic link" in (caught.value.details() or "")
         assert await _code(plane.client.download(session_id, [path], dest=tmp_path / "x")) \
             == grpc.StatusCode.INVALID_ARGUMENT
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    assert await _code(plane.client.upload(session_id, _hostile_tar(), "planted_etc")) == invalid
+    assert await _code(plane.client.write_file(session_id, "suid", b"x", mode=0o4755)) == invalid
     # A link inside the workspace is followed; the file behind it is what is read and written.
     assert await plane.client.read_file(session_id, "inner/readme.txt") == b"hello\n"
     # The whole workspace comes down with the links as links, never their targets' contents; the client leaves
@@ -199,7 +202,9 @@ async def test_every_operation_is_audited(plane: Plane, session_id: str, tmp_pat
                     ("download", ("audit/a.bin",), "ok"), ("read_file", (), "error")]
     assert entries[-6].detail == "5 bytes"
     assert entries[-5].detail == "5 bytes"
-    assert entries[-3].detail.startswith(f"{len(_hostile_tar())} bytes")
+    assert entries[-4].detail.endswith("; 1 entries")
+    # Two levels down, `sym_up` (../../etc/shadow) stays inside the workspace: kept; no planted link here either.
+    assert entries[-3].detail == f"{len(_hostile_tar())} bytes; 2 files, 9 members refused"
     assert "climbs out" in entries[-1].detail
     await _sh(plane.client, session_id, "rm -rf /workspace/audit")
 

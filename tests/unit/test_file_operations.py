@@ -16,7 +16,8 @@ import pytest
 from controlplane.client_files import _extract, _tar_into
 from controlplane.core.seam.files import workspace_relative
 from controlplane.errors import InvalidArgumentError
-from sandbox_agent.fileops import FileRefusedError, listing, locate, pack, read, write
+from sandbox_agent import fileops
+from sandbox_agent.fileops import FileRefusedError, frame, listing, locate, pack, read, write
 from sandbox_agent.tools.base import FileTimes, SessionState, ToolContext, ToolError
 from sandbox_agent.tools.edit import assert_read
 
@@ -33,6 +34,11 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
+def framed(*pieces: bytes) -> io.BytesIO:
+    """Content as the agent feeds a write: framed pieces, then the end mark."""
+    return io.BytesIO(b"".join(frame(p) for p in pieces) + frame(b""))
+
+
 def _status(call: object) -> str:
     with pytest.raises(FileRefusedError) as caught:
         call()  # type: ignore[operator]
@@ -44,7 +50,7 @@ def test_paths_and_links_leading_out_are_refused(ws: Path) -> None:
                  "sub/../../outside.txt"):
         assert _status(lambda p=path: locate(str(ws), p)) == "INVALID_ARGUMENT", path
         assert _status(lambda p=path: read(str(ws), p, io.BytesIO())) == "INVALID_ARGUMENT", path
-        assert _status(lambda p=path: write(str(ws), p, None, True, 100, io.BytesIO(b"x"))) == "INVALID_ARGUMENT"
+        assert _status(lambda p=path: write(str(ws), p, None, True, 100, framed(b"x"))) == "INVALID_ARGUMENT"
         assert _status(lambda p=path: listing(str(ws), p, True, 0)) == "INVALID_ARGUMENT", path
         assert _status(lambda p=path: pack(str(ws), [p], io.BytesIO())) == "INVALID_ARGUMENT", path
     assert (ws.parent / "outside.txt").read_text() == "secret\n"
@@ -52,18 +58,24 @@ def test_paths_and_links_leading_out_are_refused(ws: Path) -> None:
 
 
 def test_write_replaces_whole_or_not_at_all(ws: Path) -> None:
-    entry = write(str(ws), "in/new/b.bin", 0o600, True, 100, io.BytesIO(b"\0\1\2"))
+    entry = write(str(ws), "in/new/b.bin", 0o600, True, 100, framed(b"\0", b"\1\2"))
     assert entry["path"] == "sub/new/b.bin"  # named where it really is
     assert (ws / "sub" / "new" / "b.bin").read_bytes() == b"\0\1\2"
     assert (ws / "sub" / "new" / "b.bin").stat().st_mode & 0o777 == 0o600
-    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 2, io.BytesIO(b"toolong"))) \
+    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 2, framed(b"toolong"))) \
         == "RESOURCE_EXHAUSTED"
     assert (ws / "sub" / "new" / "b.bin").read_bytes() == b"\0\1\2"  # the old content stays
+    # A stream cut off before its end mark (the caller went away) writes nothing either.
+    cut = io.BytesIO(frame(b"new content")[:-3])
+    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 100, cut)) == "FAILED_PRECONDITION"
+    unended = io.BytesIO(frame(b"new content"))
+    assert _status(lambda: write(str(ws), "sub/new/b.bin", None, True, 100, unended)) == "FAILED_PRECONDITION"
+    assert (ws / "sub" / "new" / "b.bin").read_bytes() == b"\0\1\2"
     assert sorted(os.listdir(ws / "sub" / "new")) == ["b.bin"]  # no temporary file left behind
-    assert _status(lambda: write(str(ws), "x/y/z", None, False, 100, io.BytesIO(b""))) == "NOT_FOUND"
-    assert _status(lambda: write(str(ws), "sub", None, True, 100, io.BytesIO(b""))) == "FAILED_PRECONDITION"
+    assert _status(lambda: write(str(ws), "x/y/z", None, False, 100, framed())) == "NOT_FOUND"
+    assert _status(lambda: write(str(ws), "sub", None, True, 100, framed())) == "FAILED_PRECONDITION"
     os.mkfifo(ws / "fifo")
-    assert _status(lambda: write(str(ws), "fifo", None, True, 100, io.BytesIO(b""))) == "FAILED_PRECONDITION"
+    assert _status(lambda: write(str(ws), "fifo", None, True, 100, framed())) == "FAILED_PRECONDITION"
     assert _status(lambda: read(str(ws), "fifo", io.BytesIO())) == "FAILED_PRECONDITION"
 
 
@@ -166,3 +178,17 @@ def test_a_change_under_a_directory_voids_the_reads_below_it() -> None:
     assert times.changed_since_read("/w/d/e/f.txt")
     assert not times.changed_since_read("/w/other.txt")
     assert not times.changed_since_read("/w/never-read.txt")
+
+
+def test_a_tree_too_deep_to_walk_is_refused_not_crashed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "deep"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1100):  # deeper than both the recursion limit and the usual open-file limit
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    assert fileops.main(["list", str(root), "", "1", "0"]) == 1
+    assert capsys.readouterr().err.startswith("FAILED_PRECONDITION ")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import posixpath
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from controlplane.core.seam.messages import UploadSummary
@@ -41,7 +41,7 @@ class WorkspaceFiles(abc.ABC):
         """Replaces the file with `content` once it has all arrived; voids every session's read of it."""
 
     @abc.abstractmethod
-    def read_file(self, path: str) -> AsyncIterator[bytes]: ...
+    def read_file(self, path: str) -> AsyncGenerator[bytes, None]: ...
 
     @abc.abstractmethod
     async def list_files(self, path: str, recursive: bool, limit: int) -> FileListing: ...
@@ -51,7 +51,7 @@ class WorkspaceFiles(abc.ABC):
         """Extracts the tar stream into the directory `path`; members leading out (links too) are skipped."""
 
     @abc.abstractmethod
-    def download_tar(self, paths: list[str]) -> AsyncIterator[bytes]:
+    def download_tar(self, paths: list[str]) -> AsyncGenerator[bytes, None]:
         """`paths` ([""]: the workspace) as a tar stream, members named relative to the workspace."""
 
 
