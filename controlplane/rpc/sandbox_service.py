@@ -24,6 +24,7 @@ from controlplane.errors import ControlPlaneError, InvalidArgumentError, Sandbox
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import abort_with
+from controlplane.rpc.token_watch import ending_reason
 from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
 
 
@@ -93,6 +94,7 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             if stream is not None and not finished:
                 stream.cancel()  # the agent stops the command's whole process group
             if audited is not None:
+                detail = ending_reason() or detail  # not "the client went away" when its token died
                 await self._gate.finished(
                     *audited, session_id=session_id, outcome=outcome, detail=detail,
                     stdin=stdin if stdin is not None and (took_stdin or stdin.total or stdin.closed) else None,

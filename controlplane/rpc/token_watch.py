@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -97,6 +98,15 @@ class TokenWatch:
     def close(self) -> None:
         self._cancel_timer()
         self._unlisten()
+
+
+_CURRENT: contextvars.ContextVar[TokenWatch | None] = contextvars.ContextVar("token_watch", default=None)
+
+
+def ending_reason() -> str:
+    """Why the current stream's token ended it, or "": for a handler's own audit of how its work ended."""
+    watch = _CURRENT.get()
+    return f"aborted, its token died: {watch.reason}" if watch is not None and watch.dead.done() else ""
 
 
 class Subject:
@@ -211,6 +221,7 @@ class StreamGuard:
         async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             after = await before(context) if before is not None else None
             watch = TokenWatch(self._directory, token)
+            _CURRENT.set(watch)  # this RPC's own task: its handler (and tasks it starts) can read it
             subject = Subject(method)
             if inspect.isasyncgen(request) or hasattr(request, "__aiter__"):
                 request = _checked(request, watch, subject)

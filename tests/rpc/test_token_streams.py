@@ -183,6 +183,8 @@ async def test_a_running_exec_is_aborted_when_its_token_dies(plane: Plane, how: 
         ended = await audited(plane, name, "stream")
         assert [(e.session_id, e.tool, e.outcome) for e in ended] == [(session.id, "Exec", "cancelled")]
         assert want in ended[0].detail
+        execs = [(e.outcome, e.detail) for e in await audited(plane, name, "exec")]
+        assert execs == [("cancelled", f"aborted, its token died: {want}")]
         if how != "delete":
             await admin.delete_tenant(name)
         await client.close()
