@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controlplane.core.seam.files import workspace_relative
-
 if TYPE_CHECKING:
     from controlplane.client import AsyncClient
 
@@ -108,6 +106,8 @@ async def _download(client: AsyncClient, src: Remote, local: Path) -> int:
             print(f"controlplane cp: {src.session}:{src.path}: nothing to copy", file=sys.stderr)
             return 1
         top = got.extracted[0]
+        from controlplane.core.seam.files import workspace_relative  # here: `--help` stays light
+
         if not workspace_relative(src.path):  # the whole workspace: its contents go into DST
             local.mkdir(parents=True, exist_ok=True)
             for child in sorted(os.listdir(spool)):
