@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from tests.archives import tar_of
 from tests.load.leaks import LeakSnapshot, take
 from tests.planes import Plane, served_plane
@@ -53,7 +53,7 @@ async def _baseline(plane: Plane) -> LeakSnapshot:
     # One warm-up round first: channels, thread pools and the engine client open what they keep open.
     session = await plane.client.create_session(workspace_archive=tar_of(WORKSPACE))
     for tool, args in CALLS:
-        await plane.client.execute_tool(session.id, tool, args)
+        await plane.client.execute_tool(session.id, tool, args, on_permission=allow_once)
     await plane.client.delete_session(session.id)
     await _settled(plane)
     await asyncio.sleep(0.3)
@@ -86,7 +86,7 @@ async def _caller(client: AsyncClient, session_id: str, offset: int, until: floa
         tool, args = CALLS[n % len(CALLS)]
         n += 1
         started = time.perf_counter()
-        out = await asyncio.wait_for(client.execute_tool(session_id, tool, args), 30)
+        out = await asyncio.wait_for(client.execute_tool(session_id, tool, args, on_permission=allow_once), 30)
         latencies[tool].append((time.perf_counter() - started) * 1000)
         if out.error is not None or EXPECTED[tool] not in out.output:
             errors.append(f"{tool}: {out.error or out.output[:200]}")
