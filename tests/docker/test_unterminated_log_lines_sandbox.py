@@ -5,6 +5,7 @@ author stays within the call's log budget, and the session's next call is not he
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -105,4 +106,18 @@ async def test_a_long_write_with_no_newline_ends_promptly_and_bounded(
     started = time.monotonic()
     quick_outcome = await asyncio.wait_for(client.execute_tool(session_id, quick, {}), NEXT_CALL_BOUND_S)
     assert quick_outcome.output == quick_output
+    assert time.monotonic() - started < NEXT_CALL_BOUND_S
+
+
+async def test_a_cancelled_long_write_does_not_hold_up_the_next_call(docker_plane: Plane, session_id: str) -> None:
+    client = docker_plane.client
+    await client.list_tools(session_id)
+    # The client gives up early, most often while the host is still writing (the fixed write takes about a
+    # second on a loaded machine, the quadratic one minutes): the write must end by itself soon after, as the
+    # host serves every call of the session (an async tool's write runs on its one event loop).
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(client.execute_tool(session_id, "nonl", {}), 0.3)
+    started = time.monotonic()
+    quick_outcome = await asyncio.wait_for(client.execute_tool(session_id, "quick_py", {}), NEXT_CALL_BOUND_S)
+    assert quick_outcome.output == "py quick"
     assert time.monotonic() - started < NEXT_CALL_BOUND_S
