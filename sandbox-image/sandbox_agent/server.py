@@ -240,6 +240,11 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         except WorkspacePathError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
+        except OSError as exc:
+            # realpath raced a tool process swapping a link and a directory on the way (readlink: EINVAL).
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{first.path if first else ''!r} changed while it was resolved: {exc.strerror}")
+            raise
         confine = [self._config.workspace] if first is not None and first.confine_links else []
         helper = await self.run_helper(
             ["sandbox_agent.tario", "extract", dest, str(self._config.max_upload_bytes), *confine], stdin=True
