@@ -76,7 +76,8 @@ def _link_inside(workspace: str, link: str, value: str) -> bool:
 
 
 def _open_dest(dest: str, confine: str) -> tuple[int, str]:
-    """DEST opened once, walked from `/` without following any link, and where that descriptor really is.
+    """DEST opened once (made when missing), walked from `/` without following any link, and where that
+    descriptor really is.
 
     Every member is then placed relative to this descriptor, never by name: a tool process that swaps a
     directory on the way for a symlink (rename or RENAME_EXCHANGE, in a loop) makes the walk fail with ELOOP or
@@ -85,7 +86,7 @@ def _open_dest(dest: str, confine: str) -> tuple[int, str]:
     fd = os.open("/", _DIR_WALK)
     try:
         for name in (n for n in dest.split("/") if n):
-            following = os.open(name, _DIR_WALK, dir_fd=fd)
+            following = _open_or_make(name, fd)
             os.close(fd)
             fd = following
         # The descriptor's own path, not DEST's: it is what the members will be written under.
@@ -104,18 +105,23 @@ def _parent_fd(root_fd: int, parts: list[str]) -> int:
     fd = os.dup(root_fd)
     try:
         for name in parts:
-            try:
-                following = os.open(name, _DIR_WALK, dir_fd=fd)
-            except FileNotFoundError:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o777, dir_fd=fd)
-                following = os.open(name, _DIR_WALK, dir_fd=fd)
+            following = _open_or_make(name, fd)
             os.close(fd)
             fd = following
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _open_or_make(name: str, dir_fd: int) -> int:
+    """The directory `name` under `dir_fd`, made (mkdirat) when missing; a link there is never followed."""
+    try:
+        return os.open(name, _DIR_WALK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=dir_fd)
+        return os.open(name, _DIR_WALK, dir_fd=dir_fd)
 
 
 def extract(stream: IO[bytes], dest: str, max_bytes: int, confine: str = "") -> Summary:
