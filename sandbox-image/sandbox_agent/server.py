@@ -238,7 +238,14 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             dest = resolve_inside(self._config.workspace, first.path if first else "")
         except WorkspacePathError as exc:
+            await _drain(iterator)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        except OSError as exc:
+            # realpath raced a tool process swapping a link and a directory on the way (readlink: EINVAL).
+            await _drain(iterator)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{first.path if first else ''!r} changed while it was resolved: {exc.strerror}")
             raise
         confine = [self._config.workspace] if first is not None and first.confine_links else []
         helper = await self.run_helper(
@@ -338,6 +345,14 @@ async def _feed(
         if request.chunk:
             await helper.write_stdin(request.chunk)
     helper.close_stdin()
+
+
+async def _drain(rest: AsyncIterator[agent_pb2.UploadWorkspaceRequest]) -> None:
+    """Reads a refused upload's stream to its end, as WriteFile does: a caller still writing when the call ends
+    would see its own write fail (INTERNAL) instead of the refusal."""
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        async for _ in rest:
+            pass
 
 
 async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
