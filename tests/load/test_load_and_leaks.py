@@ -131,9 +131,12 @@ async def test_create_delete_cycles_leak_nothing_and_do_not_slow_down(plane: Pla
     tenth = max(1, CYCLES // 10)
     deciles = [statistics.median(timings[i : i + tenth]) for i in range(0, tenth * 10, tenth)]
     print(f"\n{CYCLES} create/delete cycles, median ms per decile: " + " ".join(f"{d:.0f}" for d in deciles))
-    # Thirds, not deciles, are compared: a decile of a short run is a few cycles, and the engine's own
-    # periodic work makes single cycles of a few hundred ms. A growing cost shows as a multiple.
-    third = max(1, CYCLES // 3)
-    first, last = statistics.median(timings[:third]), statistics.median(timings[-third:])
+    # Thirds, not deciles, are compared, by their lower quartile: the engine's own periodic work (and a busy
+    # machine) makes runs of cycles of several hundred ms, enough to move a median of ten (a CI run saw deciles
+    # of 137 ... 732 ... 622 ms with no leak). A cost that grows with each cycle lifts every cycle, the fast
+    # quarter too, so it still shows as a multiple.
+    third = max(4, CYCLES // 3)
+    first = statistics.quantiles(timings[:third], n=4)[0]
+    last = statistics.quantiles(timings[-third:], n=4)[0]
     assert last <= 1.5 * first + 100, f"cycles slowed down: first third {first:.0f} ms, last third {last:.0f} ms"
     await _assert_no_leak(plane, before)
