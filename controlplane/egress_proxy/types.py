@@ -3,7 +3,9 @@ one connection, and the per-session byte meter that ends transfers past the sess
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import Protocol
 
 from controlplane.errors import ControlPlaneError
 
@@ -67,3 +69,33 @@ class ByteMeter:
             raise EgressBudgetError(
                 f"the session's network budget of {self.budget} bytes is spent ({self.total} bytes transferred)"
             )
+
+
+class Interceptor(Protocol):
+    """Opens TLS for a host that has a brokered credential (the credential broker): the proxy hands it a
+    client's CONNECT once the destination is vetted and the `200 Connection established` is sent."""
+
+    async def intercept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        session_id: str,
+        host: str,
+        port: int,
+        address: str,
+        credential: Credential,
+        meter: ByteMeter,
+    ) -> None:
+        """Terminates the client's TLS with a certificate for `host` from the session's CA, opens TLS to the
+        vetted `address` (verifying the server as `host`), adds the credential's header to every request, and
+        relays until either side closes, counting bytes in `meter`. Never connects anywhere but `address`."""
+        ...
+
+    def session_ca_pem(self, session_id: str) -> bytes:
+        """The session's CA certificate (PEM), which the sandbox's tools are told to trust; made on first use."""
+        ...
+
+    def forget(self, session_id: str) -> None:
+        """Drops the session's CA key once the session ends."""
+        ...
