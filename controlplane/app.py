@@ -9,7 +9,9 @@ import logging
 import os
 import secrets
 import signal
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -224,6 +226,7 @@ async def start(settings: Settings) -> ControlPlane:
     server, health_servicer, port = build_server(
         settings, sessions, tools, auth, tenant_admin, ExecGate(policy, audit, read_command), (store, audit)
     )
+    front_end = _front_end_target(server, settings) if settings.server.mcp_listen else ""
     await server.start()
     await mark_serving(health_servicer, True)
     plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting, tenant_admin)
@@ -231,8 +234,27 @@ async def start(settings: Settings) -> ControlPlane:
     if settings.server.mcp_listen:
         from controlplane.mcp_front import http as mcp_http
 
-        plane.mcp_http = await mcp_http.start(settings.server.mcp_listen, plane.address)
+        plane.mcp_http = await mcp_http.start(settings.server.mcp_listen, front_end)
     return plane
+
+
+FRONT_END_SOCKET = "mcp-front.sock"
+
+
+def _front_end_target(server: grpc.aio.Server, settings: Settings) -> str:
+    """Where the MCP front end, in this process, reaches the API: a Unix socket in a dir only this user may
+    enter. Not the public port: with TLS there, the front end would need a certificate valid for the address
+    it dials (the certificate names the public host), and the socket also saves a TCP hop per call. Callers are
+    authenticated on it exactly as on the public port (the same server, the same interceptors)."""
+    run = settings.data_dir / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(run, 0o700)
+    path = run / FRONT_END_SOCKET
+    if len(os.fsencode(path)) > 100:  # sun_path holds 108 bytes: a deep data dir gets a private temp dir
+        path = Path(tempfile.mkdtemp(prefix="ocsb-front-")) / FRONT_END_SOCKET
+    path.unlink(missing_ok=True)
+    server.add_insecure_port(f"unix:{path}")
+    return f"unix:{path}"
 
 
 async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
