@@ -21,21 +21,18 @@ from controlplane.core.seam.provider import Sandbox
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc.auth import Authenticator
+from controlplane.rpc.drain import drain
 from controlplane.rpc.errors import abort_with
 from controlplane.v1 import file_pb2, file_pb2_grpc
 
 T = TypeVar("T")
 CHUNK = 1024 * 1024
 """Bytes per message the control plane sends (what it receives is the client's choice, up to the message limit)."""
-DRAIN_S = 30.0
-"""How long a refused client stream is read on, at most, so that its writer sees the refusal."""
+DRAIN_S, DRAIN_BYTES, DRAIN_IDLE_S = 30.0, 64 * 1024 * 1024, 5.0
+"""How much of a refused upload is read on so that its writer sees the refusal: an upload is a steady stream of
+chunks from the caller's disk, slower to stop than a terminal's stdin."""
 _TYPES = {"file": file_pb2.FileInfo.FILE, "directory": file_pb2.FileInfo.DIRECTORY,
           "symlink": file_pb2.FileInfo.SYMLINK, "other": file_pb2.FileInfo.OTHER}
-
-
-async def _drain(requests: AsyncIterator[Any]) -> None:
-    async for _ in requests:
-        pass
 
 
 def _info(entry: FileEntry) -> file_pb2.FileInfo:
@@ -75,8 +72,7 @@ class FileService(file_pb2_grpc.FileServiceServicer):
         if exc is not None and unread is not None:
             # A client still writing when the call ends sees its own write fail (INTERNAL) instead of this
             # refusal: take the rest of its stream first (bounded in time), as the agent does with ours.
-            with contextlib.suppress(Exception):  # best effort: the refusal below is what matters
-                await asyncio.wait_for(_drain(unread), DRAIN_S)
+            await drain(unread, seconds=DRAIN_S, max_bytes=DRAIN_BYTES, idle_s=DRAIN_IDLE_S)
         if exc is not None:
             transfer.outcome, transfer.detail = "error", str(exc)
             if isinstance(exc, SandboxLostError) and transfer.session_id:

@@ -23,6 +23,7 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxLostError
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
+from controlplane.rpc.drain import drain
 from controlplane.rpc.errors import abort_with
 from controlplane.rpc.token_watch import ending_reason
 from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
@@ -86,7 +87,7 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
                 # Refused before the policy decided (a session that is not the tenant's, a bad request).
                 await self._gate.refused(*asking, session_id=session_id, error=exc)
             if stream is None:
-                await _drain(requests)
+                await drain(requests)
             await abort_with(context, exc)
         finally:
             if pump is not None:
@@ -99,29 +100,6 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
                     *audited, session_id=session_id, outcome=outcome, detail=detail,
                     stdin=stdin if stdin is not None and (took_stdin or stdin.total or stdin.closed) else None,
                 )
-
-
-DRAIN_S = 5.0
-DRAIN_IDLE_S = 0.25
-DRAIN_BYTES = 8 * 1024 * 1024
-
-
-async def _drain(requests: AsyncIterator[sandbox_pb2.ExecRequest]) -> None:
-    """Reads what the client still sends after a refusal (the stdin it wrote before it could know), until it
-    half-closes, so its status arrives as sent: a client whose write meets an ended call sees its own
-    INTERNAL error instead. Bounded: 5 s and 8 MiB in all, and a quarter second without a message (a client
-    waiting on its own input, say a terminal, gets the refusal at once rather than after 5 s)."""
-
-    async def read() -> None:
-        total = 0
-        while total <= DRAIN_BYTES:
-            request = await asyncio.wait_for(anext(requests, None), DRAIN_IDLE_S)
-            if request is None:
-                return
-            total += request.ByteSize()
-
-    with contextlib.suppress(TimeoutError, grpc.RpcError, asyncio.InvalidStateError, StopAsyncIteration):
-        await asyncio.wait_for(read(), DRAIN_S)
 
 
 async def _relay(
