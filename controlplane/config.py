@@ -43,9 +43,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from controlplane.discovery import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_LISTEN, TOKEN_FILE
 from controlplane.errors import ConfigError
-
-DEFAULT_LISTEN = "127.0.0.1:50061"
 
 
 class _Closed(BaseModel):
@@ -339,7 +338,7 @@ class TenantConfig(_Closed):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONTROLPLANE_", env_nested_delimiter="__", extra="forbid")
 
-    data_dir: Path = Path(os.path.expanduser("~/.local/share/ocsandbox"))
+    data_dir: Path = Path(os.path.expanduser(DEFAULT_DATA_DIR))
     """SQLite store, per-sandbox socket dirs and the default tenant's token."""
     instance: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
     """Names this control plane on every label; reconciliation touches only its own."""
@@ -365,12 +364,11 @@ class Settings(BaseSettings):
 
     @property
     def token_file(self) -> Path:
-        return self.data_dir / "default.token"
+        return self.data_dir / TOKEN_FILE
 
     @property
     def admin_token_file(self) -> Path:
-        """The AdminService's token, written on first start (0600)."""
-        return self.data_dir / "admin.token"
+        return self.data_dir / ADMIN_TOKEN_FILE
 
 
 def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:

@@ -23,6 +23,10 @@ ENDPOINT_FILE = "endpoint"
 """Written into the data dir by a serving control plane: the address it actually listens on."""
 DEFAULT_DATA_DIR = "~/.local/share/ocsandbox"
 DEFAULT_LISTEN = "127.0.0.1:50061"
+TOKEN_FILE = "default.token"
+"""In the data dir: the default tenant's token, written on first start (0600)."""
+ADMIN_TOKEN_FILE = "admin.token"
+"""In the data dir: the AdminService's token, written on first start (0600)."""
 CLIENT_VARIABLES = {"CONTROLPLANE_TARGET", "CONTROLPLANE_TOKEN", "CONTROLPLANE_ADMIN_TOKEN"}
 
 
@@ -35,11 +39,11 @@ class Place:
 
     @property
     def token_file(self) -> Path:
-        return self.data_dir / "default.token"
+        return self.data_dir / TOKEN_FILE
 
     @property
     def admin_token_file(self) -> Path:
-        return self.data_dir / "admin.token"
+        return self.data_dir / ADMIN_TOKEN_FILE
 
 
 def place(config: Path | str | None = None) -> Place:
