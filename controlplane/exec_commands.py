@@ -24,6 +24,7 @@ import tree_sitter_bash
 from tree_sitter import Language, Parser
 
 from controlplane.core.permissions.exec_policy import CommandReading
+from sandbox_agent.tools.bash_continuations import joined
 from sandbox_agent.tools.bash_normalise import Context, Form, Normaliser
 from sandbox_agent.tools.bash_programs import statement
 from sandbox_agent.tools.bash_runners import RUNNERS
@@ -108,6 +109,9 @@ def read_command(argv: Sequence[str], command: str, env: Mapping[str, str], stdi
             written[(shown.text or b"").decode("utf-8", "replace")] = None
             normaliser.command(node)
         stack.extend(reversed(node.children))
+    follow = joined(text, tree.root_node)
+    if follow != text:
+        normaliser.script(follow, Context())  # what bash runs once it joined the continuations: checked too
     for form in list(normaliser.forms.values()) if stdin else ():
         why = reads_code_from_stdin(form) if form.name else ""
         if why:

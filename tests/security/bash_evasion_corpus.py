@@ -328,9 +328,24 @@ EXPORTED_FUNCTIONS = [
     *_many("rm-deny", "allow", "env LANG=C bash -c ls"),
 ]
 
+LINE_CONTINUATIONS = [
+    # bash removes a backslash-newline before it splits words, so it may fall inside a command's name (a red-team
+    # finding: tree-sitter-bash read `r\<newline>m f` as the command `r` with the arguments `m f`).
+    *_many("rm-deny", "deny", "r\\\nm f", "/bin/r\\\nm f", "true; r\\\nm f", "echo x | r\\\nm f",
+           "r\\\nm -f f", "nice r\\\nm f", "x\\\n=1 r\\\nm f", "{ r\\\nm f; }", "( r\\\nm f )",
+           "if true; then r\\\nm f; fi", "echo f | xargs r\\\nm", "find . -name f -exec r\\\nm {} +",
+           "command r\\\nm f", "exec r\\\nm f", "r\\\n\\\nm f", '"r\\\nm" f',
+           "true x\\\n#; rm f", "cat <<EOF\nx\nE\\\nOF\nr\\\nm f\n"),
+    *_many("git-only", "deny", "git status; r\\\nm f", "g\\\nit status; rm f"),
+    # Where bash keeps the pair, nothing is joined: quoted text, a comment's end, an escaped backslash.
+    *_many("rm-deny", "allow", "echo 'r\\\nm f'", "echo $'r\\\nm f'", "ls # r\\\nm", "echo \\\\\nls",
+           "docker run \\\n  --rm x", "cat <<'EOF'\nr\\\nm f\nEOF"),
+    *_many("git-only", "allow", "git \\\n  status"),
+]
+
 CORPUS: list[Case] = [
     *PATH_AND_QUOTES, *ASSIGNMENTS_AND_WRAPPERS, *NESTED_SCRIPTS, *RUNNERS, *SHELL_SYNTAX,
     *NOT_KNOWN_BEFORE_IT_RUNS, *ASK_RULES, *GIT_ONLY, *OTHER_PROGRAMS, *OPERATOR_POLICY, *BENIGN, *RED_TEAM_RESPELLINGS,
-    *WRAPPER_OPTIONS_AND_CALLBACKS, *EXPORTED_FUNCTIONS,
+    *WRAPPER_OPTIONS_AND_CALLBACKS, *EXPORTED_FUNCTIONS, *LINE_CONTINUATIONS,
 ]
 EVASIONS = [case for case in CORPUS if case.expected != "allow"]

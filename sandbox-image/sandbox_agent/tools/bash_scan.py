@@ -15,7 +15,8 @@ from tree_sitter import Language, Node, Parser
 
 from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.bash_arity import prefix
-from sandbox_agent.tools.bash_normalise import Normaliser
+from sandbox_agent.tools.bash_continuations import joined
+from sandbox_agent.tools.bash_normalise import Context, Normaliser
 from sandbox_agent.tools.bash_programs import statement
 from sandbox_agent.tools.bash_runners import RUNNERS
 
@@ -79,6 +80,9 @@ def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:
             patterns[_text(text_node)] = None
             always[" ".join(prefix(tokens)) + " *"] = None
         normaliser.command(node)
+    follow = joined(command, tree.root_node)
+    if follow != command:
+        normaliser.script(follow, Context())  # what bash runs once it joined the continuations: checked too
     checks: dict[str, None] = {}
     for form in normaliser.forms.values():
         if form.text in patterns:

@@ -106,6 +106,15 @@ def test_heredoc_body_with_substitution_adds_the_inner_command(project: Path) ->
     assert found.always == ["cat *", "whoami *"]
 
 
+def test_a_continuation_is_shown_as_written_and_checked_as_bash_joins_it(project: Path) -> None:
+    found = run_scan("r\\\nm -f x", project)
+    assert found.patterns == ["r\\\nm -f x"]  # as written: the text upstream shows the user
+    assert "rm -f x" in found.checks  # what bash runs, matched against the rules too
+    multi_line = run_scan("docker run \\\n  --rm img", project)
+    assert multi_line.patterns == ["docker run \\\n  --rm img"]
+    assert "docker run --rm img" in multi_line.checks
+
+
 def test_non_ascii_command_text(project: Path) -> None:
     found = run_scan("echo 'héllo ✓' | grep é", project)
     assert found.patterns == ["echo 'héllo ✓'", "grep é"]
