@@ -155,6 +155,66 @@ async def test_apply_patch_never_shows_or_moves_a_read_denied_file(plane: Plane)
         await client.delete_session(session.id)
 
 
+async def test_an_unnormalised_spelling_meets_the_rules_of_the_file_it_reaches(plane: Plane) -> None:
+    """`/workspace/./secrets/key`, `//`, `sub/../` reach the file a rule names, and `.env/.` or `.env/x/..`
+    (which the kernel refuses) reach nothing: a red-team finding read both past `read` denies."""
+    client = plane.client
+    rules = {"bash": "deny", "read": {"*": "allow", "*.env": "deny", "/workspace/secrets/*": "deny"},
+             "edit": {"*": "allow", "workspace/secrets/*": "deny"}}
+    session = await client.create_session(
+        config_json=json.dumps({"permission": rules}),
+        workspace_archive=_archive({".env": SECRET + "\n", "secrets/key.txt": "KEY=s3cr3t\n", "sub/a.txt": "a\n"}),
+    )
+    try:
+        for spelled in ("/workspace/./secrets/key.txt", "/workspace//secrets/key.txt",
+                        "/workspace/sub/../secrets/key.txt", "/workspace/secrets/./key.txt"):
+            output, error = await _tool(client, session.id, "read", {"filePath": spelled})
+            _denied(error, spelled)
+            assert "s3cr3t" not in output
+        for spelled in ("/workspace/.env/.", "/workspace/.env/x/..", "/workspace/nothing/../.env"):
+            output, error = await _tool(client, session.id, "read", {"filePath": spelled})
+            assert error is not None, spelled
+            assert "hunter2" not in output + error, (spelled, error)
+        for spelled in ("/workspace/./secrets/new.txt", "/workspace/sub/../secrets/new.txt"):
+            _, error = await _tool(client, session.id, "write", {"filePath": spelled, "content": "PLANTED"})
+            _denied(error, f"write {spelled}")
+        output, error = await _tool(client, session.id, "read", {"filePath": "/workspace/sub/./a.txt"})
+        assert error is None, error  # an allowed file by any spelling still reads
+        assert "1: a" in output
+    finally:
+        await client.delete_session(session.id)
+
+
+async def test_an_apply_patch_move_meets_the_destinations_edit_rules(plane: Plane) -> None:
+    """A move writes its destination: a file the rules protect is not replaced by moving another onto it (a
+    red-team finding), while the ask still shows the source as upstream does."""
+    client = plane.client
+    # Edit patterns are relative to the worktree, which is `/` without a repository: `workspace/precious.txt`.
+    rules = {"bash": "deny", "edit": {"*": "allow", "workspace/precious.txt": "deny", "*.lock": "deny"}}
+    session = await client.create_session(
+        config_json=json.dumps({"permission": rules}),
+        workspace_archive=_archive({"a.txt": "CLOBBERED\n", "precious.txt": "keep me\n", "deps.lock": "lock\n"}),
+    )
+    try:
+        for dest in ("precious.txt", "deps.lock", "./precious.txt", "sub/../precious.txt"):
+            patch = f"*** Begin Patch\n*** Update File: a.txt\n*** Move to: {dest}\n*** End Patch"
+            outcome = await client.execute_tool(session.id, "apply_patch", {"patchText": patch})
+            _denied(outcome.error, f"move onto {dest}")
+        assert await _read_back(client, session.id, "precious.txt") == "keep me\n"
+        assert await _read_back(client, session.id, "deps.lock") == "lock\n"
+        assert await _read_back(client, session.id, "a.txt") == "CLOBBERED\n"
+        patch = "*** Begin Patch\n*** Update File: a.txt\n*** Move to: b.txt\n*** End Patch"
+        outcome = await client.execute_tool(session.id, "apply_patch", {"patchText": patch})
+        assert outcome.error is None, outcome.error  # a move the rules allow still happens
+        assert await _read_back(client, session.id, "b.txt") == "CLOBBERED\n"
+    finally:
+        await client.delete_session(session.id)
+
+
+async def _read_back(client: AsyncClient, session_id: str, name: str) -> str:
+    return (await client.read_file(session_id, name)).decode()
+
+
 async def test_operator_deny_holds_through_symlinks_for_every_writer(plane: Plane) -> None:
     client = plane.client
     session = await client.create_session(

@@ -215,7 +215,7 @@ async def _assert_readable(ctx: ToolContext, target: Target) -> None:
     rules = ctx.rules
     if rules is None or all(rules.action("read", name) == "allow" for name in target.names):
         return
-    await ctx.ask("read", target.names, ["*"], {})
+    await ctx.ask("read", target.shown, ["*"], {}, target.respellings)
 
 
 def _relative(ctx: ToolContext, path: str) -> str:
@@ -270,8 +270,20 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
             spelled = _relative(ctx, name)
             if spelled not in patterns and spelled not in extra:
                 extra.append(spelled)
+    # A move writes its destination: the destination's rules decide too (upstream asks for the source alone,
+    # so `edit: {"precious.txt": "deny"}` let a move replace precious.txt: a red-team finding). It is matched,
+    # not shown, so the ask keeps upstream's shape; so are unnormalised spellings' normal forms.
+    checks: list[str] = []
+    for change in changes:
+        unshown = [*change.target.respellings]
+        if change.move_target is not None:
+            unshown += [change.move_target.path, *change.move_target.respellings]
+        for name in unshown:
+            spelled = _relative(ctx, name)
+            if spelled not in patterns and spelled not in extra and spelled not in checks:
+                checks.append(spelled)
     await ctx.ask("edit", patterns + extra, ["*"],
-                  {"filepath": ", ".join(patterns), "diff": total_diff, "files": files})
+                  {"filepath": ", ".join(patterns), "diff": total_diff, "files": files}, checks)
 
     try:
         await ctx.io(_apply, changes)

@@ -140,11 +140,14 @@ def edit_metadata(path: str, before: str, after: str, *, normalise: bool = True)
 def edit_patterns(ctx: ToolContext, target: Target) -> list[str]:
     """`edit`'s patterns: the path as given, then (when a link leads elsewhere) where it really leads and a
     multiply-linked file's other names, all spelled as upstream spells the first (relative to the worktree)."""
-    return [relative_to_worktree(ctx, name).replace("\\", "/") for name in target.names]
+    return [relative_to_worktree(ctx, name).replace("\\", "/") for name in target.shown]
 
 
 async def ask_edit(ctx: ToolContext, target: Target, diff: str) -> None:
-    await ctx.ask("edit", edit_patterns(ctx, target), ["*"], {"filepath": target.path, "diff": diff})
+    patterns = edit_patterns(ctx, target)
+    checks = [spelled for name in target.respellings
+              if (spelled := relative_to_worktree(ctx, name).replace("\\", "/")) not in patterns]
+    await ctx.ask("edit", patterns, ["*"], {"filepath": target.path, "diff": diff}, checks)
 
 
 def edit_args(args: dict[str, Any]) -> tuple[str, str, bool]:

@@ -129,7 +129,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     target = await checked_target(ctx, path)
     if not ctx.extra.get("bypassCwdCheck") and outside_project(ctx, path, target.real):
         await assert_external_directory(ctx, path, kind="directory" if target.is_dir else "file", real=target.real)
-    await ctx.ask("read", [path, *target.spellings], ["*"], {})
+    await ctx.ask("read", [path, *target.spellings], ["*"], {}, target.respellings)
 
     walk_root = ctx.directory if _strictly_inside(ctx.directory, path) else None
     loaded_before = frozenset(ctx.state.loaded_instructions)

@@ -101,8 +101,22 @@ class Target:
         return out
 
     @property
+    def respellings(self) -> list[str]:
+        """Names a rule must meet that the ask does not show: the path normalised, when the given text spells it
+        otherwise (`/w/./a`, `/w//a`, `/w/sub/../a`). Upstream shows the text as given, so the ask's patterns
+        keep it alone, and these are its `checks`: a rule written for /w/a still meets the call (a red-team
+        finding: `read /w/./secrets/key` got past `/w/secrets/*: deny`)."""
+        shown = {self.path, self.path.rstrip("/") or "/", *self.spellings}
+        return [name for name in dict.fromkeys((os.path.normpath(self.path), self.real)) if name not in shown]
+
+    @property
     def names(self) -> list[str]:
         """Every name a rule is matched against: the given path first."""
+        return [self.path, *self.spellings, *self.respellings]
+
+    @property
+    def shown(self) -> list[str]:
+        """The names an ask shows: the given path, then where a link leads and other hard-link names."""
         return [self.path, *self.spellings]
 
 
@@ -124,6 +138,13 @@ def inspect(path: str, workspace: str | None) -> Target:
     if path.endswith("/") and not stat.S_ISDIR(info.st_mode):
         # realpath drops a trailing slash; the kernel would refuse `file/` (ENOTDIR), so do the same.
         return Target(path, real, None, False, error=errno.ENOTDIR)
+    if os.path.normpath(path) != (path.rstrip("/") or "/"):
+        # realpath also reads `file/.`, `file/x/..` and `missing/../file` as `file`, where the kernel walks every
+        # component and refuses them (ENOTDIR, ENOENT): a path is only what the kernel would open.
+        try:
+            os.stat(path)
+        except OSError as exc:
+            return Target(path, real, None, False, error=exc.errno or errno.EIO)
     links: tuple[str, ...] = ()
     if workspace is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
         links = other_names(real, info, workspace)

@@ -155,6 +155,7 @@ async def test_move_end_to_end(make_ctx: MakeCtx, project: Path, recorder: Recor
     assert meta["relativePath"] == "new/place/name.txt"
     [ask] = recorder.asks
     assert ask.patterns == ["old/name.txt"]
+    assert ask.checks == ["new/place/name.txt"]  # the destination's rules decide too, unshown
     assert ask.metadata["filepath"] == "old/name.txt"
 
 

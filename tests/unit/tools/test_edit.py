@@ -6,7 +6,7 @@ import asyncio
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +270,8 @@ async def test_concurrent_edits_to_one_file_serialise(make_ctx: MakeCtx, project
     active = 0
     overlaps: list[int] = []
 
-    async def slow_ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any]) -> None:
+    async def slow_ask(permission: str, patterns: list[str], always: list[str], metadata: dict[str, Any],
+                       checks: Sequence[str] = ()) -> None:
         nonlocal active
         active += 1
         overlaps.append(active)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -27,6 +28,26 @@ def test_an_ordinary_path_has_no_extra_spellings(project: Path) -> None:
     assert target.names == [str(project / "a.txt")]
     # An unnormalised spelling of the same file is not a different file.
     assert inspect(f"{project}/./a.txt", str(project)).spellings == []
+
+
+def test_an_unnormalised_spelling_is_checked_by_its_normal_form(project: Path) -> None:
+    (project / "sub").mkdir()
+    (project / "a.txt").write_text("a")
+    for spelled in (f"{project}/./a.txt", f"{project}//a.txt", f"{project}/sub/../a.txt"):
+        target = inspect(spelled, str(project))
+        assert target.shown == [spelled]  # the ask shows the path as given (upstream's shape)
+        assert target.respellings == [str(project / "a.txt")]  # and the rules meet the file it reaches
+        assert target.names == [spelled, str(project / "a.txt")]
+    assert inspect(str(project / "a.txt"), str(project)).respellings == []
+
+
+def test_a_path_the_kernel_refuses_reaches_nothing(project: Path) -> None:
+    """realpath reads `a.txt/.` and `missing/../a.txt` as `a.txt`; the kernel refuses both."""
+    (project / "a.txt").write_text("a")
+    assert inspect(f"{project}/a.txt/.", str(project)).error == errno.ENOTDIR
+    assert inspect(f"{project}/a.txt/x/..", str(project)).error == errno.ENOTDIR
+    assert inspect(f"{project}/missing/../a.txt", str(project)).error == errno.ENOENT
+    assert inspect(f"{project}/a.txt/.", str(project)).identity is None
 
 
 def test_a_symlink_adds_its_real_path(project: Path) -> None:
