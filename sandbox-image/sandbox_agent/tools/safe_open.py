@@ -16,7 +16,10 @@ Everything here runs through `ctx.io` / `ctx.io_now`: the tool user's filesystem
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
+import functools
 import os
 import stat
 from collections.abc import Iterator
@@ -327,16 +330,68 @@ def write_bytes(target: Target, data: bytes, *, make_parents: bool = True, mode:
         raise type(exc)(exc.errno, exc.strerror, target.path) from None
     try:
         fd = _open_for_write(target, name, dir_fd, mode)
+        try:
+            _replace_content(fd, data)
+        except OSError:
+            if target.identity is None:
+                _remove_if_same(name, dir_fd, fd)  # a file this call made and could not fill is not left behind
+            raise
+        finally:
+            os.close(fd)
     finally:
         os.close(dir_fd)
-    try:
-        if target.identity is not None:
-            os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+
+
+def _replace_content(fd: int, data: bytes) -> None:
+    """Writes `data` over the file's content. The space is reserved before a byte changes, so a full disk (or
+    quota) fails the call with the old content whole: cutting the file first and then meeting ENOSPC left it
+    truncated or empty (a red-team finding: a model filling the disk made a later `edit` lose the user's
+    lines). Written from the start, then cut to the new length."""
+    if data:
+        before = os.fstat(fd)
+        try:
+            _reserve(fd, len(data))
+        except OSError:
+            # Nothing changed, so the file's times say so: a partial reservation stamps them, and the next edit
+            # would be refused as "modified since it was last read".
+            with contextlib.suppress(OSError):
+                os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+            raise
+    view = memoryview(data)
+    offset = 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.ftruncate(fd, len(data))
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _reserve(fd: int, length: int) -> None:
+    """Allocates the file's first `length` bytes without changing its size or content (fallocate with
+    KEEP_SIZE: plain posix_fallocate that meets ENOSPC part way leaves the file longer, zero-filled). A
+    filesystem or runtime without fallocate is written as before."""
+    fallocate = _libc().fallocate
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    if fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, length) == 0:
+        return
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return
+    raise OSError(err, os.strerror(err))
+
+
+def _remove_if_same(name: str, dir_fd: int, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        made = os.fstat(fd)
+        there = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (there.st_dev, there.st_ino) == (made.st_dev, made.st_ino):
+            os.unlink(name, dir_fd=dir_fd)
 
 
 def _open_for_write(target: Target, name: str, dir_fd: int, mode: int) -> int:
