@@ -5,8 +5,11 @@ restriction, a failing build and images without the agent refused, and no rebuil
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
+import shutil
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +26,15 @@ from controlplane.sandbox.layout import LABEL_TEMPLATE
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.docker.custom_tools_support import ECHO_TS, custom_tools
-from tests.planes import Plane, running_plane
+from tests.planes import (
+    Plane,
+    PlaneProcess,
+    instance_containers,
+    new_instance,
+    remove_instance_leftovers,
+    running_plane,
+    short_tmp,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(400)]  # the first test waits for a cold build too
 
@@ -247,3 +258,64 @@ async def test_the_next_start_finds_the_built_template_and_does_not_rebuild(
         assert engine.images.get(node.image).id == image_id
         assert time.monotonic() - started < 60
     engine.close()
+
+
+async def _pool_records(data_dir: Path, count: int) -> None:
+    """Waits until `count` sandboxes are recorded ready in the pool (a kill before that leaves them `creating`)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with sqlite3.connect(data_dir / "controlplane.db") as db:
+                pooled = db.execute("SELECT count(*) FROM sandboxes WHERE state = 'pool'").fetchone()[0]
+        except sqlite3.OperationalError:
+            pooled = 0
+        if pooled >= count:
+            return
+        assert time.monotonic() < deadline, f"only {pooled} of {count} pool sandboxes became ready"
+        await asyncio.sleep(0.2)
+
+
+def _pooled_by_template(instance: str) -> dict[str, str]:
+    return {c.labels[LABEL_TEMPLATE]: c.labels["ocsb.sandbox"] for c in instance_containers(instance)
+            if c.status == "running"}
+
+
+async def test_a_restarted_plane_adopts_pooled_sandboxes_of_its_templates_only(
+    plane: Plane, templates: list[dict[str, Any]],
+) -> None:
+    data_dir, instance = short_tmp(), new_instance("tpl")
+    node = [t for t in templates if t["name"] == NODE]
+    process = PlaneProcess(data_dir, instance, pool_size=1)
+    process.env["CONTROLPLANE_TEMPLATES"] = json.dumps(node)
+    try:
+        await process.start()
+        await _pool_records(data_dir, 2)
+        pooled = _pooled_by_template(instance)
+        assert set(pooled) == {"default", NODE}
+        process.kill()
+
+        target = await process.start()  # the same templates: both pooled sandboxes go back to their pools
+        async with AsyncClient(target, process.token()) as client:
+            session = await client.create_session(template=NODE)
+            assert session.sandbox_id == pooled[NODE]
+            await client.delete_session(session.id)
+        await _pool_records(data_dir, 2)
+        pooled = _pooled_by_template(instance)
+        process.kill()
+
+        del process.env["CONTROLPLANE_TEMPLATES"]  # the template is gone: its pooled sandbox is not adopted
+        target = await process.start()
+        after = _pooled_by_template(instance)
+        assert after.get("default") == pooled["default"]
+        assert NODE not in after
+        async with AsyncClient(target, process.token()) as client:
+            plain = await client.create_session()
+            assert plain.sandbox_id == pooled["default"]
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await client.create_session(template=NODE)
+            assert gone.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            await client.delete_session(plain.id)
+    finally:
+        await process.stop()
+        remove_instance_leftovers(instance)
+        shutil.rmtree(data_dir, ignore_errors=True)
