@@ -12,9 +12,10 @@ hardening after creation and fails closed. What this module adds is the image si
   plane serves: the default image and the other templates never wait for a slow or failing build, and a
   CreateSession naming a template still building waits for it (core/sessions/templates.py).
 - Before a template is `ready`, its image must start the agent the way the sandbox image does (same
-  entrypoint, same PYTHONPATH) and hold byte-identical agent code (`AGENT_ROOT`): an image that dropped, moved
-  or patched the agent, or one built on an older sandbox image, speaks another protocol or runs other code as
-  the sandbox's root, and is refused. The check reads the files from a created, never started container.
+  entrypoint, same `AGENT_ENV_PREFIXES` variables) and hold byte-identical agent code (`AGENT_ROOT`): an
+  image that dropped, moved or patched the agent, or one built on an older sandbox image, speaks another
+  protocol or runs other code as the sandbox's root, and is refused. The check reads the files from a
+  created, never started container.
 """
 
 from __future__ import annotations
@@ -135,20 +136,26 @@ def agent_digest(client: Any, image: str) -> str:
         client.api.remove_container(created["Id"], force=True)
 
 
-def _start_facts(client: Any, image: str) -> tuple[Any, str]:
+AGENT_ENV_PREFIXES = ("PYTHON", "LD_", "GRPC_")
+"""Variables that change how the agent's own interpreter, loader or gRPC start: a template keeps the sandbox
+image's values of these and adds none (PYTHONSTARTUP, LD_PRELOAD would run code in the agent itself)."""
+
+
+def _start_facts(client: Any, image: str) -> tuple[Any, dict[str, str]]:
     config = client.api.inspect_image(image).get("Config") or {}
-    pythonpath = [e for e in config.get("Env") or [] if e.startswith("PYTHONPATH=")]
-    return config.get("Entrypoint"), (pythonpath or [""])[0]
+    env = dict(e.split("=", 1) if "=" in e else (e, "") for e in config.get("Env") or [])
+    return config.get("Entrypoint"), {k: v for k, v in env.items() if k.startswith(AGENT_ENV_PREFIXES)}
 
 
 def agent_problem(client: Any, image: str, base_image: str, base_digest: str) -> str | None:
     """Why `image` does not run the sandbox image's agent (None: it does)."""
-    entry, pythonpath = _start_facts(client, image)
-    base_entry, base_pythonpath = _start_facts(client, base_image)
+    entry, env = _start_facts(client, image)
+    base_entry, base_env = _start_facts(client, base_image)
     if entry != base_entry:
         return f"its entrypoint is {entry}, not the agent's {base_entry}"
-    if pythonpath != base_pythonpath:
-        return f"its environment sets {pythonpath or 'no PYTHONPATH'}, the agent needs {base_pythonpath}"
+    if env != base_env:
+        changed = sorted(k for k in {*env, *base_env} if env.get(k) != base_env.get(k))
+        return f"its environment changes {changed}, which the agent's start depends on"
     if agent_digest(client, image) != base_digest:
         return f"its {AGENT_ROOT} is not the agent of the sandbox image {base_image} (missing, changed or older)"
     return None
