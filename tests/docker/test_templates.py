@@ -10,6 +10,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -322,3 +323,34 @@ async def test_a_restarted_plane_adopts_pooled_sandboxes_of_its_templates_only(
         await process.stop()
         remove_instance_leftovers(instance)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def _cli(plane: Plane, *argv: str) -> tuple[int, str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CONTROLPLANE_")}
+    env = {**clean, "CONTROLPLANE_TARGET": plane.plane.address, "CONTROLPLANE_TOKEN": plane.token}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "controlplane", *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode is not None
+    return child.returncode, out.decode(), err.decode()
+
+
+async def test_the_command_line_lists_templates_and_creates_on_one(plane: Plane) -> None:
+    code, out, err = await _cli(plane, "template", "list")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split()[1:3] for line in out.splitlines()[1:] if not line.split()[0].endswith(":")}
+    assert rows["default"] == ["READY", "1"]
+    assert rows[NODE] == ["READY", "1"]
+    assert rows[BROKEN][0] == "FAILED"
+    assert f"{BROKEN}: the build of" in out
+    code, out, err = await _cli(plane, "--json", "template", "list")
+    assert code == 0, err
+    assert {t["name"]: t["state"] for t in json.loads(out)}[NODE] == "READY"
+    code, out, err = await _cli(plane, "session", "create", "--template", NODE, "-q")
+    assert code == 0, err
+    assert (await plane.client.get_session(out.strip())).template == NODE
+    await plane.client.delete_session(out.strip())
+    code, out, err = await _cli(plane, "session", "create", "--template", "nope", "-q")
+    assert (code, out) == (2, "")
+    assert "unknown template 'nope'" in err
