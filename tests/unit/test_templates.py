@@ -115,6 +115,10 @@ def test_a_tenant_is_told_what_it_may_use() -> None:
         access.check("acme", "go", known)
     with pytest.raises(TemplateDeniedError, match=r"tenant 'acme' may not use template 'default'"):
         access.check("acme", "", known)
+    with pytest.raises(InvalidArgumentError) as huge:  # a hostile name is not echoed whole
+        access.check("acme", "x" * 1_000_000, known)
+    assert str(huge.value) == f"unknown template {'x' * 80!r}... (1000000 chars); this tenant may use ['broken', " \
+        "'node', 'rust']"
     with pytest.raises(FailedPreconditionError, match="template 'broken' is not usable: the build failed: x"):
         access.check("acme", "broken", known)
     assert [t.name for t in access.visible("acme", known)] == ["node", "rust", "broken"]

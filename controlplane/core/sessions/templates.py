@@ -13,6 +13,9 @@ from typing import Literal
 from controlplane.errors import ControlPlaneError, ErrorCode, FailedPreconditionError, InvalidArgumentError
 
 DEFAULT_TEMPLATE = "default"
+SHOWN_NAME_CHARS = 80
+"""An unknown name is echoed in the error up to this long: a request may carry megabytes in it, and a status
+message travels in trailers of a few KiB."""
 TemplateState = Literal["building", "ready", "failed"]
 
 
@@ -52,7 +55,9 @@ class TemplateAccess:
         known = {t.name: t for t in templates}
         usable = sorted(t.name for t in self.visible(tenant, templates))
         if name not in known:
-            raise InvalidArgumentError(f"unknown template {name!r}; this tenant may use {usable}")
+            cut = SHOWN_NAME_CHARS
+            shown = repr(name) if len(name) <= cut else f"{name[:cut]!r}... ({len(name)} chars)"
+            raise InvalidArgumentError(f"unknown template {shown}; this tenant may use {usable}")
         if not self.allows(tenant, name):
             raise TemplateDeniedError(f"tenant {tenant!r} may not use template {name!r} (it may use {usable})")
         if known[name].state == "failed":
