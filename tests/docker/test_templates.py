@@ -75,7 +75,7 @@ def _context(root: Path, name: str, dockerfile: str, **files: str) -> Path:
 
 
 def _remove_images(names: list[str]) -> None:
-    engine = docker.from_env()
+    engine = docker.from_env(timeout=600)  # removing a layered image on a busy engine took over the default 60 s
     for name in names:
         for image in engine.images.list(filters={"label": f"{LABEL_TEMPLATE}={name}"}):
             engine.images.remove(str(image.id), force=True)
