@@ -232,12 +232,13 @@ class TemplateImages:
         self._base_digest = agent_digest(self._client, self._base_image)
         pending = []
         for name, spec in self._specs.items():
-            try:
+            try:  # whatever goes wrong with one template fails that one only
                 image = spec.image or self._tag(name, spec)
-            except (OSError, ValueError) as exc:
-                self._info(name, str(spec.dockerfile), "failed", str(exc))
+                present = self._present(image)
+            except (OSError, ValueError, docker.errors.DockerException) as exc:
+                self._info(name, str(spec.image or spec.dockerfile), "failed", str(exc))
                 continue
-            if self._present(image):
+            if present:
                 self._check(name, image)
             elif spec.image:
                 self._info(name, image, "failed", f"image {image} is not on the engine")
@@ -262,7 +263,10 @@ class TemplateImages:
         return True
 
     def _check(self, name: str, image: str) -> None:
-        problem = agent_problem(self._client, image, self._base_image, self._base_digest)
+        try:
+            problem = agent_problem(self._client, image, self._base_image, self._base_digest)
+        except docker.errors.DockerException as exc:  # this template fails; the others and the plane go on
+            problem = f"the engine could not show its files: {exc}"
         if problem:
             log.error("template %s refused: %s", name, problem)
             self._info(name, image, "failed", f"image {image} does not carry the sandbox agent: {problem}")

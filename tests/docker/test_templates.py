@@ -40,10 +40,11 @@ from tests.planes import (
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(400)]  # the first test waits for a cold build too
 
 NONCE = secrets.token_hex(3)
-NODE, BROKEN, PATCHED, FOREIGN, PRELOAD = (
-    f"{kind}-{NONCE}" for kind in ("node", "broken", "patched", "foreign", "preload"))
+NODE, BROKEN, PATCHED, FOREIGN, PRELOAD, DEBIAN = (
+    f"{kind}-{NONCE}" for kind in ("node", "broken", "patched", "foreign", "preload", "debian"))
 ACME, OTHER = "t" * 32, "u" * 32
-TENANTS = [{"name": "acme", "token": ACME, "templates": ["default", NODE, BROKEN, PATCHED, FOREIGN, PRELOAD]},
+TENANTS = [{"name": "acme", "token": ACME,
+            "templates": ["default", NODE, BROKEN, PATCHED, FOREIGN, PRELOAD, DEBIAN]},
            {"name": "other", "token": OTHER, "templates": ["default"]}]
 BUILD_WAIT_S = 300.0
 NODE_DOCKERFILE = """# The platform fills SANDBOX_IMAGE with its own sandbox image.
@@ -101,6 +102,7 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[st
             root, "patched", base + "RUN echo '# changed' >> /opt/agent/sandbox_agent/server.py\n"))},
         {"name": FOREIGN, "image": f"ocsb-test-{FOREIGN}:1"},
         {"name": PRELOAD, "dockerfile": str(_context(root, "preload", base + "ENV LD_PRELOAD=/tmp/x.so\n"))},
+        {"name": DEBIAN, "dockerfile": str(_context(root, "debian", "FROM debian:bookworm\nRUN true\n"))},
     ]
     _remove_images([NODE, BROKEN, PATCHED, FOREIGN, PRELOAD])
 
@@ -137,7 +139,7 @@ async def other(plane: Plane) -> AsyncIterator[AsyncClient]:
 
 async def test_list_templates_shows_each_state_and_why_one_failed(plane: Plane) -> None:
     found = await _settled(plane.client)
-    assert list(found) == ["default", NODE, BROKEN, PATCHED, FOREIGN, PRELOAD]
+    assert list(found) == ["default", NODE, BROKEN, PATCHED, FOREIGN, PRELOAD, DEBIAN]
     assert found["default"].state == session_pb2.Template.READY
     node = found[NODE]
     assert node.state == session_pb2.Template.READY, node.error
@@ -159,6 +161,9 @@ async def test_list_templates_shows_each_state_and_why_one_failed(plane: Plane) 
     preload = found[PRELOAD]
     assert preload.state == session_pb2.Template.FAILED
     assert "its environment changes ['LD_PRELOAD']" in preload.error
+    debian = found[DEBIAN]  # refused before any build: nothing of it reaches the engine
+    assert debian.state == session_pb2.Template.FAILED
+    assert "its first FROM is 'debian:bookworm'; it must be the sandbox image" in debian.error
     engine = docker.from_env()
     labels = engine.images.get(node.image).labels
     engine.close()
@@ -239,7 +244,7 @@ async def test_a_tenant_is_held_to_its_templates_and_a_refusal_leaves_nothing(
 
 async def test_a_failed_template_is_refused_and_blocks_nothing_else(plane: Plane) -> None:
     before = [s.id for s in await plane.client.list_sessions(include_deleted=True)]
-    for name in (BROKEN, PATCHED, FOREIGN, PRELOAD):
+    for name in (BROKEN, PATCHED, FOREIGN, PRELOAD, DEBIAN):
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await plane.client.create_session(template=name)
         assert failed.value.code() == grpc.StatusCode.FAILED_PRECONDITION
