@@ -39,6 +39,7 @@ from controlplane.core.sessions.events import BusEvent, EventBus
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.services import TodoStore
+from controlplane.core.sessions.templates import TemplateAccess
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.discovery import ENDPOINT_FILE
@@ -70,9 +71,11 @@ def build_provider(settings: Settings, store: Store) -> SandboxProvider:
 
         return DockerSandboxProvider(
             settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store,
-            tenant_runtimes(settings),
+            tenant_runtimes(settings), settings.templates,
         )
     tenant_runtimes(settings)  # refuses a tenant runtime where the provider cannot honour it
+    if settings.templates:  # a template is a Docker image built on the engine: only that provider has one
+        raise ConfigError(f"[[templates]] {[t.name for t in settings.templates]} need provider.type = \"docker\"")
     if isinstance(settings.provider, SwarmProviderConfig):
         from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
 
@@ -212,6 +215,7 @@ async def start(settings: Settings) -> ControlPlane:
     sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
                               host=host_capacity.ledger(settings), cpu_store=store)
     tenant_admin.sessions = sessions
+    sessions.templates = TemplateAccess({t.name: t.templates for t in settings.tenants})
     report = await sessions.start()
     await tenant_admin.finish_deletes()
     log.info(

@@ -1,7 +1,8 @@
 """`controlplane`: serve the platform, manage sessions, run commands and tools in them.
 
     controlplane serve [--config FILE]
-    controlplane session create|list|get|delete [...] [-q]
+    controlplane session create|list|get|delete [...] [-q]    (create --template NAME: a template's image)
+    controlplane template list
     controlplane exec SESSION [--cwd DIR] [--timeout-ms N] -- CMD [ARGS...]
     controlplane tools SESSION [--provider P] [--model M] [--agent A]
     controlplane tools reload SESSION
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 COMMAND_MODULES = (
     "controlplane.cli_calls", "controlplane.cli_tenants", "controlplane.cli_files", "controlplane.cli_logs",
+    "controlplane.cli_templates",
 )
 """Modules adding commands: each has `add_parser(sub, common)` and `run(args) -> int` (a coroutine), and
 dispatches on `args.command`; they import what their commands need when those run, not at parse time."""
@@ -105,7 +107,7 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
             labels = dict(item.split("=", 1) for item in args.label)
             session = await client.create_session(
                 agent=args.agent, workspace_archive=archive, labels=labels, config_json=config_json,
-                cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids,
+                cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids, template=args.template,
             )
             _print_sessions([session], args)
         elif args.action == "list":
@@ -215,6 +217,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
     create.add_argument("--cpu", type=float, default=0)
     create.add_argument("--memory-mb", type=int, default=0)
     create.add_argument("--pids", type=int, default=0)
+    create.add_argument("--template", default="", help="a template of `template list` (default: the sandbox image)")
     create.add_argument("-q", "--quiet", action="store_true", help="print only the new session's id")
     listing = actions.add_parser("list", parents=[common])
     listing.add_argument("--all", action="store_true", help="include deleted sessions")

@@ -144,12 +144,14 @@ class AsyncClient(AsyncFiles):
         self, *, agent: str = "", workspace: Path | bytes | None = None, workspace_archive: bytes = b"",
         config_json: str = "", labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0,
         pids: int = 0, deadline_s: float | None = 120, max_workspace_bytes: int = DEFAULT_MAX_BYTES,
+        template: str = "",
     ) -> Session:
         """`workspace` is a directory (archived without following its symlinks, at most `max_workspace_bytes`),
-        a tar(.gz) file, or archive bytes; `workspace_archive` (bytes) is the older spelling of the last."""
+        a tar(.gz) file, or archive bytes; `workspace_archive` (bytes) is the older spelling of the last.
+        `template` names one of `list_templates()` (empty: the default sandbox image)."""
         archive = workspace_bytes(workspace, workspace_archive, max_workspace_bytes)
         request = session_pb2.CreateSessionRequest(
-            agent=agent, workspace_archive=archive, config_json=config_json, labels=labels or {},
+            agent=agent, workspace_archive=archive, config_json=config_json, labels=labels or {}, template=template,
         )
         if cpu or memory_mb or pids:
             request.resources.CopyFrom(session_pb2.Resources(cpu=cpu, memory_mb=memory_mb, pids=pids))
@@ -167,6 +169,11 @@ class AsyncClient(AsyncFiles):
     async def delete_session(self, session_id: str) -> Session:
         request = session_pb2.DeleteSessionRequest(session_id=session_id)
         return (await self.sessions.DeleteSession(request, metadata=self._metadata)).session
+
+    async def list_templates(self) -> list[session_pb2.Template]:
+        """The templates this tenant may name in `create_session(template=...)`, with their states."""
+        response = await self.sessions.ListTemplates(session_pb2.ListTemplatesRequest(), metadata=self._metadata)
+        return list(response.templates)
 
     def exec_call(
         self, session_id: str, argv: Iterable[str] = (), *, command: str = "", cwd: str = "",

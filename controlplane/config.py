@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -333,6 +333,29 @@ class TenantConfig(_Closed):
     runtime: str | None = None
     """OCI runtime of every session of this tenant (`runsc`: gVisor), instead of `provider.runtime`; the Docker
     provider keeps a warm pool per runtime. Other providers refuse it (sandbox/runtime_pools.py)."""
+    templates: list[str] | None = None
+    """The `[[templates]]` (and `default`, the sandbox image itself) this tenant may use; unset: all of them."""
+
+
+class TemplateConfig(_Closed):
+    """A sandbox image of the operator's own, for sessions that name it (docs/templates.md)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    dockerfile: Path | None = None
+    """A Dockerfile whose directory is the build context; its first FROM is the sandbox image (`provider.image`,
+    or `${SANDBOX_IMAGE}`, a build argument the platform fills), so the agent and the hardening are inherited."""
+    image: str | None = None
+    """Instead of `dockerfile`: a prebuilt image on the engine that carries the platform's agent."""
+    pool: int | None = Field(default=None, ge=0)
+    """Ready sandboxes of this template kept warm; unset: 0."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TemplateConfig:
+        if (self.dockerfile is None) == (self.image is None):
+            raise ValueError(f"template {self.name!r}: set exactly one of dockerfile and image")
+        if self.name == "default":
+            raise ValueError('template name "default" is reserved for the sandbox image itself (provider.image)')
+        return self
 
 
 class Settings(BaseSettings):
@@ -354,6 +377,8 @@ class Settings(BaseSettings):
     declared and then removed from this list is revoked at the next start."""
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     """Every tenant's default quota; a tenant's own `quota` overrides it key by key."""
+    templates: list[TemplateConfig] = Field(default_factory=list)
+    """Sandbox images built from the operator's Dockerfiles (or prebuilt) that a session may name."""
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
@@ -361,6 +386,18 @@ class Settings(BaseSettings):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+
+    @model_validator(mode="after")
+    def _templates_known(self) -> Settings:
+        names = [t.name for t in self.templates]
+        if len(set(names)) != len(names):
+            raise ValueError(f"template names must be unique: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        for tenant in self.tenants:
+            unknown = sorted(set(tenant.templates or ()) - {"default", *names})
+            if unknown:
+                raise ValueError(f"tenant {tenant.name!r} names templates that are not declared: {unknown} "
+                                 f"(declared: {['default', *names]})")
+        return self
 
     @property
     def token_file(self) -> Path:

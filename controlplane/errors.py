@@ -10,6 +10,7 @@ ControlPlaneError
 ├── NotFoundError               unknown (or another tenant's) session
 ├── FailedPreconditionError     the session is not in a state that allows this
 ├── ExecDeniedError             operator policy refuses a SandboxService.Exec (core/permissions/exec_policy.py)
+├── TemplateDeniedError         the tenant may not use that template (core/sessions/templates.py)
 ├── ResourceExhaustedError      a limit was reached (archive too large, ...)
 │   └── QuotaExceededError      a tenant's quota would be exceeded (core/tenants/quota.py)
 ├── ConfigError                 operator configuration is invalid

@@ -7,6 +7,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from controlplane.core.seam.messages import CommandSpec, ExecEvent, Exited, Output, Started
 from controlplane.core.sessions.admission import CreateSpec
 from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.templates import TemplateInfo
 from controlplane.errors import InvalidArgumentError
 from controlplane.v1 import sandbox_pb2, session_pb2
 
@@ -39,7 +40,19 @@ def session_to_proto(s: Session, expires_at: float) -> session_pb2.Session:
         last_active_at=_ts(s.last_active_at),
         parent_id=s.parent_id,
         title=s.title,
+        template=s.template,
     )
+
+
+_TEMPLATE_STATE = {
+    "building": session_pb2.Template.BUILDING, "ready": session_pb2.Template.READY,
+    "failed": session_pb2.Template.FAILED,
+}
+
+
+def template_to_proto(t: TemplateInfo) -> session_pb2.Template:
+    return session_pb2.Template(name=t.name, image=t.image, state=_TEMPLATE_STATE[t.state], error=t.error,
+                                pool_size=t.pool_size)
 
 
 def create_spec(request: session_pb2.CreateSessionRequest) -> CreateSpec:
@@ -51,6 +64,7 @@ def create_spec(request: session_pb2.CreateSessionRequest) -> CreateSpec:
         config_json=request.config_json,
         labels=dict(request.labels),
         resources=resources,
+        template=request.template,
     )
 
 

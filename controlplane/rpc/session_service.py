@@ -48,3 +48,11 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         tenant = self._auth.tenant_of(context)
         session = await self._sessions.delete(tenant.name, request.session_id)
         return session_pb2.DeleteSessionResponse(session=self._proto(session))
+
+    @unary
+    async def ListTemplates(
+        self, request: session_pb2.ListTemplatesRequest, context: Any
+    ) -> session_pb2.ListTemplatesResponse:
+        tenant = self._auth.tenant_of(context)
+        templates = self._sessions.list_templates(tenant.name)
+        return session_pb2.ListTemplatesResponse(templates=[convert.template_to_proto(t) for t in templates])

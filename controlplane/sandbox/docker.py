@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
@@ -23,7 +22,7 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import Mount
 
-from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig
+from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig, TemplateConfig
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import (
     PoolStats,
@@ -36,6 +35,7 @@ from controlplane.core.seam.provider import (
 )
 from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.core.sessions.models import Resources
+from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox import cgroup_cpu, code_mount, confinement
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
@@ -51,6 +51,7 @@ from controlplane.sandbox.layout import (
     LABEL_MANAGED,
     LABEL_SANDBOX,
     LABEL_SESSION,
+    LABEL_TEMPLATE,
     LABEL_TENANT,
     LABEL_TOOL_UID,
     SECURITY_OPTS,
@@ -63,13 +64,12 @@ from controlplane.sandbox.layout import (
     privilege_problems,
 )
 from controlplane.sandbox.runtime_pools import RuntimePools, pool_maker
+from controlplane.sandbox.templates import TemplateImages
 from controlplane.sandbox.tool_ids import ToolIds, engine_uids
+from controlplane.sandbox.volume_owners import instance_volumes, volume_owner
 from controlplane.sandbox.workspace_disk import WorkspaceDisks, create_volume
 
 log = logging.getLogger(__name__)
-
-_SANDBOX_ID = re.compile(r"[0-9a-f]{12}")
-"""How `_create` names sandboxes (secrets.token_hex(6)); a volume name is only trusted as ours with one."""
 
 
 class DockerSandboxProvider(SandboxProvider):
@@ -82,6 +82,7 @@ class DockerSandboxProvider(SandboxProvider):
         instance: str,
         ledger: SandboxLedger,
         runtimes: Mapping[str, str] | None = None,
+        templates: Iterable[TemplateConfig] = (),
     ) -> None:
         self._config = config
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
@@ -105,8 +106,9 @@ class DockerSandboxProvider(SandboxProvider):
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
         self._creates = FairGate(max(2, os.cpu_count() or 1))
         """Session creates that start a container (pool misses), tenants in turn (core/sessions/fair_gate.py)."""
+        self._templates = TemplateImages(config.base_url, config.image, templates, instance, pool.size)
         self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
-            pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy))
+            pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy), self._templates.pool_sizes())
 
     # -- naming ---------------------------------------------------------------------------------
 
@@ -116,12 +118,13 @@ class DockerSandboxProvider(SandboxProvider):
     def _volume(self, sandbox_id: str) -> str:
         return engine_name(self._instance, f"{sandbox_id}-ws")
 
-    def _labels(self, sandbox_id: str, session_id: str = "") -> dict[str, str]:
+    def _labels(self, sandbox_id: str, session_id: str = "", template: str = DEFAULT_TEMPLATE) -> dict[str, str]:
         labels = {
             LABEL_MANAGED: "true",
             LABEL_INSTANCE: self._instance,
             LABEL_SANDBOX: sandbox_id,
-            LABEL_IMAGE: self._config.image,
+            LABEL_IMAGE: self._templates.image(template),
+            LABEL_TEMPLATE: template,
         }
         if session_id:
             labels[LABEL_SESSION] = session_id
@@ -141,11 +144,13 @@ class DockerSandboxProvider(SandboxProvider):
             ) from exc
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
+        await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by them
         report = await self._reconcile(live)
-        self._pools.start()
+        self._pools.start(DEFAULT_TEMPLATE, *self._templates.ready())
         return report
 
     async def close(self) -> None:
+        await self._templates.close()
         await self._pools.close()
         await self._cleanups.wait()
         for sandbox in [*self._live.values(), *self._attached.values()]:
@@ -158,13 +163,18 @@ class DockerSandboxProvider(SandboxProvider):
     def pool_stats(self) -> PoolStats:
         return self._pools.stats()
 
-    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
+    def templates(self) -> list[TemplateInfo]:
+        return self._templates.infos()
+
+    async def acquire(self, session_id: str, tenant: str, resources: Resources,
+                      template: str = DEFAULT_TEMPLATE) -> Sandbox:
+        await self._templates.wait(template)
         if resources == self._defaults:
-            sandbox = await self._pools.pool_for(tenant).take()
+            sandbox = await self._pools.pool_for(tenant, template).take()
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
-                    labels = self._labels(sandbox.id, session_id) | {LABEL_TENANT: tenant}
+                    labels = self._labels(sandbox.id, session_id, template) | {LABEL_TENANT: tenant}
                     await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
                 except BaseException:  # out of the pool and in no session: nothing else would remove it
                     await self._cleanups.run(self.destroy(sandbox.id))
@@ -172,7 +182,7 @@ class DockerSandboxProvider(SandboxProvider):
                 sandbox.from_pool = True
                 return sandbox
         async with self._creates.slot(tenant):
-            return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant))
+            return await self._create(session_id, resources, tenant, self._pools.runtime_for(tenant), template)
 
     async def get(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)
@@ -262,14 +272,15 @@ class DockerSandboxProvider(SandboxProvider):
 
     # -- creation -------------------------------------------------------------------------------
 
-    async def _create_pooled(self, runtime: str | None = None) -> Sandbox:
-        return await self._create("", self._defaults, "", runtime)
+    async def _create_pooled(self, runtime: str | None = None, template: str = DEFAULT_TEMPLATE) -> Sandbox:
+        return await self._create("", self._defaults, "", runtime, template)
 
-    async def _create(self, session_id: str, resources: Resources, tenant: str, runtime: str | None) -> Sandbox:
+    async def _create(self, session_id: str, resources: Resources, tenant: str, runtime: str | None,
+                      template: str = DEFAULT_TEMPLATE) -> Sandbox:
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
-        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant, runtime)
+        creating = in_thread(self._create_container, sandbox_id, session_id, resources, tenant, runtime, template)
         try:
             container = await asyncio.shield(creating)
             agent = GrpcSandboxAgent(f"unix:{self._dirs.socket_path(sandbox_id)}", sandbox_id)
@@ -284,13 +295,13 @@ class DockerSandboxProvider(SandboxProvider):
         return sandbox
 
     def _create_container(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
-                          runtime: str | None) -> Container:
+                          runtime: str | None, template: str) -> Container:
         with self._tool_ids.claimed(lambda: engine_uids(self._client), sandbox_id) as tool_uid:
-            return self._create_as(sandbox_id, session_id, resources, tenant, tool_uid, runtime)
+            return self._create_as(sandbox_id, session_id, resources, tenant, tool_uid, runtime, template)
 
     def _create_as(self, sandbox_id: str, session_id: str, resources: Resources, tenant: str,
-                        tool_uid: int, runtime: str | None) -> Container:
-        labels = self._labels(sandbox_id, session_id)
+                        tool_uid: int, runtime: str | None, template: str) -> Container:
+        labels = self._labels(sandbox_id, session_id, template)
         self._dirs.create(sandbox_id, labels | ({LABEL_TENANT: tenant} if tenant else {}))
         labels[LABEL_TOOL_UID] = str(tool_uid)
         create_volume(self._client, self._volume(sandbox_id), self._disks, sandbox_id, tool_uid, labels)
@@ -329,7 +340,7 @@ class DockerSandboxProvider(SandboxProvider):
         if runtime:
             kwargs["runtime"] = runtime
         try:
-            container: Container = confinement.create_container(self._client, self._config.image, kwargs)
+            container: Container = confinement.create_container(self._client, labels[LABEL_IMAGE], kwargs)
         except docker.errors.APIError as exc:
             raise HardeningError(f"the engine refused the hardened container: {exc.explanation or exc}") from exc
         verify_hardening(container.attrs, resources, runtime)
@@ -400,8 +411,8 @@ class DockerSandboxProvider(SandboxProvider):
                     await self.destroy(sandbox_id)
         # A failed session's workspace is the user's work: it stays until the session is deleted.
         kept_workspaces = kept | self._retained
-        for volume in await asyncio.to_thread(self._instance_volumes):
-            if self._volume_owner(volume) not in kept_workspaces:
+        for volume in await asyncio.to_thread(instance_volumes, self._client, self._instance):
+            if volume_owner(volume, self._instance) not in kept_workspaces:
                 await asyncio.to_thread(volume.remove, force=True)
                 report.removed.append(volume.name or "")
         disks = self._disks
@@ -415,31 +426,15 @@ class DockerSandboxProvider(SandboxProvider):
                 report.removed.append(sandbox_id)
         return report
 
-    def _instance_volumes(self) -> list[Any]:
-        """This instance's volumes: by label, and by name for one the engine made for a mount without labels."""
-        labelled = self._client.volumes.list(filters={"label": f"{LABEL_INSTANCE}={self._instance}"})
-        named = [v for v in self._client.volumes.list(filters={"name": engine_name(self._instance, "")})
-                 if self._volume_owner(v) is not None]
-        return list({v.name: v for v in [*labelled, *named]}.values())
-
-    def _volume_owner(self, volume: Any) -> str | None:
-        """The sandbox a volume of this instance belongs to (its label, else its name); None: not ours."""
-        labels = volume.attrs.get("Labels") or {}
-        if labels.get(LABEL_INSTANCE) == self._instance:
-            return str(labels.get(LABEL_SANDBOX, ""))
-        name = volume.name or ""
-        prefix, suffix = engine_name(self._instance, ""), "-ws"
-        middle = name[len(prefix):-len(suffix)] if name.startswith(prefix) and name.endswith(suffix) else ""
-        return middle if _SANDBOX_ID.fullmatch(middle) else None
-
     async def _adopt(
         self, container: Container, record: SandboxRecord, live: Mapping[str, str], report: ReconcileReport
     ) -> bool:
         sandbox_id = record.id
         if record.state == "claimed" and live.get(sandbox_id) != record.session_id:
             return False
-        if record.state == "pool" and container.labels.get(LABEL_IMAGE) != self._config.image:
-            return False
+        template = container.labels.get(LABEL_TEMPLATE, DEFAULT_TEMPLATE)
+        if record.state == "pool" and container.labels.get(LABEL_IMAGE) != self._templates.ready_image(template):
+            return False  # not its template's image now (the template was rebuilt, or is not configured any more)
         if record.state == "pool" and _global_source(container.attrs) != _wanted_source(self._config.global_dir):
             return False  # pooled under another global tools dir: its sessions would see the wrong tools
         if record.state == "creating":
@@ -461,7 +456,7 @@ class DockerSandboxProvider(SandboxProvider):
             await agent.close()
             return False
         if record.state == "pool":
-            if not self._pools.adopt(sandbox, container.attrs):
+            if not self._pools.adopt(sandbox, container.attrs, template):
                 return False
             report.pooled.append(sandbox_id)
         else:

@@ -47,7 +47,7 @@ class LocalSandboxProvider(SandboxProvider):
             await self.destroy(record.id)
         return report
 
-    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
+    async def acquire(self, session_id: str, tenant: str, resources: Resources, template: str = "default") -> Sandbox:
         sandbox_id = secrets.token_hex(6)
         path = self._dirs.create(sandbox_id, {LABEL_INSTANCE: self._instance, LABEL_SESSION: session_id})
         workspace = path / "workspace"

@@ -1,9 +1,11 @@
-"""Which OCI runtime a tenant's sandboxes run on, and a warm pool for each runtime in use.
+"""Which OCI runtime a tenant's sandboxes run on, and a warm pool for each runtime and template in use.
 
 A tenant whose `[[tenants]]` entry says `runtime = "runsc"` gets every session on gVisor; the others get
 the provider's runtime (`provider.runtime`, unset: the engine's default). A pooled sandbox is made before
-anyone asks for it, so each runtime has a pool of its own, and a pooled container is adopted back into
-the pool of the runtime the engine reports for it.
+anyone asks for it, so each (runtime, template) has a pool of its own, and a pooled container is adopted back
+into the pool of the runtime the engine reports for it and the template its label names. The default
+template's pools keep `pool.size`, another template's its own `pool` (sandbox/templates.py); a template's
+pools start only once its image is ready.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from controlplane.config import Settings
 from controlplane.core.seam.provider import PoolStats, Sandbox
+from controlplane.core.sessions.templates import DEFAULT_TEMPLATE
 from controlplane.errors import ConfigError
 from controlplane.sandbox.pool import WarmPool
 
@@ -25,40 +28,46 @@ class RuntimePools:
         self,
         default_runtime: str | None,
         tenant_runtimes: Mapping[str, str],
-        make_pool: Callable[[str | None], WarmPool],
+        make_pool: Callable[[str | None, str, int], WarmPool],
+        template_pools: Mapping[str, int] | None = None,
     ) -> None:
         self._default = default_runtime
         self._tenants = {t: r for t, r in tenant_runtimes.items() if r and r != default_runtime}
-        self._pools: dict[str, WarmPool] = {DEFAULT: make_pool(default_runtime)}
-        for runtime in sorted(set(self._tenants.values())):
-            self._pools[runtime] = make_pool(runtime)
+        sizes = dict(template_pools or {DEFAULT_TEMPLATE: 0})  # each template's pool size, the default's included
+        self._pools: dict[tuple[str, str], WarmPool] = {}
+        for runtime in [DEFAULT, *sorted(set(self._tenants.values()))]:
+            for template, size in sizes.items():
+                self._pools[runtime, template] = make_pool(runtime or default_runtime, template, size)
 
     def runtime_for(self, tenant: str) -> str | None:
         """The runtime a session of `tenant` runs on (None: the engine's default)."""
         return self._tenants.get(tenant, self._default)
 
-    def pool_for(self, tenant: str) -> WarmPool:
-        return self._pools[self._tenants.get(tenant, DEFAULT)]
+    def pool_for(self, tenant: str, template: str = DEFAULT_TEMPLATE) -> WarmPool:
+        return self._pools[self._tenants.get(tenant, DEFAULT), template]
 
-    def pool_of(self, engine_runtime: str) -> WarmPool | None:
-        """The pool a pooled container belongs to, by the runtime the engine reports for it; None: none of ours."""
-        if engine_runtime in self._pools and engine_runtime != DEFAULT:
-            return self._pools[engine_runtime]
+    def pool_of(self, engine_runtime: str, template: str = DEFAULT_TEMPLATE) -> WarmPool | None:
+        """The pool a pooled container belongs to, by the runtime the engine reports for it and its template;
+        None: none of ours."""
+        if engine_runtime != DEFAULT and (engine_runtime, template) in self._pools:
+            return self._pools[engine_runtime, template]
         if engine_runtime == (self._default or "runc"):
-            return self._pools[DEFAULT]
+            return self._pools.get((DEFAULT, template))
         return None
 
-    def adopt(self, sandbox: Sandbox, attrs: Mapping[str, Any]) -> bool:
-        """Puts a pooled sandbox found at start back into its runtime's pool (`attrs`: its container's inspect
-        data); False when no pool runs on that runtime any more."""
-        pool = self.pool_of(str((attrs.get("HostConfig") or {}).get("Runtime", "")))
+    def adopt(self, sandbox: Sandbox, attrs: Mapping[str, Any], template: str = DEFAULT_TEMPLATE) -> bool:
+        """Puts a pooled sandbox found at start back into its runtime's and template's pool (`attrs`: its
+        container's inspect data); False when no such pool runs any more."""
+        pool = self.pool_of(str((attrs.get("HostConfig") or {}).get("Runtime", "")), template)
         if pool is not None:
             pool.adopt(sandbox)
         return pool is not None
 
-    def start(self) -> None:
-        for pool in self._pools.values():
-            pool.start()
+    def start(self, *templates: str) -> None:
+        """Starts filling the pools of these templates (their images are ready); none named: the default's."""
+        for (_, of), pool in self._pools.items():
+            if of in (templates or (DEFAULT_TEMPLATE,)):
+                pool.start()
 
     async def close(self) -> None:
         for pool in self._pools.values():
@@ -71,12 +80,12 @@ class RuntimePools:
         return PoolStats(*(sum(getattr(stats, f) for stats in every) for f in fields))
 
 
-def pool_maker(size: int, concurrency: int, create: Callable[[str | None], Awaitable[Sandbox]],
+def pool_maker(concurrency: int, create: Callable[[str | None, str], Awaitable[Sandbox]],
                discard: Callable[[str], Awaitable[None]],
-               check: Callable[[Sandbox], Awaitable[bool]]) -> Callable[[str | None], WarmPool]:
-    """A WarmPool per runtime, each creating its sandboxes on that runtime."""
-    def make(runtime: str | None) -> WarmPool:
-        return WarmPool(size, concurrency, lambda: create(runtime), discard, check)
+               check: Callable[[Sandbox], Awaitable[bool]]) -> Callable[[str | None, str, int], WarmPool]:
+    """A WarmPool per runtime and template, each creating its sandboxes on that runtime from that template."""
+    def make(runtime: str | None, template: str, size: int) -> WarmPool:
+        return WarmPool(size, concurrency, lambda: create(runtime, template), discard, check)
 
     return make
 

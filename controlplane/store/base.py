@@ -54,6 +54,7 @@ def session_of(row: Row) -> Session:
         parent_id=row["parent_id"],
         title=row["title"],
         caller_config_json=row["caller_config_json"],
+        template=row["template"],
     )
 
 

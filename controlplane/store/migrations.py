@@ -116,5 +116,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             cpu_seconds {real} NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS sandbox_cpu_tenant ON sandbox_cpu (tenant)",
     )),
+    Migration(7, "the template each session runs", added_columns=(
+        ("sessions", "template", "TEXT NOT NULL DEFAULT 'default'"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

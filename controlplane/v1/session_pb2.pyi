@@ -79,12 +79,18 @@ class CreateSessionRequest(_message.Message):
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
     agent: _builtins.str
     """The OpenCode agent the session runs as ("build" when empty)."""
     workspace_archive: _builtins.bytes
     """A tar (optionally gzip) extracted into the workspace."""
     config_json: _builtins.str
     """An opencode.json document for the project."""
+    template: _builtins.str
+    """The operator's template to run on (ListTemplates); empty: "default", the sandbox image itself. An
+    unknown name is INVALID_ARGUMENT, one this tenant may not use PERMISSION_DENIED, one whose build failed
+    FAILED_PRECONDITION; a template still building makes the call wait for its build.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -97,10 +103,11 @@ class CreateSessionRequest(_message.Message):
         config_json: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         resources: Global___Resources | None = ...,
+        template: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "config_json", b"config_json", "labels", b"labels", "resources", b"resources", "workspace_archive", b"workspace_archive"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "config_json", b"config_json", "labels", b"labels", "resources", b"resources", "template", b"template", "workspace_archive", b"workspace_archive"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -162,6 +169,7 @@ class Session(_message.Message):
     LAST_ACTIVE_AT_FIELD_NUMBER: _builtins.int
     PARENT_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tenant: _builtins.str
     agent: _builtins.str
@@ -175,6 +183,8 @@ class Session(_message.Message):
     """
     title: _builtins.str
     """A child session's title: "{description} (@{agent} subagent)"."""
+    template: _builtins.str
+    """The template whose image the session's sandbox runs ("default": the sandbox image)."""
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -203,10 +213,11 @@ class Session(_message.Message):
         last_active_at: _timestamp_pb2.Timestamp | None = ...,
         parent_id: _builtins.str = ...,
         title: _builtins.str = ...,
+        template: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "last_active_at", b"last_active_at", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "labels", b"labels", "last_active_at", b"last_active_at", "parent_id", b"parent_id", "resources", b"resources", "sandbox_id", b"sandbox_id", "state", b"state", "status_message", b"status_message", "tenant", b"tenant", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "labels", b"labels", "last_active_at", b"last_active_at", "parent_id", b"parent_id", "resources", b"resources", "sandbox_id", b"sandbox_id", "state", b"state", "status_message", b"status_message", "template", b"template", "tenant", b"tenant", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -309,3 +320,91 @@ class DeleteSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteSessionResponse: _TypeAlias = DeleteSessionResponse  # noqa: Y015
+
+@_typing.final
+class ListTemplatesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTemplatesRequest: _TypeAlias = ListTemplatesRequest  # noqa: Y015
+
+@_typing.final
+class Template(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _State:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _StateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[Template._State.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        STATE_UNSPECIFIED: Template._State.ValueType  # 0
+        BUILDING: Template._State.ValueType  # 1
+        READY: Template._State.ValueType  # 2
+        FAILED: Template._State.ValueType  # 3
+
+    class State(_State, metaclass=_StateEnumTypeWrapper): ...
+    STATE_UNSPECIFIED: Template.State.ValueType  # 0
+    BUILDING: Template.State.ValueType  # 1
+    READY: Template.State.ValueType  # 2
+    FAILED: Template.State.ValueType  # 3
+
+    NAME_FIELD_NUMBER: _builtins.int
+    IMAGE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    POOL_SIZE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    image: _builtins.str
+    """The image its sandboxes run: `ocsb-template-NAME:HASH` for one built from a Dockerfile (HASH over its
+    build context and the sandbox image), the operator's reference for a prebuilt one.
+    """
+    state: Global___Template.State.ValueType
+    error: _builtins.str
+    """Why it FAILED: the build's last log lines, or what the agent check found."""
+    pool_size: _builtins.int
+    """Ready sandboxes of this template kept warm."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        image: _builtins.str = ...,
+        state: Global___Template.State.ValueType = ...,
+        error: _builtins.str = ...,
+        pool_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "image", b"image", "name", b"name", "pool_size", b"pool_size", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Template: _TypeAlias = Template  # noqa: Y015
+
+@_typing.final
+class ListTemplatesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEMPLATES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def templates(self) -> _containers.RepeatedCompositeFieldContainer[Global___Template]: ...
+    def __init__(
+        self,
+        *,
+        templates: _abc.Iterable[Global___Template] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["templates", b"templates"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTemplatesResponse: _TypeAlias = ListTemplatesResponse  # noqa: Y015

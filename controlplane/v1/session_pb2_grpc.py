@@ -54,6 +54,11 @@ class SessionServiceStub:
                 request_serializer=controlplane_dot_v1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=controlplane_dot_v1_dot_session__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
+        self.ListTemplates = channel.unary_unary(
+                '/controlplane.v1.SessionService/ListTemplates',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -87,6 +92,13 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTemplates(self, request, context):
+        """The templates this tenant may name in CreateSession, with their states.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +121,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.DeleteSession,
                     request_deserializer=controlplane_dot_v1_dot_session__pb2.DeleteSessionRequest.FromString,
                     response_serializer=controlplane_dot_v1_dot_session__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'ListTemplates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTemplates,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +236,33 @@ class SessionService:
             '/controlplane.v1.SessionService/DeleteSession',
             controlplane_dot_v1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
             controlplane_dot_v1_dot_session__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTemplates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/ListTemplates',
+            controlplane_dot_v1_dot_session__pb2.ListTemplatesRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.ListTemplatesResponse.FromString,
             options,
             channel_credentials,
             insecure,

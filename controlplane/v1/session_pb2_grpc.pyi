@@ -42,6 +42,8 @@ class SessionServiceStub:
     ListSessions: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]
     DeleteSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.DeleteSessionRequest, _session_pb2.DeleteSessionResponse]
     """Idempotent: deleting a deleted or unknown-but-once-owned session is not an error."""
+    ListTemplates: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListTemplatesRequest, _session_pb2.ListTemplatesResponse]
+    """The templates this tenant may name in CreateSession, with their states."""
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -55,6 +57,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ListSessions: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSessionsRequest, _session_pb2.ListSessionsResponse]  # type: ignore[assignment]
     DeleteSession: _aio.UnaryUnaryMultiCallable[_session_pb2.DeleteSessionRequest, _session_pb2.DeleteSessionResponse]  # type: ignore[assignment]
     """Idempotent: deleting a deleted or unknown-but-once-owned session is not an error."""
+    ListTemplates: _aio.UnaryUnaryMultiCallable[_session_pb2.ListTemplatesRequest, _session_pb2.ListTemplatesResponse]  # type: ignore[assignment]
+    """The templates this tenant may name in CreateSession, with their states."""
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -89,5 +93,13 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.DeleteSessionResponse, _abc.Awaitable[_session_pb2.DeleteSessionResponse]]:
         """Idempotent: deleting a deleted or unknown-but-once-owned session is not an error."""
+
+    @_abc_1.abstractmethod
+    def ListTemplates(
+        self,
+        request: _session_pb2.ListTemplatesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ListTemplatesResponse, _abc.Awaitable[_session_pb2.ListTemplatesResponse]]:
+        """The templates this tenant may name in CreateSession, with their states."""
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

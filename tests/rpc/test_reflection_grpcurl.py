@@ -95,6 +95,8 @@ async def test_describe_a_service(plane: Plane) -> None:
         "  rpc GetSession ( .controlplane.v1.GetSessionRequest ) returns ( .controlplane.v1.Session );\n"
         "  rpc ListSessions ( .controlplane.v1.ListSessionsRequest ) returns"
         " ( .controlplane.v1.ListSessionsResponse );\n"
+        "  rpc ListTemplates ( .controlplane.v1.ListTemplatesRequest ) returns"
+        " ( .controlplane.v1.ListTemplatesResponse );\n"
         "}\n"
     ), "")
 

@@ -23,11 +23,47 @@ def pools(default: str | None, tenants: dict[str, str]) -> tuple[RuntimePools, d
     async def check(sandbox: Sandbox) -> bool:
         return True
 
-    def make(runtime: str | None) -> WarmPool:
+    def make(runtime: str | None, template: str, size: int) -> WarmPool:
         made[runtime] = WarmPool(2, 1, create, discard, check)
         return made[runtime]
 
     return RuntimePools(default, tenants, make), made
+
+
+def template_pools(tenants: dict[str, str]) -> tuple[RuntimePools, dict[tuple[str | None, str], WarmPool]]:
+    made: dict[tuple[str | None, str], WarmPool] = {}
+
+    async def create() -> Sandbox:
+        raise AssertionError("never started here")
+
+    async def discard(sandbox_id: str) -> None:
+        return None
+
+    async def check(sandbox: Sandbox) -> bool:
+        return True
+
+    def make(runtime: str | None, template: str, size: int) -> WarmPool:
+        made[runtime, template] = WarmPool(size, 1, create, discard, check)
+        return made[runtime, template]
+
+    return RuntimePools(None, tenants, make, {"default": 3, "node": 1, "cold": 0}), made
+
+
+def test_each_template_has_a_pool_per_runtime_sized_by_its_own_pool() -> None:
+    runtimes, made = template_pools({"acme": "runsc"})
+    assert set(made) == {(r, t) for r in (None, "runsc") for t in ("default", "node", "cold")}
+    assert runtimes.pool_for("acme", "node") is made["runsc", "node"]
+    assert runtimes.pool_for("anyone", "node") is made[None, "node"]
+    assert runtimes.pool_for("anyone") is made[None, "default"]
+    assert runtimes.stats().target == 2 * (3 + 1 + 0)
+
+
+def test_a_pooled_container_goes_back_to_its_templates_pool_only() -> None:
+    runtimes, made = template_pools({"acme": "runsc"})
+    assert runtimes.pool_of("runc", "node") is made[None, "node"]
+    assert runtimes.pool_of("runsc", "node") is made["runsc", "node"]
+    assert runtimes.pool_of("runc", "gone") is None  # a template no longer configured: not adopted
+    assert runtimes.pool_of("runsc", "gone") is None
 
 
 def test_each_tenant_gets_its_runtime_and_that_runtimes_pool() -> None:

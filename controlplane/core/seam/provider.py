@@ -23,6 +23,7 @@ from controlplane.core.seam.messages import (
     UploadSummary,
 )
 from controlplane.core.sessions.models import Resources
+from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import SandboxLostError
 
 SandboxState = Literal["creating", "pool", "claimed"]
@@ -203,8 +204,14 @@ class SandboxProvider(abc.ABC):
         """Reconciles against `live` (sandbox id -> session id) and starts filling the pool."""
 
     @abc.abstractmethod
-    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
-        """A ready sandbox for the session: from the pool when its resources are the default."""
+    async def acquire(self, session_id: str, tenant: str, resources: Resources,
+                      template: str = DEFAULT_TEMPLATE) -> Sandbox:
+        """A ready sandbox for the session, from `template`'s image (one of `templates()`, the caller checked):
+        from the pool when its resources are the default."""
+
+    def templates(self) -> list[TemplateInfo]:
+        """The images sessions may name. Here (providers without `[[templates]]`): only the default."""
+        return [TemplateInfo(DEFAULT_TEMPLATE, "", "ready", "", self.pool_stats().target)]
 
     @abc.abstractmethod
     async def get(self, sandbox_id: str) -> Sandbox:

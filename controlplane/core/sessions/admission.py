@@ -38,6 +38,8 @@ class CreateSpec:
     config_json: str = ""
     labels: dict[str, str] | None = None
     resources: Resources | None = None
+    template: str = ""
+    """A template's name; empty: the default (the sandbox image itself)."""
 
 
 def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:

@@ -22,6 +22,7 @@ from controlplane.core.sessions.cpu_usage import CpuAccount, CpuStore
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import fail_stored, still_answers
 from controlplane.core.sessions.models import Session, SessionState
+from controlplane.core.sessions.templates import TemplateAccess, TemplateInfo
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -58,6 +59,8 @@ class SessionManager:
         """Host admission (capacity): unbounded unless the app gives the machine's capacity."""
         self._store = store
         self._provider = provider
+        self.templates = TemplateAccess()
+        """Which templates each tenant may use (the app sets the operator's `[[tenants]] templates`)."""
         self.cpu = CpuAccount(provider, cpu_store)
         """CPU-seconds per tenant (cpu_usage.py): without a store, only live sandboxes' are known."""
         self._policy = policy
@@ -147,6 +150,7 @@ class SessionManager:
         # Everything the request alone can be refused for is checked before anything exists: a refused
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = admission.resources(self._policy, spec.resources)
+        template = self.templates.check(tenant, spec.template, self._provider.templates())
         project = await admission.check_archive(self._policy, spec.workspace_archive)
         read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
@@ -160,11 +164,11 @@ class SessionManager:
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
             labels=dict(spec.labels or {}), config_json=config_json,
-            caller_config_json=caller_config,
+            caller_config_json=caller_config, template=template,
         )
         try:
             with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
-                sandbox = await self._provider.acquire(session.id, tenant, resources)
+                sandbox = await self._provider.acquire(session.id, tenant, resources, template)
                 spans.acquired(acquiring, sandbox.id, sandbox.from_pool)
         except ControlPlaneError as exc:
             # Not the request's fault (no engine, hardening refused): kept as a FAILED session to look at.
@@ -215,13 +219,17 @@ class SessionManager:
             id="ses_" + secrets.token_hex(12), tenant=parent.tenant, agent=agent, state=SessionState.READY,
             resources=parent.resources, created_at=now, last_active_at=now, sandbox_id=parent.sandbox_id,
             config_json=parent.config_json, parent_id=parent.id, title=title,
-            caller_config_json=parent.caller_config_json,
+            caller_config_json=parent.caller_config_json, template=parent.template,
         )
         await self._store.put_session(child)
         self._live[child.id] = child
         self.bus.publish("session.created", child.tenant, child.id, id=child.id, agent=agent,
                          sandboxID=child.sandbox_id, parentID=parent.id, title=title)
         return replace(child)
+
+    def list_templates(self, tenant: str) -> list[TemplateInfo]:
+        """The templates `tenant` may use, with their states."""
+        return self.templates.visible(tenant, self._provider.templates())
 
     def live_child(self, parent_id: str, child_id: str) -> Session | None:
         """The running child `child_id` of `parent_id`, if there is one."""

@@ -46,6 +46,8 @@ class Session:
     """The caller's own `config_json` (as JSON) when the workspace's project config added to it, so that
     `config_json` is the merged config: the workspace may narrow the caller's rules, never widen them
     (controlplane.core.permissions.rule_layers). None when `config_json` is the caller's alone."""
+    template: str = "default"
+    """The template whose image the session's sandbox runs (core/sessions/templates.py)."""
 
     def expires_at(self, idle_timeout_s: float, max_lifetime_s: float) -> float:
         return min(self.last_active_at + idle_timeout_s, self.created_at + max_lifetime_s)

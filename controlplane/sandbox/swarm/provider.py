@@ -195,7 +195,7 @@ class SwarmSandboxProvider(SandboxProvider):
     def on_lost(self, listener: LostListener) -> None:
         self._lost_listeners.append(listener)
 
-    async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
+    async def acquire(self, session_id: str, tenant: str, resources: Resources, template: str = "default") -> Sandbox:
         if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
             sandbox = await self._pool.take()
             if sandbox is not None:
