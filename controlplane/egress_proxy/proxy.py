@@ -1,0 +1,520 @@
+"""One session's vetting HTTP proxy, listening on a Unix socket in the session's socket dir.
+
+For every CONNECT and every absolute-URI request: the host must pass the session's NetworkRules, its name
+is resolved once by the proxy (the `[egress] hosts` map first), each address is vetted by the operator's
+guard (controlplane.egress), and the proxy connects to the vetted address itself, so a second DNS answer
+cannot move the connection. A CONNECT tunnel is bytes to that one address; a plain-HTTP connection is
+parsed request by request, and a request for another host is vetted again. Redirects are passed back to
+the client untouched. Every byte both ways goes through the session's ByteMeter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from controlplane.egress import (
+    METADATA_HOSTS,
+    EgressPolicy,
+    EgressRefusedError,
+    FetchConnectError,
+    FetchFailedError,
+    IPAddress,
+    refusal_reason,
+)
+from controlplane.egress_proxy import http1
+from controlplane.egress_proxy.rules import HostPattern, NetworkRules, ip_literal, normal_host
+from controlplane.egress_proxy.types import ByteMeter, ConnectionRecord, Credential, EgressBudgetError, Interceptor
+from controlplane.errors import InvalidArgumentError
+
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+"""(name, port) -> addresses as text; the system resolver unless a test or site gives its own."""
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """Bounds on what one session's proxy holds open (a sandbox must not exhaust the control plane)."""
+
+    max_head: int = 64 * 1024
+    """Largest request or response head, and longest chunk-size line."""
+    max_connections: int = 64
+    """Client connections open at once; more are answered 503."""
+    head_timeout_s: float = 60.0
+    """How long a client connection may sit without sending its next request head."""
+    idle_timeout_s: float = 300.0
+    """How long a tunnel or a transfer may pass no byte either way."""
+    resolve_timeout_s: float = 10.0
+    connect_timeout_s: float = 15.0
+
+
+class SessionProxy:
+    """The proxy of one session: `start(path)` listens, `close()` stops it and cuts every connection."""
+
+    def __init__(self, *, session_id: str, tenant: str, rules: NetworkRules, guard: EgressPolicy,
+                 static_hosts: Mapping[str, str], meter: ByteMeter, credentials: Sequence[Credential],
+                 interceptor: Interceptor | None, on_record: Callable[[ConnectionRecord], None],
+                 resolver: Resolver | None = None, limits: ProxyLimits | None = None) -> None:
+        self.session_id = session_id
+        self.tenant = tenant
+        self.rules = rules
+        self.guard = guard
+        self.static_hosts = {_static_key(k): str(ipaddress.ip_address(v)) for k, v in static_hosts.items()}
+        self.meter = meter
+        self._credentials = tuple((HostPattern.parse(c.host), c) for c in credentials)
+        self.interceptor = interceptor
+        self.on_record = on_record
+        self.resolver = resolver or _system_resolver
+        self.limits = limits or ProxyLimits()
+        self._server: asyncio.AbstractServer | None = None
+        self._path: Path | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
+
+    async def start(self, path: Path) -> None:
+        """Listens on the Unix socket `path` (replacing a stale one), world-connectable: the sandbox's agent
+        runs as another uid, and the socket dir's own mode is what keeps other sessions out."""
+        await asyncio.to_thread(_remove_socket, path)
+        self._server = await asyncio.start_unix_server(self._accept, path=str(path), limit=self.limits.max_head)
+        os.chmod(path, 0o666)
+        self._path = path
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        if self._path is not None:
+            await asyncio.to_thread(_remove_socket, self._path)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._server is None or len(self._connections) >= self.limits.max_connections:
+            self.record("", 0, "", "refused", "too many connections", 0, 0)
+            await _answer(writer, 503, f"ocsb egress: this session already has {self.limits.max_connections} "
+                                       "connections open through its proxy")
+            await _close(reader, writer)
+            return
+        self._connections[task] = writer
+        try:
+            await _ClientConnection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            # Our own close() cancels the handlers; the stream server would log a cancelled handler as an error.
+            if self._server is not None:
+                raise
+        finally:
+            del self._connections[task]
+            await _close(reader, writer)
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    async def vet(self, host: str, port: int) -> tuple[str, tuple[IPAddress, ...]]:
+        """(normal name, addresses to connect to, in order); EgressRefusedError when either policy refuses."""
+        name = normal_host(host)
+        if name is None:
+            raise InvalidArgumentError(f"ocsb egress: {host[:100]!r} is not a host name")
+        if not self.rules.allows(name, port):
+            raise EgressRefusedError(f"ocsb egress: host {name} (port {port}) is not in this session's network policy")
+        trusted = self.guard.allows_host(name)
+        if name in METADATA_HOSTS and not trusted:
+            raise EgressRefusedError(f"ocsb egress: host {name} is a cloud metadata host, refused by the "
+                                     "operator's egress policy")
+        literal = ip_literal(name)
+        addresses = (literal,) if literal is not None else await self._resolve(name, port)
+        if not trusted:
+            for address in addresses:
+                reason = refusal_reason(address)
+                if reason is not None and not self.guard.allows_address(address):
+                    what = f"{address} is" if literal is not None else f"host {name} resolves to {address},"
+                    raise EgressRefusedError(f"ocsb egress: {what} {reason}, refused by the operator's egress policy")
+        return name, addresses
+
+    async def _resolve(self, name: str, port: int) -> tuple[IPAddress, ...]:
+        static = self.static_hosts.get(name)
+        if static is not None:
+            return (ipaddress.ip_address(static),)
+        try:
+            answers = await asyncio.wait_for(self.resolver(name, port), self.limits.resolve_timeout_s)
+        except (TimeoutError, OSError) as exc:
+            raise FetchFailedError(f"ocsb egress: cannot resolve host {name}: {exc or 'timed out'}") from exc
+        found: dict[IPAddress, None] = {}
+        for answer in answers:
+            # A scoped link-local answer ("fe80::1%eth0") is still link-local: classify it without the scope.
+            found[ipaddress.ip_address(answer.split("%", 1)[0])] = None
+        if not found:
+            raise FetchFailedError(f"ocsb egress: host {name} has no address")
+        return tuple(found)
+
+    def credential_for(self, name: str, port: int) -> Credential | None:
+        for pattern, credential in self._credentials:
+            if pattern.matches(name, port):
+                return credential
+        return None
+
+    async def connect(self, name: str, port: int, addresses: Sequence[IPAddress]
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str]:
+        """A connection to the first vetted address that answers (never to anything else)."""
+        failure: BaseException | None = None
+        for address in addresses:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(str(address), port, limit=self.limits.max_head),
+                    self.limits.connect_timeout_s)
+            except (TimeoutError, OSError) as exc:
+                failure = exc
+                continue
+            return reader, writer, str(address)
+        raise FetchConnectError(f"ocsb egress: cannot connect to {name} port {port}: {failure or 'no address'}")
+
+    def record(self, host: str, port: int, address: str, decision: str, reason: str, up: int, down: int,
+                intercepted: bool = False) -> None:
+        self.on_record(ConnectionRecord(
+            session_id=self.session_id, tenant=self.tenant, host=host, port=port, address=address,
+            decision=decision, reason=reason, bytes_up=up, bytes_down=down, intercepted=intercepted))
+
+
+class _ConnectionMeter(ByteMeter):
+    """One upstream connection's bytes, passed on to the session's meter (which holds the budget)."""
+
+    def __init__(self, session: ByteMeter) -> None:
+        super().__init__(None)
+        self._session = session
+
+    def add(self, *, up: int = 0, down: int = 0) -> None:
+        self._session.add(up=up, down=down)
+        super().add(up=up, down=down)
+
+
+@dataclass
+class _Upstream:
+    name: str
+    port: int
+    address: str
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    meter: _ConnectionMeter
+    credential: Credential | None
+
+
+class _ClientConnection:
+    """One client connection: a CONNECT tunnel, or a run of plain-HTTP requests."""
+
+    def __init__(self, proxy: SessionProxy, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.proxy = proxy
+        self.limits = proxy.limits
+        self.reader = reader
+        self.writer = writer
+        self.upstream: _Upstream | None = None
+        self.cut_reason = ""
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    raw = await http1.read_head(self.reader, self.limits.head_timeout_s)
+                    if raw is None:
+                        return
+                    head = http1.parse_head(raw, request=True)
+                except TimeoutError:
+                    return
+                except InvalidArgumentError as exc:
+                    await _answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
+                    return
+                if head.start[0] == "CONNECT":
+                    await self._tunnel(head)
+                    return
+                if not await self._forward(head):
+                    return
+        except EgressBudgetError as exc:
+            self.cut_reason = str(exc)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, InvalidArgumentError) as exc:
+            self.cut_reason = f"cut: {type(exc).__name__}: {exc}"[:300]
+        finally:
+            await self._drop_upstream()
+
+    async def _vet(self, host: str, port: int) -> tuple[str, tuple[IPAddress, ...]] | None:
+        """The vetted destination, or None once the client was answered 400, 403 or 502."""
+        try:
+            return await self.proxy.vet(host, port)
+        except EgressRefusedError as exc:
+            self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0)
+            await _answer(self.writer, 403, str(exc))
+        except InvalidArgumentError as exc:
+            await _answer(self.writer, 400, str(exc))
+        except FetchFailedError as exc:
+            self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0)
+            await _answer(self.writer, 502, str(exc))
+        return None
+
+    async def _open(self, name: str, port: int, addresses: Sequence[IPAddress]) -> _Upstream | None:
+        try:
+            reader, writer, address = await self.proxy.connect(name, port, addresses)
+        except FetchConnectError as exc:
+            self.proxy.record(name, port, str(addresses[0]), "refused", str(exc), 0, 0)
+            await _answer(self.writer, 502, str(exc))
+            return None
+        return _Upstream(name, port, address, reader, writer, _ConnectionMeter(self.proxy.meter),
+                         self.proxy.credential_for(name, port))
+
+    async def _drop_upstream(self) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is None:
+            return
+        await _close(None, upstream.writer)
+        self.proxy.record(upstream.name, upstream.port, upstream.address, "allowed", self.cut_reason,
+                           upstream.meter.up, upstream.meter.down)
+
+    # -- CONNECT -----------------------------------------------------------------------------------
+
+    async def _tunnel(self, head: http1.Head) -> None:
+        target = _authority(head.start[1], default_port=None)
+        if target is None:
+            await _answer(self.writer, 400, f"ocsb egress: bad CONNECT target {head.start[1][:100]!r} (host:port)")
+            return
+        vetted = await self._vet(*target)
+        if vetted is None:
+            return
+        name, addresses = vetted
+        port = target[1]
+        credential = self.proxy.credential_for(name, port)
+        interceptor = self.proxy.interceptor
+        if credential is not None and interceptor is not None:
+            await self._intercept(interceptor, name, port, str(addresses[0]), credential)
+            return
+        self.upstream = await self._open(name, port, addresses)
+        if self.upstream is None:
+            return
+        self.writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await self.writer.drain()
+        await _splice(self.reader, self.writer, self.upstream.reader, self.upstream.writer, self.upstream.meter,
+                      self.limits.idle_timeout_s)
+
+    async def _intercept(self, interceptor: Interceptor, name: str, port: int, address: str,
+                         credential: Credential) -> None:
+        meter = _ConnectionMeter(self.proxy.meter)
+        self.writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await self.writer.drain()
+        reason = ""
+        try:
+            await interceptor.intercept(self.reader, self.writer, session_id=self.proxy.session_id, host=name,
+                                        port=port, address=address, credential=credential, meter=meter)
+        except EgressBudgetError as exc:
+            reason = str(exc)
+        finally:
+            self.proxy.record(name, port, address, "allowed", reason, meter.up, meter.down, intercepted=True)
+
+    # -- absolute-URI requests ---------------------------------------------------------------------
+
+    async def _forward(self, head: http1.Head) -> bool:
+        """Sends one request on and its response back; whether the client connection stays open."""
+        method, target, version = head.start
+        parsed = _absolute_http(target)
+        if parsed is None:
+            await _answer(self.writer, 400, f"ocsb egress: {target[:100]!r} is not an absolute http:// URL (use "
+                                            "CONNECT for https)")
+            return False
+        host, port, path = parsed
+        try:
+            framing = http1.request_framing(head)
+        except InvalidArgumentError as exc:
+            await _answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
+            return False
+        current = self.upstream
+        if current is None or (current.name, current.port) != (normal_host(host), port):
+            await self._drop_upstream()
+            vetted = await self._vet(host, port)
+            if vetted is None:
+                return False
+            self.upstream = await self._open(vetted[0], port, vetted[1])
+            if self.upstream is None:
+                return False
+        upstream = self.upstream
+        assert upstream is not None
+        expects = "100-continue" in head.tokens("expect")
+        upstream.writer.write(self._request_head(head, upstream, path))
+        await upstream.writer.drain()
+        if expects:
+            # Answered here: forwarding the expectation would leave the client waiting while the body waits.
+            self.writer.write(f"{version} 100 Continue\r\n\r\n".encode())
+            await self.writer.drain()
+        await http1.relay_body(framing, self.reader, upstream.writer, lambda n: upstream.meter.add(up=n),
+                               self.limits.idle_timeout_s)
+        return await self._respond(method, head.wants_close(), upstream)
+
+    def _request_head(self, head: http1.Head, upstream: _Upstream, path: str) -> bytes:
+        drop = http1.HOP_BY_HOP | head.tokens("connection") | {"host", "expect"}
+        if upstream.credential is not None:
+            drop |= {upstream.credential.header.lower()}
+        headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
+        host = f"[{upstream.name}]" if ":" in upstream.name else upstream.name
+        headers.insert(0, ("Host", host if upstream.port == 80 else f"{host}:{upstream.port}"))
+        if upstream.credential is not None:
+            headers.append((upstream.credential.header, upstream.credential.value))
+        data = http1.serialize((head.start[0], path, "HTTP/1.1"), headers)
+        upstream.meter.add(up=len(data))
+        return data
+
+    async def _respond(self, method: str, client_close: bool, upstream: _Upstream) -> bool:
+        while True:
+            raw = await http1.read_head(upstream.reader, self.limits.idle_timeout_s)
+            if raw is None:
+                raise http1.BadMessage("the server closed the connection without a response")
+            head = http1.parse_head(raw, request=False)
+            status = int(head.start[1])
+            if status == 101:
+                raise http1.BadMessage("the server switched protocols although no upgrade was forwarded")
+            framing = http1.response_framing(head, method)
+            close = client_close or head.wants_close() or framing.kind == "close"
+            drop = http1.HOP_BY_HOP | head.tokens("connection")
+            headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
+            if close and status >= 200:
+                headers.append(("Connection", "close"))
+            data = http1.serialize(("HTTP/1.1", head.start[1], head.start[2]), headers)
+            upstream.meter.add(down=len(data))
+            self.writer.write(data)
+            await self.writer.drain()
+            if status >= 200:
+                break
+        await http1.relay_body(framing, upstream.reader, self.writer, lambda n: upstream.meter.add(down=n),
+                               self.limits.idle_timeout_s)
+        if head.wants_close() or framing.kind == "close":
+            await self._drop_upstream()
+        return not close
+
+
+async def _splice(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
+                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, meter: ByteMeter, idle_s: float) -> None:
+    """Bytes both ways until both sides are done, or either fails, or neither moves for `idle_s`."""
+    last = [time.monotonic()]
+
+    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(source.read(http1.CHUNK), idle_s)
+            except TimeoutError:
+                if time.monotonic() - last[0] >= idle_s:
+                    raise
+                continue
+            if not chunk:
+                if sink.can_write_eof():
+                    with contextlib.suppress(OSError):
+                        sink.write_eof()
+                return
+            last[0] = time.monotonic()
+            if up:
+                meter.add(up=len(chunk))
+            else:
+                meter.add(down=len(chunk))
+            sink.write(chunk)
+            await sink.drain()
+
+    tasks = [asyncio.ensure_future(pump(client_reader, writer, True)),
+             asyncio.ensure_future(pump(reader, client_writer, False))]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+
+
+def _authority(text: str, default_port: int | None) -> tuple[str, int] | None:
+    """(host, port) of `host:port` or `[v6]:port`; None when malformed."""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket:
+            return None
+        port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
+    else:
+        host, colon, port_text_ = text.rpartition(":")
+        if not colon:
+            host, port_text_ = text, ""
+        if ":" in host:
+            return None  # an IPv6 address needs its brackets
+        port_text = port_text_
+    if port_text is None or not host:
+        return None
+    if not port_text:
+        return (host, default_port) if default_port is not None else None
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        return None
+    return host, int(port_text)
+
+
+def _absolute_http(target: str) -> tuple[str, int, str] | None:
+    """(host, port, origin-form path) of an absolute http:// request target."""
+    if not target[:7].lower() == "http://":
+        return None
+    try:
+        parts = urlsplit(target)
+    except ValueError:
+        return None
+    authority = parts.netloc.rpartition("@")[2]
+    found = _authority(authority, default_port=80)
+    if found is None:
+        return None
+    path = parts.path or "/"
+    return found[0], found[1], path + (f"?{parts.query}" if parts.query else "")
+
+
+LINGER_S = 0.5
+LINGER_BYTES = 64 * 1024
+_REASONS = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    body = (message + "\n").encode()
+    head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    with contextlib.suppress(OSError):
+        writer.write(head.encode() + body)
+        await writer.drain()
+
+
+async def _close(reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter) -> None:
+    """Closes a connection; a client's unread bytes are drained first (briefly, boundedly), so that the answer
+    already written is not lost to a reset."""
+    if reader is not None and not writer.is_closing():
+        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            await asyncio.wait_for(reader.read(LINGER_BYTES), LINGER_S)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+
+
+def _remove_socket(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_socket():
+            path.unlink()
+
+
+def _static_key(name: str) -> str:
+    key = normal_host(name)
+    if key is None:
+        raise InvalidArgumentError(f"egress hosts: {name!r} is not a host name")
+    return key
+
+
+async def _system_resolver(name: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
