@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import socket
 import time
@@ -31,9 +32,12 @@ from controlplane.egress import (
     refusal_reason,
 )
 from controlplane.egress_proxy import http1
+from controlplane.egress_proxy.accounting import trace_connection
 from controlplane.egress_proxy.rules import HostPattern, NetworkRules, ip_literal, normal_host
 from controlplane.egress_proxy.types import ByteMeter, ConnectionRecord, Credential, EgressBudgetError, Interceptor
 from controlplane.errors import InvalidArgumentError
+
+log = logging.getLogger(__name__)
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """(name, port) -> addresses as text; the system resolver unless a test or site gives its own."""
@@ -68,7 +72,7 @@ class SessionProxy:
         self.guard = guard
         self.static_hosts = {_static_key(k): str(ipaddress.ip_address(v)) for k, v in static_hosts.items()}
         self.meter = meter
-        self._credentials = tuple((HostPattern.parse(c.host), c) for c in credentials)
+        self._credentials = tuple((HostPattern.parse(c.host), _checked(c)) for c in credentials)
         self.interceptor = interceptor
         self.on_record = on_record
         self.resolver = resolver or _system_resolver
@@ -106,9 +110,10 @@ class SessionProxy:
         task = asyncio.current_task()
         assert task is not None
         if self._server is None or len(self._connections) >= self.limits.max_connections:
-            self.record("", 0, "", "refused", "too many connections", 0, 0)
-            await _answer(writer, 503, f"ocsb egress: this session already has {self.limits.max_connections} "
-                                       "connections open through its proxy")
+            message = (f"ocsb egress: this session already has {self.limits.max_connections} connections open "
+                       "through its proxy")
+            self.record("", 0, "", "refused", message, 0, 0)
+            await _answer(writer, 503, message)
             await _close(reader, writer)
             return
         self._connections[task] = writer
@@ -183,10 +188,15 @@ class SessionProxy:
         raise FetchConnectError(f"ocsb egress: cannot connect to {name} port {port}: {failure or 'no address'}")
 
     def record(self, host: str, port: int, address: str, decision: str, reason: str, up: int, down: int,
-                intercepted: bool = False) -> None:
-        self.on_record(ConnectionRecord(
+               intercepted: bool = False, started_ns: int | None = None) -> None:
+        record = ConnectionRecord(
             session_id=self.session_id, tenant=self.tenant, host=host, port=port, address=address,
-            decision=decision, reason=reason, bytes_up=up, bytes_down=down, intercepted=intercepted))
+            decision=decision, reason=reason, bytes_up=up, bytes_down=down, intercepted=intercepted)
+        trace_connection(record, started_ns or time.time_ns())
+        try:
+            self.on_record(record)
+        except Exception:  # accounting's failure must not end the connection it describes
+            log.exception("could not account for an egress connection of session %s", self.session_id)
 
 
 class _ConnectionMeter(ByteMeter):
@@ -210,6 +220,7 @@ class _Upstream:
     writer: asyncio.StreamWriter
     meter: _ConnectionMeter
     credential: Credential | None
+    started_ns: int
 
 
 class _ClientConnection:
@@ -222,6 +233,8 @@ class _ClientConnection:
         self.writer = writer
         self.upstream: _Upstream | None = None
         self.cut_reason = ""
+        self.started_ns = time.time_ns()
+        """When the request being answered arrived (a span's start)."""
 
     async def run(self) -> None:
         try:
@@ -231,6 +244,7 @@ class _ClientConnection:
                     if raw is None:
                         return
                     head = http1.parse_head(raw, request=True)
+                    self.started_ns = time.time_ns()
                 except TimeoutError:
                     return
                 except InvalidArgumentError as exc:
@@ -253,12 +267,14 @@ class _ClientConnection:
         try:
             return await self.proxy.vet(host, port)
         except EgressRefusedError as exc:
-            self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0)
+            self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0,
+                              started_ns=self.started_ns)
             await _answer(self.writer, 403, str(exc))
         except InvalidArgumentError as exc:
             await _answer(self.writer, 400, str(exc))
         except FetchFailedError as exc:
-            self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0)
+            self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0,
+                              started_ns=self.started_ns)
             await _answer(self.writer, 502, str(exc))
         return None
 
@@ -266,11 +282,11 @@ class _ClientConnection:
         try:
             reader, writer, address = await self.proxy.connect(name, port, addresses)
         except FetchConnectError as exc:
-            self.proxy.record(name, port, str(addresses[0]), "refused", str(exc), 0, 0)
+            self.proxy.record(name, port, str(addresses[0]), "refused", str(exc), 0, 0, started_ns=self.started_ns)
             await _answer(self.writer, 502, str(exc))
             return None
         return _Upstream(name, port, address, reader, writer, _ConnectionMeter(self.proxy.meter),
-                         self.proxy.credential_for(name, port))
+                         self.proxy.credential_for(name, port), self.started_ns)
 
     async def _drop_upstream(self) -> None:
         upstream, self.upstream = self.upstream, None
@@ -278,7 +294,7 @@ class _ClientConnection:
             return
         await _close(None, upstream.writer)
         self.proxy.record(upstream.name, upstream.port, upstream.address, "allowed", self.cut_reason,
-                           upstream.meter.up, upstream.meter.down)
+                          upstream.meter.up, upstream.meter.down, started_ns=upstream.started_ns)
 
     # -- CONNECT -----------------------------------------------------------------------------------
 
@@ -316,8 +332,11 @@ class _ClientConnection:
                                         port=port, address=address, credential=credential, meter=meter)
         except EgressBudgetError as exc:
             reason = str(exc)
+        except Exception as exc:  # the broker's failure ends this connection only, and is on the record
+            reason = f"cut: {type(exc).__name__}: {exc}"[:300]
         finally:
-            self.proxy.record(name, port, address, "allowed", reason, meter.up, meter.down, intercepted=True)
+            self.proxy.record(name, port, address, "allowed", reason, meter.up, meter.down, intercepted=True,
+                              started_ns=self.started_ns)
 
     # -- absolute-URI requests ---------------------------------------------------------------------
 
@@ -506,6 +525,15 @@ def _remove_socket(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         if path.is_socket():
             path.unlink()
+
+
+def _checked(credential: Credential) -> Credential:
+    # Written into request heads as they are: a line break would let a value add headers of its own.
+    for part in (credential.header, credential.value):
+        if not part or any(c in part for c in "\r\n\0"):
+            raise InvalidArgumentError(f"egress credential for {credential.host}: the header name and value must "
+                                       "each be one non-empty line")
+    return credential
 
 
 def _static_key(name: str) -> str:
