@@ -401,6 +401,10 @@ class _ClientConnection:
             framing = http1.response_framing(head, method)
             close = client_close or head.wants_close() or framing.kind == "close"
             drop = http1.HOP_BY_HOP | head.tokens("connection")
+            if head.values("transfer-encoding"):
+                # Transfer-Encoding decides, as it did here: a Content-Length beside it would let the client
+                # read the body differently from the proxy.
+                drop |= {"content-length"}
             headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
             if close and status >= 200:
                 headers.append(("Connection", "close"))

@@ -339,3 +339,21 @@ async def test_close_cuts_open_tunnels_and_removes_the_socket(tmp_path: Path, ec
     assert not p.path.exists()
     assert p.proxy.open_connections == 0
     assert [r.decision for r in p.records] == ["allowed"]
+
+
+async def test_a_response_framed_two_ways_reaches_the_client_framed_one_way(tmp_path: Path,
+                                                                          upstream: HttpUpstream) -> None:
+    async def ambiguous(_: Seen) -> bytes:
+        return (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"4\r\nbody\r\n0\r\n\r\n")
+
+    upstream.routes["/both"] = ambiguous
+    p = await start_proxy(tmp_path, allow_hosts=["allowed.test"], operator_cidrs=LOOPBACK, static_hosts=NAMES)
+    try:
+        status, headers, body = split_response(await p.exchange(get("allowed.test", upstream.port, "/both",
+                                                                    "Connection: close")))
+    finally:
+        await p.proxy.close()
+    assert status == 200
+    assert "content-length" not in headers
+    assert body == b"4\r\nbody\r\n0\r\n\r\n"
