@@ -4,13 +4,14 @@ bounds it keeps. The operator's guard admits 127.0.0.1/32 where a test needs to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from controlplane.egress_proxy.proxy import ProxyLimits
-from controlplane.egress_proxy.types import Credential
+from controlplane.egress_proxy.types import ByteMeter, Credential
 from tests.egress.support import EchoServer, HttpUpstream, Seen, response, split_response, start_proxy
 
 LOOPBACK = ["127.0.0.1/32"]
@@ -357,3 +358,98 @@ async def test_a_response_framed_two_ways_reaches_the_client_framed_one_way(tmp_
     assert status == 200
     assert "content-length" not in headers
     assert body == b"4\r\nbody\r\n0\r\n\r\n"
+
+
+async def test_the_byte_budget_cuts_a_tunnel(tmp_path: Path, echo: EchoServer) -> None:
+    p = await start_proxy(tmp_path, allow_hosts=["allowed.test"], operator_cidrs=LOOPBACK, static_hosts=NAMES,
+                          budget=10_000)
+    try:
+        reader, writer = await p.open()
+        writer.write(f"CONNECT allowed.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+        await reader.readuntil(b"\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(20):
+                writer.write(b"u" * 4096)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        back = bytearray()
+        with contextlib.suppress(ConnectionError):
+            while chunk := await asyncio.wait_for(reader.read(65536), 5):
+                back += chunk
+        writer.close()
+    finally:
+        await p.proxy.close()
+    assert len(echo.received) + len(back) <= 10_000
+    [record] = p.records
+    assert "network budget of 10000 bytes is spent" in record.reason
+
+
+async def test_silent_clients_and_idle_tunnels_are_closed(tmp_path: Path, echo: EchoServer) -> None:
+    limits = ProxyLimits(head_timeout_s=0.3, idle_timeout_s=0.3)
+    p = await start_proxy(tmp_path, allow_hosts=["allowed.test"], operator_cidrs=LOOPBACK, static_hosts=NAMES,
+                          limits=limits)
+    try:
+        silent_reader, silent_writer = await p.open()
+        assert await asyncio.wait_for(silent_reader.read(-1), 5) == b""
+        silent_writer.close()
+        reader, writer = await p.open()
+        writer.write(f"CONNECT allowed.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+        await reader.readuntil(b"\r\n\r\n")
+        assert await asyncio.wait_for(reader.read(-1), 5) == b""
+        writer.close()
+    finally:
+        await p.proxy.close()
+    assert p.proxy.open_connections == 0
+
+
+class RecordingInterceptor:
+    """Stands in for the credential broker's side of the seam: records what the proxy hands it and answers the
+    client itself, so the test sees that only a vetted CONNECT to a credential's host reaches it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str, str]] = []
+
+    async def intercept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, session_id: str,
+                        host: str, port: int, address: str, credential: Credential, meter: ByteMeter) -> None:
+        self.calls.append((host, port, address, credential.header))
+        data = await reader.readexactly(5)
+        meter.add(up=len(data))
+        writer.write(b"seen:" + data)
+        meter.add(down=10)
+        await writer.drain()
+
+    def session_ca_pem(self, session_id: str) -> bytes:
+        return b""
+
+    def forget(self, session_id: str) -> None:
+        return None
+
+
+async def test_a_connect_to_a_credentials_host_goes_to_the_interceptor_after_vetting(
+        tmp_path: Path, echo: EchoServer) -> None:
+    broker = RecordingInterceptor()
+    secret = Credential("*.corp.test", "Authorization", "Bearer operator-secret")
+    p = await start_proxy(tmp_path, allow_hosts=["git.corp.test", "allowed.test", "other.corp.test"],
+                          operator_cidrs=LOOPBACK, static_hosts={**NAMES, "git.corp.test": "127.0.0.1",
+                                                                 "other.corp.test": "10.9.9.9"},
+                          credentials=[secret], interceptor=broker)
+    try:
+        reader, writer = await p.open()
+        writer.write(b"CONNECT git.corp.test:443 HTTP/1.1\r\n\r\nhello")
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert await reader.readexactly(10) == b"seen:hello"
+        writer.close()
+        # A host without a credential is tunnelled untouched; a credential's host the guard refuses is refused.
+        plain_reader, plain_writer = await p.open()
+        plain_writer.write(f"CONNECT allowed.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+        plain = await plain_reader.readuntil(b"\r\n\r\n")
+        plain_writer.close()
+        refused = split_response(await p.exchange(b"CONNECT other.corp.test:443 HTTP/1.1\r\n\r\n"))
+    finally:
+        await p.proxy.close()
+    assert broker.calls == [("git.corp.test", 443, "127.0.0.1", "Authorization")]
+    assert plain.startswith(b"HTTP/1.1 200")
+    assert refused[0] == 403
+    intercepted = [r for r in p.records if r.intercepted]
+    assert [(r.host, r.bytes_up, r.bytes_down) for r in intercepted] == [("git.corp.test", 5, 10)]
+    assert p.proxy.meter.total >= 15
