@@ -10,6 +10,7 @@ import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from controlplane.errors import InvalidArgumentError
 
@@ -197,3 +198,41 @@ async def _write(writer: asyncio.StreamWriter, data: bytes, count: Count) -> Non
 def serialize(start: tuple[str, str, str], headers: list[tuple[str, str]]) -> bytes:
     lines = [" ".join(start), *(f"{k}: {v}" for k, v in headers), "", ""]
     return "\r\n".join(lines).encode("latin-1")
+
+
+def authority(text: str, default_port: int | None) -> tuple[str, int] | None:
+    """(host, port) of `host:port` or `[v6]:port`; None when malformed."""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket:
+            return None
+        port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
+    else:
+        host, colon, port_text_ = text.rpartition(":")
+        if not colon:
+            host, port_text_ = text, ""
+        if ":" in host:
+            return None  # an IPv6 address needs its brackets
+        port_text = port_text_
+    if port_text is None or not host:
+        return None
+    if not port_text:
+        return (host, default_port) if default_port is not None else None
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        return None
+    return host, int(port_text)
+
+
+def absolute_http(target: str) -> tuple[str, int, str] | None:
+    """(host, port, origin-form path) of an absolute http:// request target."""
+    if not target[:7].lower() == "http://":
+        return None
+    try:
+        parts = urlsplit(target)
+    except ValueError:
+        return None
+    found = authority(parts.netloc.rpartition("@")[2], default_port=80)
+    if found is None:
+        return None
+    path = parts.path or "/"
+    return found[0], found[1], path + (f"?{parts.query}" if parts.query else "")

@@ -20,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from controlplane.egress import (
     METADATA_HOSTS,
@@ -31,7 +30,7 @@ from controlplane.egress import (
     IPAddress,
     refusal_reason,
 )
-from controlplane.egress_proxy import http1
+from controlplane.egress_proxy import http1, relay
 from controlplane.egress_proxy.accounting import trace_connection
 from controlplane.egress_proxy.rules import HostPattern, NetworkRules, ip_literal, normal_host
 from controlplane.egress_proxy.types import ByteMeter, ConnectionRecord, Credential, EgressBudgetError, Interceptor
@@ -113,8 +112,8 @@ class SessionProxy:
             message = (f"ocsb egress: this session already has {self.limits.max_connections} connections open "
                        "through its proxy")
             self.record("", 0, "", "refused", message, 0, 0)
-            await _answer(writer, 503, message)
-            await _close(reader, writer)
+            await relay.answer(writer, 503, message)
+            await relay.close(reader, writer)
             return
         self._connections[task] = writer
         try:
@@ -125,7 +124,7 @@ class SessionProxy:
                 raise
         finally:
             del self._connections[task]
-            await _close(reader, writer)
+            await relay.close(reader, writer)
 
     # -- decisions ---------------------------------------------------------------------------------
 
@@ -248,7 +247,7 @@ class _ClientConnection:
                 except TimeoutError:
                     return
                 except InvalidArgumentError as exc:
-                    await _answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
+                    await relay.answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
                     return
                 if head.start[0] == "CONNECT":
                     await self._tunnel(head)
@@ -269,13 +268,13 @@ class _ClientConnection:
         except EgressRefusedError as exc:
             self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0,
                               started_ns=self.started_ns)
-            await _answer(self.writer, 403, str(exc))
+            await relay.answer(self.writer, 403, str(exc))
         except InvalidArgumentError as exc:
-            await _answer(self.writer, 400, str(exc))
+            await relay.answer(self.writer, 400, str(exc))
         except FetchFailedError as exc:
             self.proxy.record(normal_host(host) or host[:100], port, "", "refused", str(exc), 0, 0,
                               started_ns=self.started_ns)
-            await _answer(self.writer, 502, str(exc))
+            await relay.answer(self.writer, 502, str(exc))
         return None
 
     async def _open(self, name: str, port: int, addresses: Sequence[IPAddress]) -> _Upstream | None:
@@ -283,7 +282,7 @@ class _ClientConnection:
             reader, writer, address = await self.proxy.connect(name, port, addresses)
         except FetchConnectError as exc:
             self.proxy.record(name, port, str(addresses[0]), "refused", str(exc), 0, 0, started_ns=self.started_ns)
-            await _answer(self.writer, 502, str(exc))
+            await relay.answer(self.writer, 502, str(exc))
             return None
         return _Upstream(name, port, address, reader, writer, _ConnectionMeter(self.proxy.meter),
                          self.proxy.credential_for(name, port), self.started_ns)
@@ -292,16 +291,16 @@ class _ClientConnection:
         upstream, self.upstream = self.upstream, None
         if upstream is None:
             return
-        await _close(None, upstream.writer)
+        await relay.close(None, upstream.writer)
         self.proxy.record(upstream.name, upstream.port, upstream.address, "allowed", self.cut_reason,
                           upstream.meter.up, upstream.meter.down, started_ns=upstream.started_ns)
 
     # -- CONNECT -----------------------------------------------------------------------------------
 
     async def _tunnel(self, head: http1.Head) -> None:
-        target = _authority(head.start[1], default_port=None)
+        target = http1.authority(head.start[1], default_port=None)
         if target is None:
-            await _answer(self.writer, 400, f"ocsb egress: bad CONNECT target {head.start[1][:100]!r} (host:port)")
+            await relay.answer(self.writer, 400, f"ocsb egress: bad CONNECT target {head.start[1][:100]!r} (host:port)")
             return
         vetted = await self._vet(*target)
         if vetted is None:
@@ -318,7 +317,7 @@ class _ClientConnection:
             return
         self.writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await self.writer.drain()
-        await _splice(self.reader, self.writer, self.upstream.reader, self.upstream.writer, self.upstream.meter,
+        await relay.splice(self.reader, self.writer, self.upstream.reader, self.upstream.writer, self.upstream.meter,
                       self.limits.idle_timeout_s)
 
     async def _intercept(self, interceptor: Interceptor, name: str, port: int, address: str,
@@ -343,16 +342,16 @@ class _ClientConnection:
     async def _forward(self, head: http1.Head) -> bool:
         """Sends one request on and its response back; whether the client connection stays open."""
         method, target, version = head.start
-        parsed = _absolute_http(target)
+        parsed = http1.absolute_http(target)
         if parsed is None:
-            await _answer(self.writer, 400, f"ocsb egress: {target[:100]!r} is not an absolute http:// URL (use "
+            await relay.answer(self.writer, 400, f"ocsb egress: {target[:100]!r} is not an absolute http:// URL (use "
                                             "CONNECT for https)")
             return False
         host, port, path = parsed
         try:
             framing = http1.request_framing(head)
         except InvalidArgumentError as exc:
-            await _answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
+            await relay.answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
             return False
         current = self.upstream
         if current is None or (current.name, current.port) != (normal_host(host), port):
@@ -419,110 +418,6 @@ class _ClientConnection:
         if head.wants_close() or framing.kind == "close":
             await self._drop_upstream()
         return not close
-
-
-async def _splice(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
-                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, meter: ByteMeter, idle_s: float) -> None:
-    """Bytes both ways until both sides are done, or either fails, or neither moves for `idle_s`."""
-    last = [time.monotonic()]
-
-    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
-        while True:
-            try:
-                chunk = await asyncio.wait_for(source.read(http1.CHUNK), idle_s)
-            except TimeoutError:
-                if time.monotonic() - last[0] >= idle_s:
-                    raise
-                continue
-            if not chunk:
-                if sink.can_write_eof():
-                    with contextlib.suppress(OSError):
-                        sink.write_eof()
-                return
-            last[0] = time.monotonic()
-            if up:
-                meter.add(up=len(chunk))
-            else:
-                meter.add(down=len(chunk))
-            sink.write(chunk)
-            await sink.drain()
-
-    tasks = [asyncio.ensure_future(pump(client_reader, writer, True)),
-             asyncio.ensure_future(pump(reader, client_writer, False))]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            task.result()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-
-
-def _authority(text: str, default_port: int | None) -> tuple[str, int] | None:
-    """(host, port) of `host:port` or `[v6]:port`; None when malformed."""
-    if text.startswith("["):
-        host, bracket, rest = text[1:].partition("]")
-        if not bracket:
-            return None
-        port_text = rest[1:] if rest.startswith(":") else ("" if not rest else None)
-    else:
-        host, colon, port_text_ = text.rpartition(":")
-        if not colon:
-            host, port_text_ = text, ""
-        if ":" in host:
-            return None  # an IPv6 address needs its brackets
-        port_text = port_text_
-    if port_text is None or not host:
-        return None
-    if not port_text:
-        return (host, default_port) if default_port is not None else None
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        return None
-    return host, int(port_text)
-
-
-def _absolute_http(target: str) -> tuple[str, int, str] | None:
-    """(host, port, origin-form path) of an absolute http:// request target."""
-    if not target[:7].lower() == "http://":
-        return None
-    try:
-        parts = urlsplit(target)
-    except ValueError:
-        return None
-    authority = parts.netloc.rpartition("@")[2]
-    found = _authority(authority, default_port=80)
-    if found is None:
-        return None
-    path = parts.path or "/"
-    return found[0], found[1], path + (f"?{parts.query}" if parts.query else "")
-
-
-LINGER_S = 0.5
-LINGER_BYTES = 64 * 1024
-_REASONS = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 503: "Service Unavailable"}
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
-    body = (message + "\n").encode()
-    head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    with contextlib.suppress(OSError):
-        writer.write(head.encode() + body)
-        await writer.drain()
-
-
-async def _close(reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter) -> None:
-    """Closes a connection; a client's unread bytes are drained first (briefly, boundedly), so that the answer
-    already written is not lost to a reset."""
-    if reader is not None and not writer.is_closing():
-        with contextlib.suppress(OSError, TimeoutError, RuntimeError):
-            if writer.can_write_eof():
-                writer.write_eof()
-            await asyncio.wait_for(reader.read(LINGER_BYTES), LINGER_S)
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
 
 
 def _remove_socket(path: Path) -> None:
