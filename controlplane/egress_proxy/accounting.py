@@ -1,10 +1,10 @@
 """What the session proxies did, for the operator: an audit row and a span per connection, OTel counters by
 tenant, and byte totals per session and per tenant (AdminService.GetUsage).
 
-A tenant's total survives its sessions and restarts: each session's running total is written to the store
-(keyed by session, only ever raised, so writing it again never counts twice), and a tenant's figure is the
-sum of its sessions' rows. Writes are batched (at most one per session every FLUSH_S), and GetUsage flushes
-first, so what it reports includes the last transfer.
+A tenant's total survives its sessions and restarts: each session's bytes are added to its row in the store
+(so a session adopted by a restarted control plane goes on from its stored figure), and a tenant's figure is
+the sum of its sessions' rows. Writes are batched (at most one per session every FLUSH_S), and GetUsage
+flushes first, so what it reports includes the last transfer.
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ connections_counter = meter.create_counter(
 
 
 class EgressStore(Protocol):
-    async def put_session_egress(self, session_id: str, tenant: str, total_bytes: int) -> None:
-        """Records the session's total so far (a smaller figure than the stored one changes nothing)."""
+    async def add_session_egress(self, session_id: str, tenant: str, added_bytes: int) -> None:
+        """Adds bytes to the session's stored total (made at the first call)."""
         ...
+
+    async def session_egress_bytes(self, session_id: str) -> int: ...
 
     async def tenant_egress_bytes(self, tenant: str) -> int: ...
 
@@ -60,6 +62,8 @@ class _Totals:
     down: int = 0
     connections: int = 0
     refused: int = 0
+    unwritten: int = 0
+    """Bytes not yet added to the store."""
 
     @property
     def total(self) -> int:
@@ -108,6 +112,7 @@ class EgressAccounting:
             self._windows_end = time.monotonic() + REFUSAL_WINDOW_S
         self._spawn(self._write_audit(record))
         if record.bytes_up or record.bytes_down:
+            totals.unwritten += record.bytes_up + record.bytes_down
             self._dirty.add(record.session_id)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.ensure_future(self._flush_soon())
@@ -129,6 +134,14 @@ class EgressAccounting:
         await self.flush()
         return await self._store.tenant_egress_bytes(tenant)
 
+    async def stored_session_bytes(self, session_id: str) -> int:
+        """The session's bytes over every run of the control plane: what a session proxy started again for an
+        adopted session seeds its ByteMeter with, so that a restart does not renew the session's budget."""
+        if self._store is None:
+            return self.session_bytes(session_id)
+        await self.flush()
+        return await self._store.session_egress_bytes(session_id)
+
     async def forget(self, session_id: str) -> None:
         """The session ended: its total is written and dropped from memory."""
         await self.flush()
@@ -141,14 +154,17 @@ class EgressAccounting:
         while self._dirty:
             session_id = self._dirty.pop()
             totals = self._sessions.get(session_id)
-            if totals is None:
+            if totals is None or not totals.unwritten:
                 continue
+            amount = totals.unwritten
             try:
-                await self._store.put_session_egress(session_id, totals.tenant, totals.total)
-            except Exception as exc:  # accounting must not break the proxy; the next flush writes the total again
+                await self._store.add_session_egress(session_id, totals.tenant, amount)
+            except Exception as exc:  # accounting must not break the proxy; the next flush adds the bytes
                 self._dirty.add(session_id)
                 log.warning("could not store the network usage of session %s: %s", session_id, exc)
                 return
+            # Records that arrived while the write was under way stay unwritten.
+            totals.unwritten -= amount
 
     async def close(self) -> None:
         pending = self._windows_end - time.monotonic()

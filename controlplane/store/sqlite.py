@@ -156,13 +156,16 @@ class SqliteStore:
         )
         return float(rows[0]["s"])
 
-    async def put_session_egress(self, session_id: str, tenant: str, total_bytes: int) -> None:
+    async def add_session_egress(self, session_id: str, tenant: str, added_bytes: int) -> None:
         await self._execute(
             "INSERT INTO session_egress (session_id, tenant, total_bytes) VALUES (?, ?, ?) "
-            "ON CONFLICT (session_id) DO UPDATE SET "
-            "total_bytes = max(session_egress.total_bytes, excluded.total_bytes)",
-            (session_id, tenant, total_bytes),
+            "ON CONFLICT (session_id) DO UPDATE SET total_bytes = session_egress.total_bytes + excluded.total_bytes",
+            (session_id, tenant, added_bytes),
         )
+
+    async def session_egress_bytes(self, session_id: str) -> int:
+        rows = await self._fetch("SELECT total_bytes FROM session_egress WHERE session_id = ?", (session_id,))
+        return int(rows[0]["total_bytes"]) if rows else 0
 
     async def tenant_egress_bytes(self, tenant: str) -> int:
         rows = await self._fetch(

@@ -81,6 +81,12 @@ async def test_bytes_add_up_per_session_and_per_tenant_and_outlive_the_session(s
     again = EgressAccounting(writer, store)
     assert await again.tenant_bytes("acme") == 1130
     assert await again.tenant_bytes("beta") == 7
+    # The restarted plane's proxy for an adopted session goes on from the stored figure, and adds to it.
+    assert await again.stored_session_bytes("ses_1") == 1120
+    again.record(record("ses_1", down=80))
+    assert await again.stored_session_bytes("ses_1") == 1200
+    assert await again.tenant_bytes("acme") == 1210
+    await again.close()
 
 
 async def test_the_proxy_feeds_the_accounting_and_the_span(tmp_path: Path, store: SqliteStore) -> None:

@@ -293,17 +293,16 @@ async def test_sandbox_cpu_time_adds_up_per_tenant_counts_a_sandbox_once_and_goe
     assert await store.tenant_cpu_seconds("beta") == 4.0
 
 
-async def test_session_egress_bytes_add_up_per_tenant_count_a_session_once_and_go_with_its_tenant(
-    store: Store,
-) -> None:
+async def test_session_egress_bytes_add_up_per_session_and_tenant_and_go_with_the_tenant(store: Store) -> None:
     assert await store.tenant_egress_bytes("acme") == 0
+    assert await store.session_egress_bytes("ses_1") == 0
     await store.put_tenant("acme", "a" * 64)
-    await store.put_session_egress("ses_1", "acme", 1000)
-    await store.put_session_egress("ses_2", "acme", 5 * 2**31)  # past 32 bits: a long session's download
-    await store.put_session_egress("ses_3", "beta", 7)
-    # The running total is written again as it grows; an older, smaller figure arriving late changes nothing.
-    await store.put_session_egress("ses_1", "acme", 1500)
-    await store.put_session_egress("ses_1", "acme", 1200)
+    await store.add_session_egress("ses_1", "acme", 1000)
+    await store.add_session_egress("ses_2", "acme", 5 * 2**31)  # past 32 bits: a long session's downloads
+    await store.add_session_egress("ses_3", "beta", 7)
+    # A session adopted by a restarted control plane goes on from its stored figure.
+    await store.add_session_egress("ses_1", "acme", 500)
+    assert await store.session_egress_bytes("ses_1") == 1500
     assert await store.tenant_egress_bytes("acme") == 1500 + 5 * 2**31
     assert await store.tenant_egress_bytes("beta") == 7
     await store.delete_tenant("acme")
