@@ -354,7 +354,8 @@ class _ClientConnection:
             await relay.answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
             return False
         current = self.upstream
-        if current is None or (current.name, current.port) != (normal_host(host), port):
+        # A server that closed the kept-alive connection meanwhile gets a new one (resolved and vetted again).
+        if current is None or (current.name, current.port) != (normal_host(host), port) or current.reader.at_eof():
             await self._drop_upstream()
             vetted = await self._vet(host, port)
             if vetted is None:
@@ -398,7 +399,7 @@ class _ClientConnection:
             if status == 101:
                 raise http1.BadMessage("the server switched protocols although no upgrade was forwarded")
             framing = http1.response_framing(head, method)
-            close = client_close or head.wants_close() or framing.kind == "close"
+            close = client_close or framing.kind == "close"  # the server's own close ends only its connection
             drop = http1.HOP_BY_HOP | head.tokens("connection")
             if head.values("transfer-encoding"):
                 # Transfer-Encoding decides, as it did here: a Content-Length beside it would let the client

@@ -87,6 +87,7 @@ async def test_bytes_add_up_per_session_and_per_tenant_and_outlive_the_session(s
     assert await again.stored_session_bytes("ses_1") == 1200
     assert await again.tenant_bytes("acme") == 1210
     await again.close()
+    await writer.close()
 
 
 async def test_the_proxy_feeds_the_accounting_and_the_span(tmp_path: Path, store: SqliteStore) -> None:

@@ -453,3 +453,23 @@ async def test_a_connect_to_a_credentials_host_goes_to_the_interceptor_after_vet
     intercepted = [r for r in p.records if r.intercepted]
     assert [(r.host, r.bytes_up, r.bytes_down) for r in intercepted] == [("git.corp.test", 5, 10)]
     assert p.proxy.meter.total >= 15
+
+
+async def test_a_server_that_closed_a_kept_alive_connection_gets_a_new_one(tmp_path: Path,
+                                                                           upstream: HttpUpstream) -> None:
+    async def closing(_: Seen) -> bytes:
+        return response(200, b"bye", ("Connection", "close"))
+
+    upstream.routes["/bye"] = closing
+    p = await start_proxy(tmp_path, allow_hosts=["allowed.test"], operator_cidrs=LOOPBACK, static_hosts=NAMES)
+    try:
+        reader, writer = await p.open()
+        for path in ("/bye", "/"):
+            writer.write(get("allowed.test", upstream.port, path))
+            _, headers, _ = split_response(await reader.readuntil(b"\r\n\r\n") + b"\r\n\r\n")
+            await reader.readexactly(int(headers["content-length"]))
+        writer.close()
+    finally:
+        await p.proxy.close()
+    assert [s.target for s in upstream.seen] == ["/bye", "/"]
+    assert upstream.connections == 2
