@@ -374,7 +374,23 @@ class _ClientConnection:
             await self.writer.drain()
         await http1.relay_body(framing, self.reader, upstream.writer, lambda n: upstream.meter.add(up=n),
                                self.limits.idle_timeout_s)
-        return await self._respond(method, head.wants_close(), upstream)
+        try:
+            head_of_response = await self._response_head(upstream)
+        except (InvalidArgumentError, TimeoutError, OSError) as exc:
+            # Nothing of a response reached the client yet: it can still be told what went wrong.
+            self.cut_reason = f"bad response: {exc}"[:300]
+            await relay.answer(self.writer, 502, f"ocsb egress: {upstream.name} sent no usable response: {exc}"[:300])
+            return False
+        return await self._respond(method, head.wants_close(), upstream, head_of_response)
+
+    async def _response_head(self, upstream: _Upstream) -> http1.Head:
+        raw = await http1.read_head(upstream.reader, self.limits.idle_timeout_s)
+        if raw is None:
+            raise http1.BadMessage("the server closed the connection without a response")
+        head = http1.parse_head(raw, request=False)
+        if head.start[1] == "101":
+            raise http1.BadMessage("the server switched protocols although no upgrade was forwarded")
+        return head
 
     def _request_head(self, head: http1.Head, upstream: _Upstream, path: str) -> bytes:
         drop = http1.HOP_BY_HOP | head.tokens("connection") | {"host", "expect"}
@@ -389,15 +405,9 @@ class _ClientConnection:
         upstream.meter.add(up=len(data))
         return data
 
-    async def _respond(self, method: str, client_close: bool, upstream: _Upstream) -> bool:
+    async def _respond(self, method: str, client_close: bool, upstream: _Upstream, head: http1.Head) -> bool:
         while True:
-            raw = await http1.read_head(upstream.reader, self.limits.idle_timeout_s)
-            if raw is None:
-                raise http1.BadMessage("the server closed the connection without a response")
-            head = http1.parse_head(raw, request=False)
             status = int(head.start[1])
-            if status == 101:
-                raise http1.BadMessage("the server switched protocols although no upgrade was forwarded")
             framing = http1.response_framing(head, method)
             close = client_close or framing.kind == "close"  # the server's own close ends only its connection
             drop = http1.HOP_BY_HOP | head.tokens("connection")
@@ -414,6 +424,7 @@ class _ClientConnection:
             await self.writer.drain()
             if status >= 200:
                 break
+            head = await self._response_head(upstream)
         await http1.relay_body(framing, upstream.reader, self.writer, lambda n: upstream.meter.add(down=n),
                                self.limits.idle_timeout_s)
         if head.wants_close() or framing.kind == "close":

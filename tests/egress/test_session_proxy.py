@@ -473,3 +473,19 @@ async def test_a_server_that_closed_a_kept_alive_connection_gets_a_new_one(tmp_p
         await p.proxy.close()
     assert [s.target for s in upstream.seen] == ["/bye", "/"]
     assert upstream.connections == 2
+
+
+async def test_an_upstream_that_answers_garbage_gets_the_client_a_502(tmp_path: Path, upstream: HttpUpstream) -> None:
+    async def garbage(_: Seen) -> bytes:
+        return b"SMTP ready\r\nnot http at all\r\n\r\n"
+
+    upstream.routes["/smtp"] = garbage
+    p = await start_proxy(tmp_path, allow_hosts=["allowed.test"], operator_cidrs=LOOPBACK, static_hosts=NAMES)
+    try:
+        status, _, body = split_response(await p.exchange(get("allowed.test", upstream.port, "/smtp")))
+    finally:
+        await p.proxy.close()
+    assert status == 502
+    assert b"allowed.test sent no usable response: malformed" in body
+    [record] = p.records
+    assert record.reason.startswith("bad response")
