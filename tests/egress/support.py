@@ -58,32 +58,34 @@ class HttpUpstream:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while True:
-                try:
-                    raw = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                lines = raw.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                headers = [(k, v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
-                names = {k.lower(): v for k, v in headers}
-                body = b""
-                if names.get("transfer-encoding", "").lower() == "chunked":
-                    while True:
-                        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                        chunk = await reader.readexactly(size + 2)
-                        if size == 0:
-                            break
-                        body += chunk[:-2]
-                elif "content-length" in names:
-                    body = await reader.readexactly(int(names["content-length"]))
-                seen = Seen(method, target, headers, body)
-                self.seen.append(seen)
-                route = self.routes.get(target.split("?")[0])
-                writer.write(await route(seen) if route else response(404, b"no such route"))
-                await writer.drain()
+            await self._requests(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass  # a client that went away, or sent what this small server does not parse
         finally:
             writer.close()
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            raw = await reader.readuntil(b"\r\n\r\n")
+            lines = raw.decode("latin-1").split("\r\n")
+            method, target, _ = lines[0].split(" ", 2)
+            headers = [(k, v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
+            names = {k.lower(): v for k, v in headers}
+            body = b""
+            if names.get("transfer-encoding", "").lower() == "chunked":
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                    chunk = await reader.readexactly(size + 2)
+                    if size == 0:
+                        break
+                    body += chunk[:-2]
+            elif "content-length" in names:
+                body = await reader.readexactly(int(names["content-length"]))
+            seen = Seen(method, target, headers, body)
+            self.seen.append(seen)
+            route = self.routes.get(target.split("?")[0])
+            writer.write(await route(seen) if route else response(404, b"no such route"))
+            await writer.drain()
 
 
 def response(status: int, body: bytes, *headers: tuple[str, str]) -> bytes:
