@@ -30,7 +30,7 @@ from controlplane.egress import (
     IPAddress,
     refusal_reason,
 )
-from controlplane.egress_proxy import http1, relay
+from controlplane.egress_proxy import proxy_http, relay
 from controlplane.egress_proxy.accounting import trace_connection
 from controlplane.egress_proxy.rules import HostPattern, NetworkRules, ip_literal, normal_host
 from controlplane.egress_proxy.types import ByteMeter, ConnectionRecord, Credential, EgressBudgetError, Interceptor
@@ -239,10 +239,10 @@ class _ClientConnection:
         try:
             while True:
                 try:
-                    raw = await http1.read_head(self.reader, self.limits.head_timeout_s)
+                    raw = await proxy_http.read_head(self.reader, self.limits.head_timeout_s)
                     if raw is None:
                         return
-                    head = http1.parse_head(raw, request=True)
+                    head = proxy_http.parse_head(raw, request=True)
                     self.started_ns = time.time_ns()
                 except TimeoutError:
                     return
@@ -297,8 +297,8 @@ class _ClientConnection:
 
     # -- CONNECT -----------------------------------------------------------------------------------
 
-    async def _tunnel(self, head: http1.Head) -> None:
-        target = http1.authority(head.start[1], default_port=None)
+    async def _tunnel(self, head: proxy_http.Head) -> None:
+        target = proxy_http.authority(head.start[1], default_port=None)
         if target is None:
             await relay.answer(self.writer, 400, f"ocsb egress: bad CONNECT target {head.start[1][:100]!r} (host:port)")
             return
@@ -339,17 +339,17 @@ class _ClientConnection:
 
     # -- absolute-URI requests ---------------------------------------------------------------------
 
-    async def _forward(self, head: http1.Head) -> bool:
+    async def _forward(self, head: proxy_http.Head) -> bool:
         """Sends one request on and its response back; whether the client connection stays open."""
         method, target, version = head.start
-        parsed = http1.absolute_http(target)
+        parsed = proxy_http.absolute_http(target)
         if parsed is None:
             await relay.answer(self.writer, 400, f"ocsb egress: {target[:100]!r} is not an absolute http:// URL (use "
                                             "CONNECT for https)")
             return False
         host, port, path = parsed
         try:
-            framing = http1.request_framing(head)
+            framing = proxy_http.request_framing(head)
         except InvalidArgumentError as exc:
             await relay.answer(self.writer, 400, f"ocsb egress: bad request: {exc}")
             return False
@@ -372,7 +372,7 @@ class _ClientConnection:
             # Answered here: forwarding the expectation would leave the client waiting while the body waits.
             self.writer.write(f"{version} 100 Continue\r\n\r\n".encode())
             await self.writer.drain()
-        await http1.relay_body(framing, self.reader, upstream.writer, lambda n: upstream.meter.add(up=n),
+        await proxy_http.relay_body(framing, self.reader, upstream.writer, lambda n: upstream.meter.add(up=n),
                                self.limits.idle_timeout_s)
         try:
             head_of_response = await self._response_head(upstream)
@@ -383,17 +383,17 @@ class _ClientConnection:
             return False
         return await self._respond(method, head.wants_close(), upstream, head_of_response)
 
-    async def _response_head(self, upstream: _Upstream) -> http1.Head:
-        raw = await http1.read_head(upstream.reader, self.limits.idle_timeout_s)
+    async def _response_head(self, upstream: _Upstream) -> proxy_http.Head:
+        raw = await proxy_http.read_head(upstream.reader, self.limits.idle_timeout_s)
         if raw is None:
-            raise http1.BadMessage("the server closed the connection without a response")
-        head = http1.parse_head(raw, request=False)
+            raise proxy_http.BadMessage("the server closed the connection without a response")
+        head = proxy_http.parse_head(raw, request=False)
         if head.start[1] == "101":
-            raise http1.BadMessage("the server switched protocols although no upgrade was forwarded")
+            raise proxy_http.BadMessage("the server switched protocols although no upgrade was forwarded")
         return head
 
-    def _request_head(self, head: http1.Head, upstream: _Upstream, path: str) -> bytes:
-        drop = http1.HOP_BY_HOP | head.tokens("connection") | {"host", "expect"}
+    def _request_head(self, head: proxy_http.Head, upstream: _Upstream, path: str) -> bytes:
+        drop = proxy_http.HOP_BY_HOP | head.tokens("connection") | {"host", "expect"}
         if upstream.credential is not None:
             drop |= {upstream.credential.header.lower()}
         headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
@@ -401,16 +401,16 @@ class _ClientConnection:
         headers.insert(0, ("Host", host if upstream.port == 80 else f"{host}:{upstream.port}"))
         if upstream.credential is not None:
             headers.append((upstream.credential.header, upstream.credential.value))
-        data = http1.serialize((head.start[0], path, "HTTP/1.1"), headers)
+        data = proxy_http.serialize((head.start[0], path, "HTTP/1.1"), headers)
         upstream.meter.add(up=len(data))
         return data
 
-    async def _respond(self, method: str, client_close: bool, upstream: _Upstream, head: http1.Head) -> bool:
+    async def _respond(self, method: str, client_close: bool, upstream: _Upstream, head: proxy_http.Head) -> bool:
         while True:
             status = int(head.start[1])
-            framing = http1.response_framing(head, method)
+            framing = proxy_http.response_framing(head, method)
             close = client_close or framing.kind == "close"  # the server's own close ends only its connection
-            drop = http1.HOP_BY_HOP | head.tokens("connection")
+            drop = proxy_http.HOP_BY_HOP | head.tokens("connection")
             if head.values("transfer-encoding"):
                 # Transfer-Encoding decides, as it did here: a Content-Length beside it would let the client
                 # read the body differently from the proxy.
@@ -418,14 +418,14 @@ class _ClientConnection:
             headers = [(k, v) for k, v in head.headers if k.lower() not in drop]
             if close and status >= 200:
                 headers.append(("Connection", "close"))
-            data = http1.serialize(("HTTP/1.1", head.start[1], head.start[2]), headers)
+            data = proxy_http.serialize(("HTTP/1.1", head.start[1], head.start[2]), headers)
             upstream.meter.add(down=len(data))
             self.writer.write(data)
             await self.writer.drain()
             if status >= 200:
                 break
             head = await self._response_head(upstream)
-        await http1.relay_body(framing, upstream.reader, self.writer, lambda n: upstream.meter.add(down=n),
+        await proxy_http.relay_body(framing, upstream.reader, self.writer, lambda n: upstream.meter.add(down=n),
                                self.limits.idle_timeout_s)
         if head.wants_close() or framing.kind == "close":
             await self._drop_upstream()

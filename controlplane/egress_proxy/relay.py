@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 
-from controlplane.egress_proxy.http1 import CHUNK
+from controlplane.egress_proxy.proxy_http import CHUNK
 from controlplane.egress_proxy.types import ByteMeter
 
 
