@@ -119,5 +119,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "the template each session runs", added_columns=(
         ("sessions", "template", "TEXT NOT NULL DEFAULT 'default'"),
     )),
+    # BIGINT: a session's bytes pass 2**31 after 2 GiB; SQLite's INTEGER affinity stores it the same way.
+    Migration(8, "the bytes each session sent and received through its network proxy, for its tenant's usage", (
+        """CREATE TABLE IF NOT EXISTS session_egress (
+            session_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            total_bytes BIGINT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS session_egress_tenant ON session_egress (tenant)",
+    )),
 )
 LATEST = MIGRATIONS[-1].version
