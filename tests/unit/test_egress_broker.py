@@ -1,0 +1,409 @@
+"""The credential broker against real TLS servers on 127.0.0.1 with the test's own CA: the credential reaches the
+upstream and nothing else, the client sees a valid chain from the session's CA, an unverifiable upstream gets no
+request, a client cannot aim the credential at another host or tunnel past the broker, the byte budget cuts a
+transfer, and chunked bodies pass intact both ways."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import http.client
+import os
+import secrets
+import ssl
+import urllib.request
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from controlplane.egress_proxy.broker import CredentialBroker
+from controlplane.egress_proxy.types import ByteMeter, Credential, EgressBudgetError
+from controlplane.errors import ConfigError
+from tests.unit.egress_tls import (
+    HOST,
+    Front,
+    LoopbackCa,
+    Route,
+    Upstream,
+    answer,
+    client_context,
+    echo_chunked,
+    exchange,
+    sized,
+    tunnel,
+    until_close,
+)
+
+SECRET = "Bearer brokered-" + secrets.token_hex(16)
+
+
+def credential(header: str = "Authorization", value: str = SECRET) -> Credential:
+    return Credential(host=HOST, header=header, value=value)
+
+
+@pytest.fixture
+def test_ca(tmp_path: Path) -> LoopbackCa:
+    return LoopbackCa(tmp_path)
+
+
+def routes() -> dict[str, Route]:
+    return {"/hello": answer(b"hello"), "/echo": echo_chunked, "/close": until_close}
+
+
+def no_secret(*received: bytes) -> None:
+    for data in received:
+        assert SECRET.encode() not in data
+        assert SECRET.split()[1].encode() not in data
+
+
+async def test_the_credential_reaches_the_upstream_in_place_of_the_clients_own(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        ca = broker.session_ca_pem(front.session_id)
+
+        def run() -> bytes:
+            sock = tunnel(front.port, HOST, up.port, client_context(ca))
+            request = f"GET /hello HTTP/1.1\r\nHost: {HOST}:{up.port}\r\nauthorization: Bearer forged\r\n"
+            return exchange(sock, (request + "AUTHORIZATION: Basic also-forged\r\nConnection: close\r\n\r\n").encode())
+
+        received = await asyncio.to_thread(run)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert received.endswith(b"hello")
+    [seen] = up.seen
+    assert seen.header("authorization") == [SECRET]
+    assert seen.header("host") == [f"{HOST}:{up.port}"]
+    no_secret(received)
+
+
+async def test_every_request_on_a_kept_alive_connection_carries_it_pipelined_too(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential("X-Api-Key", SECRET), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> list[bytes]:
+            conn = http.client.HTTPSConnection("127.0.0.1", front.port, context=context)
+            conn.set_tunnel(HOST, up.port)
+            bodies = []
+            for _ in range(3):
+                conn.request("GET", "/hello", headers={"X-Api-Key": "forged"})
+                response = conn.getresponse()
+                bodies.append(response.read())
+            conn.close()
+            sock = tunnel(front.port, HOST, up.port, context)
+            one = f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+            two = f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+            bodies.append(exchange(sock, (one + two).encode()))
+            return bodies
+
+        bodies = await asyncio.to_thread(run)
+    assert bodies[:3] == [b"hello"] * 3
+    assert bodies[3].count(b"HTTP/1.1 200 OK") == 2
+    assert [seen.header("x-api-key") for seen in up.seen] == [[SECRET]] * 5
+    assert up.connections == 2, "the kept-alive client connection reused one upstream connection"
+    no_secret(*bodies)
+
+
+async def test_the_client_sees_a_valid_chain_from_the_session_ca_and_http11_only(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        ca_pem = broker.session_ca_pem(front.session_id)
+
+        def run() -> tuple[str | None, str | None, bytes]:
+            sock = tunnel(front.port, HOST, up.port, client_context(ca_pem, ["h2", "http/1.1"]))
+            offered_both = sock.selected_alpn_protocol()
+            leaf = sock.getpeercert(binary_form=True)
+            sock.close()
+            only_h2 = tunnel(front.port, HOST, up.port, client_context(ca_pem, ["h2"]))
+            offered_h2 = only_h2.selected_alpn_protocol()
+            only_h2.close()
+            assert leaf is not None
+            return offered_both, offered_h2, leaf
+
+        offered_both, offered_h2, leaf_der = await asyncio.to_thread(run)
+    assert offered_both == "http/1.1"
+    assert offered_h2 is None, "h2 is never agreed: the broker speaks HTTP/1.1"
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    leaf = x509.load_der_x509_certificate(leaf_der)
+    leaf.verify_directly_issued_by(ca)
+    assert leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == [HOST]
+    constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints)
+    assert constraints.critical
+    assert constraints.value.ca
+    assert constraints.value.path_length == 0
+    assert isinstance(ca.public_key(), ec.EllipticCurvePublicKey)
+    assert ca.not_valid_after_utc - ca.not_valid_before_utc <= datetime.timedelta(days=7, minutes=5)
+    assert leaf.not_valid_after_utc <= ca.not_valid_after_utc
+
+
+async def test_urllib_through_the_proxy_trusting_a_bundle_file(test_ca: LoopbackCa, tmp_path: Path) -> None:
+    """What a tool does with SSL_CERT_FILE pointing at a bundle that holds the session's CA."""
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        bundle = tmp_path / "bundle.pem"
+        bundle.write_bytes(broker.session_ca_pem(front.session_id))
+        context = ssl.create_default_context(cafile=str(bundle))
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({"https": f"http://127.0.0.1:{front.port}"}),
+            urllib.request.HTTPSHandler(context=context),
+        )
+
+        def run() -> bytes:
+            with opener.open(f"https://{HOST}:{up.port}/hello", timeout=10) as response:
+                return bytes(response.read())
+
+        body = await asyncio.to_thread(run)
+    assert body == b"hello"
+    assert up.seen[0].header("authorization") == [SECRET]
+
+
+async def test_an_ip_literal_host_gets_a_leaf_with_its_address(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context("127.0.0.1"), routes()) as up, Front(
+        broker, Credential("127.0.0.1", "Authorization", SECRET), {"127.0.0.1": up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            sock = tunnel(front.port, "127.0.0.1", up.port, context)
+            return exchange(sock, f"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:{up.port}\r\nConnection: close\r\n\r\n"
+                            .encode())
+
+        received = await asyncio.to_thread(run)
+    assert received.endswith(b"hello")
+    assert up.seen[0].header("authorization") == [SECRET]
+
+
+async def test_an_upstream_not_verifiable_gets_no_request_and_the_client_a_502(
+    test_ca: LoopbackCa, tmp_path: Path
+) -> None:
+    rogue = LoopbackCa(tmp_path, name="rogue CA")
+    broker = CredentialBroker(test_ca.ca_file)
+    cases = {"another CA": rogue.server_context(HOST), "another name": test_ca.server_context("other.test")}
+    for case, server_context in cases.items():
+        async with Upstream(server_context, routes()) as up, Front(broker, credential(), {HOST: up.port}) as front:
+            context = client_context(broker.session_ca_pem(front.session_id))
+
+            def run(port: int = up.port, front_port: int = front.port, context: ssl.SSLContext = context) -> bytes:
+                sock = tunnel(front_port, HOST, port, context)
+                return exchange(sock, f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+
+            received = await asyncio.to_thread(run)
+        assert received.startswith(b"HTTP/1.1 502 Bad Gateway\r\n"), case
+        assert b"certificate could not be verified" in received, case
+        assert up.seen == [], f"{case}: the upstream got a request"
+        no_secret(received)
+
+
+async def test_a_request_for_another_host_is_refused_and_not_forwarded(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+        heads = {
+            "Host switched": "GET /hello HTTP/1.1\r\nHost: other.test\r\n\r\n",
+            "Host on another port": f"GET /hello HTTP/1.1\r\nHost: {HOST}:1\r\n\r\n",
+            "absolute target": f"GET https://other.test/hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
+            "suffix": f"GET /hello HTTP/1.1\r\nHost: {HOST}.other.test\r\n\r\n",
+            "user info": f"GET https://{HOST}@other.test/ HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
+            "two Hosts": f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nHost: other.test\r\n\r\n",
+            "no Host": "GET /hello HTTP/1.1\r\n\r\n",
+            "CONNECT inside": f"CONNECT other.test:443 HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
+            "websocket": f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            "plain http target": f"GET http://{HOST}/hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
+        }
+
+        def run() -> dict[str, bytes]:
+            answers = {}
+            for case, head in heads.items():
+                answers[case] = exchange(tunnel(front.port, HOST, up.port, context), head.encode())
+            # After a request that got the credential, a switched Host on the same connection is still refused.
+            sock = tunnel(front.port, HOST, up.port, context)
+            first = f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+            answers["after a good one"] = exchange(sock, (first + heads["Host switched"]).encode())
+            return answers
+
+        answers = await asyncio.to_thread(run)
+    statuses = {case: data.split(b"\r\n")[0].decode() for case, data in answers.items()}
+    assert statuses == {
+        "Host switched": "HTTP/1.1 421 Misdirected Request",
+        "Host on another port": "HTTP/1.1 421 Misdirected Request",
+        "absolute target": "HTTP/1.1 421 Misdirected Request",
+        "suffix": "HTTP/1.1 421 Misdirected Request",
+        "user info": "HTTP/1.1 400 Bad Request",
+        "two Hosts": "HTTP/1.1 400 Bad Request",
+        "no Host": "HTTP/1.1 400 Bad Request",
+        "CONNECT inside": "HTTP/1.1 405 Method Not Allowed",
+        "websocket": "HTTP/1.1 501 Not Implemented",
+        "plain http target": "HTTP/1.1 400 Bad Request",
+        "after a good one": "HTTP/1.1 200 OK",
+    }
+    assert answers["after a good one"].count(b"HTTP/1.1 421 Misdirected Request") == 1
+    assert len(up.seen) == 1, "only the one good request was forwarded"
+    no_secret(*answers.values())
+
+
+async def test_smuggling_shapes_and_oversized_heads_are_refused(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+        post = f"POST /hello HTTP/1.1\r\nHost: {HOST}\r\n"
+        heads = {
+            "length and chunked": post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "two lengths": post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+            "not chunked last": post + "Transfer-Encoding: chunked, gzip\r\n\r\n",
+            "folded line": post + "X-A: 1\r\n folded\r\nContent-Length: 0\r\n\r\n",
+            "space before colon": post + "Content-Length : 5\r\n\r\nhello",
+            "bare LF": f"GET /hello HTTP/1.1\nHost: {HOST}\n\n\r\n\r\n",
+            "huge head": f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nX-Pad: {'a' * 70000}\r\n\r\n",
+            "bad chunk size": post + "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        }
+
+        def run() -> dict[str, bytes]:
+            return {case: exchange(tunnel(front.port, HOST, up.port, context), head.encode())
+                    for case, head in heads.items()}
+
+        answers = await asyncio.to_thread(run)
+    statuses = {case: data.split(b"\r\n")[0].decode() for case, data in answers.items()}
+    expected = dict.fromkeys(heads, "HTTP/1.1 400 Bad Request")
+    expected["huge head"] = "HTTP/1.1 431 Request Header Fields Too Large"
+    assert statuses == expected
+    # Only the malformed chunked body's head was forwarded (its body fails while it is relayed), and the upstream
+    # never got a complete request from it.
+    assert up.seen == []
+    no_secret(*answers.values())
+
+
+async def test_chunked_bodies_pass_intact_both_ways_with_100_continue(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    payload = os.urandom(300_000)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> tuple[bytes, str | None, bytes]:
+            conn = http.client.HTTPSConnection("127.0.0.1", front.port, context=context)
+            conn.set_tunnel(HOST, up.port)
+            pieces = [payload[i:i + 70_001] for i in range(0, len(payload), 70_001)]
+            conn.request("POST", "/echo", body=iter(pieces), encode_chunked=True)
+            response = conn.getresponse()
+            body = response.read()
+            trailer_encoding = response.getheader("transfer-encoding")
+            conn.close()
+            sock = tunnel(front.port, HOST, up.port, context)
+            raw = (f"PUT /echo HTTP/1.1\r\nHost: {HOST}\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n"
+                   "Connection: close\r\n\r\n5;name=x\r\nhello\r\n0\r\nX-Sum: 5\r\nAuthorization: forged\r\n\r\n")
+            return body, trailer_encoding, exchange(sock, raw.encode())
+
+        body, encoding, raw_reply = await asyncio.to_thread(run)
+    assert hashlib.sha256(body).digest() == hashlib.sha256(payload).digest()
+    assert encoding == "chunked"
+    assert up.seen[0].body == payload
+    assert up.seen[0].header("transfer-encoding") == ["chunked"]
+    assert raw_reply.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert raw_reply.endswith(b"1\r\nh\r\n3\r\nell\r\n1\r\no\r\n0\r\nX-Done: yes\r\n\r\n")
+    assert up.seen[1].body == b"hello"
+    assert up.seen[1].trailer == [("X-Sum", "5")], "a trailer naming the credential's header is dropped"
+    assert up.seen[1].header("authorization") == [SECRET]
+
+
+async def test_a_response_delimited_by_close_is_relayed_then_the_client_closed(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            return exchange(tunnel(front.port, HOST, up.port, context),
+                            f"GET /close HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+
+        received = await asyncio.to_thread(run)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert received.endswith(b"\r\n\r\nall of it, then close")
+
+
+async def test_the_byte_budget_cuts_a_large_response(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    budget = 1 << 20
+    async with Upstream(test_ca.server_context(HOST), {"/big": sized(8 << 20)}) as up, Front(
+        broker, credential(), {HOST: up.port}, meter=ByteMeter(budget)
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            return exchange(tunnel(front.port, HOST, up.port, context),
+                            f"GET /big HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+
+        received = await asyncio.to_thread(run)
+        for _ in range(100):
+            if front.errors:
+                break
+            await asyncio.sleep(0.02)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\nContent-Length: 8388608\r\n")
+    assert len(received) <= budget, "nothing past the budget reached the client"
+    assert len(received) > budget // 2
+    assert [type(error) for error in front.errors] == [EgressBudgetError]
+    assert budget < front.meter.total < budget + 70_000
+
+
+async def test_sessions_get_their_own_cas_and_forget_drops_one(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    a, b = broker.session_ca_pem("a"), broker.session_ca_pem("b")
+    assert a != b
+    assert broker.session_ca_pem("a") == a, "made once per session"
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}, session_id="a"
+    ) as front:
+
+        def handshake(ca: bytes) -> None:
+            tunnel(front.port, HOST, up.port, client_context(ca)).close()
+
+        await asyncio.to_thread(handshake, a)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncio.to_thread(handshake, b)
+        broker.forget("a")
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncio.to_thread(handshake, a)
+    assert broker.session_ca_pem("a") != a, "a forgotten session's CA is gone; a new one would be made"
+
+
+def test_an_unreadable_upstream_ca_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("not a certificate")
+    with pytest.raises(ConfigError, match="upstream_ca"):
+        CredentialBroker(bad)
+    with pytest.raises(ConfigError, match="upstream_ca"):
+        CredentialBroker(tmp_path / "missing.pem")
+
+
+async def test_a_credential_that_would_inject_a_header_is_never_sent(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    for bad in (credential(value="x\r\nX-Injected: 1"), credential(header="Host"), credential(header="Bad Name")):
+        async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+            broker, bad, {HOST: up.port}
+        ) as front:
+            context = client_context(broker.session_ca_pem(front.session_id))
+
+            def run(front_port: int = front.port, port: int = up.port, context: ssl.SSLContext = context) -> bytes:
+                return exchange(tunnel(front_port, HOST, port, context),
+                                f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+
+            received = await asyncio.to_thread(run)
+        assert received.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+        assert up.connections == 0
