@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 from controlplane.egress_proxy import http1
 from controlplane.egress_proxy.http1 import Framing, HttpMessageError, Input, Request
 from controlplane.egress_proxy.session_ca import SessionCa
+from controlplane.egress_proxy.tls_stream import ServerTlsStream
 from controlplane.egress_proxy.types import ByteMeter, Credential, EgressBudgetError
 from controlplane.errors import ConfigError
 
@@ -61,80 +63,23 @@ class BrokerTimeouts:
     """Nothing read from the side being waited on for this long ends the connection."""
 
 
-class _ClientTls:
-    """Server-side TLS over the proxy's own streams, through memory BIOs: it reads whatever the proxy's reader
-    already buffered, and works on any event loop (the plane runs uvloop) without re-wrapping its transport."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ssl.SSLContext) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._incoming = ssl.MemoryBIO()
-        self._outgoing = ssl.MemoryBIO()
-        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
-        self._aborted = False
-
-    async def _flush(self) -> None:
-        data = self._outgoing.read()
-        if data:
-            self._writer.write(data)
-            await self._writer.drain()
-
-    async def _fill(self) -> None:
-        data = await self._reader.read(http1.READ_SIZE)
-        if data:
-            self._incoming.write(data)
-        else:
-            self._incoming.write_eof()
-
-    async def handshake(self) -> None:
-        while True:
-            try:
-                self._tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                await self._flush()
-                await self._fill()
-        await self._flush()
-
-    async def recv(self, most: int) -> bytes:
-        while True:
-            try:
-                data = self._tls.read(most)
-            except ssl.SSLWantReadError:
-                await self._flush()
-                await self._fill()
-                continue
-            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return b""
-            await self._flush()
-            return data
-
-    async def send(self, data: bytes) -> None:
-        self._tls.write(data)
-        await self._flush()
-
-    def abort(self) -> None:
-        self._aborted = True
-        self._writer.transport.abort()
-
-    async def close(self) -> None:
-        """Sends close_notify (best effort) and closes the proxy's writer."""
-        if self._aborted:
-            return
-        with contextlib.suppress(ssl.SSLError, OSError, ConnectionError):
-            self._tls.unwrap()
-        with contextlib.suppress(ssl.SSLError, OSError, ConnectionError):
-            await asyncio.wait_for(self._flush(), 1.0)
-        self._writer.close()
-
-
 class _Upstream:
     """One verified TLS connection to the vetted address."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.input = Input(reader.read)
+        self._reader = reader
         self._writer = writer
         self.reusable = True
+
+    def usable(self) -> bool:
+        """Whether the next request can go on this connection: the last answer ended at a message boundary, the
+        upstream has not closed it since, and it sent nothing after that answer (bytes that would otherwise be
+        read as the next request's answer)."""
+        return (
+            self.reusable and not self.input.ended and not self.input.buffered and not self._reader.at_eof()
+            and not self._writer.transport.is_closing()
+        )
 
     async def send(self, data: bytes) -> None:
         self._writer.write(data)
@@ -149,7 +94,7 @@ class _Connection:
     """One intercepted client connection: its requests, one at a time, each to a (re)used verified upstream."""
 
     def __init__(
-        self, broker: CredentialBroker, client: _ClientTls, *, host: str, port: int, address: str,
+        self, broker: CredentialBroker, client: ServerTlsStream, *, host: str, port: int, address: str,
         credential: Credential, meter: ByteMeter,
     ) -> None:
         self.broker = broker
@@ -213,6 +158,9 @@ class _Connection:
         """The request's fields as forwarded: only for the CONNECT host, no tunnelling, the credential set."""
         if request.method == b"CONNECT":
             raise HttpMessageError(405, "CONNECT inside an intercepted connection is not relayed")
+        if request.method == b"TRACE":
+            # TRACE answers with the request as the upstream received it: the credential, handed to the sandbox.
+            raise HttpMessageError(405, "TRACE is not relayed for a host with a brokered credential")
         head = request.head
         connection = head.tokens(b"connection")
         if head.values(b"upgrade") or b"upgrade" in connection:
@@ -272,7 +220,7 @@ class _Connection:
             raise HttpMessageError(421, "this connection only carries requests for the host it was opened to")
 
     async def connect(self) -> _Upstream:
-        if self.upstream is not None and self.upstream.reusable and not self.upstream.input.ended:
+        if self.upstream is not None and self.upstream.usable():
             return self.upstream
         if self.upstream is not None:
             self.upstream.close()
@@ -281,7 +229,7 @@ class _Connection:
             async with asyncio.timeout(self.broker.timeouts.handshake):
                 reader, writer = await asyncio.open_connection(
                     self.address, self.port, ssl=self.broker.upstream_context, server_hostname=self.host,
-                    ssl_handshake_timeout=self.broker.timeouts.handshake,
+                    ssl_handshake_timeout=self.broker.timeouts.handshake, flags=socket.AI_NUMERICHOST,
                 )
         except ssl.SSLCertVerificationError as error:
             log.info("upstream %s (%s) failed verification: %s", self.host, self.address, error.verify_message)
@@ -440,7 +388,14 @@ class CredentialBroker:
         """Relays the client's requests to `address` as described in the module docstring, until either side
         closes. A spent byte budget cuts both sides and raises EgressBudgetError for the proxy to record; every
         other failure ends the connection quietly (with an error answer when the client can still read one)."""
-        client = _ClientTls(reader, writer, self._ca(session_id).server_context(host.rstrip(".")))
+        try:
+            context = self._ca(session_id).server_context(host.rstrip("."))
+        except ValueError as error:
+            # A name no certificate can carry (the proxy's rules passed it): the client gets no TLS at all.
+            log.error("no certificate can be made for %r: %s", host, error)
+            writer.close()
+            return
+        client = ServerTlsStream(reader, writer, context)
         try:
             try:
                 async with asyncio.timeout(self.timeouts.handshake):

@@ -6,12 +6,14 @@ transfer, and chunked bodies pass intact both ways."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import hashlib
 import http.client
 import os
 import secrets
 import ssl
+import time
 import urllib.request
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from tests.unit.egress_tls import (
     Front,
     LoopbackCa,
     Route,
+    Seen,
     Upstream,
     answer,
     client_context,
@@ -223,6 +226,7 @@ async def test_a_request_for_another_host_is_refused_and_not_forwarded(test_ca: 
             "CONNECT inside": f"CONNECT other.test:443 HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
             "websocket": f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
             "plain http target": f"GET http://{HOST}/hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
+            "TRACE": f"TRACE /hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n",
         }
 
         def run() -> dict[str, bytes]:
@@ -248,6 +252,7 @@ async def test_a_request_for_another_host_is_refused_and_not_forwarded(test_ca: 
         "CONNECT inside": "HTTP/1.1 405 Method Not Allowed",
         "websocket": "HTTP/1.1 501 Not Implemented",
         "plain http target": "HTTP/1.1 400 Bad Request",
+        "TRACE": "HTTP/1.1 405 Method Not Allowed",
         "after a good one": "HTTP/1.1 200 OK",
     }
     assert answers["after a good one"].count(b"HTTP/1.1 421 Misdirected Request") == 1
@@ -338,6 +343,37 @@ async def test_a_response_delimited_by_close_is_relayed_then_the_client_closed(t
     assert received.endswith(b"\r\n\r\nall of it, then close")
 
 
+async def test_an_upstream_that_closed_an_idle_connection_is_reopened_for_the_next_request(
+    test_ca: LoopbackCa,
+) -> None:
+    async def once(_seen: Seen, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonce")
+        return False  # closes the connection without saying so
+
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), {"/once": once}) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> tuple[bytes, bytes]:
+            with tunnel(front.port, HOST, up.port, context) as sock:
+                sock.sendall(f"GET /once HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+                first = b""
+                while not first.endswith(b"once"):
+                    first += sock.recv(65536)
+                time.sleep(0.3)
+                second = exchange(sock, f"GET /once HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+                                  .encode())
+            return first, second
+
+        first, second = await asyncio.to_thread(run)
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert up.connections == 2
+    assert [seen.header("authorization") for seen in up.seen] == [[SECRET]] * 2
+
+
 async def test_the_byte_budget_cuts_a_large_response(test_ca: LoopbackCa) -> None:
     broker = CredentialBroker(test_ca.ca_file)
     budget = 1 << 20
@@ -360,6 +396,39 @@ async def test_the_byte_budget_cuts_a_large_response(test_ca: LoopbackCa) -> Non
     assert len(received) > budget // 2
     assert [type(error) for error in front.errors] == [EgressBudgetError]
     assert budget < front.meter.total < budget + 70_000
+
+
+async def test_the_byte_budget_cuts_a_large_upload_before_the_upstream_has_it(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    budget = 256 << 10
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}, meter=ByteMeter(budget)
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            sock = tunnel(front.port, HOST, up.port, context)
+            got = b""
+            with sock:
+                try:
+                    sock.sendall(f"POST /hello HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: {4 << 20}\r\n\r\n".encode())
+                    for _ in range(64):
+                        sock.sendall(b"u" * 65536)
+                except (ssl.SSLError, OSError):
+                    pass
+                with contextlib.suppress(ssl.SSLError, OSError):
+                    got = sock.recv(65536)
+            return got
+
+        received = await asyncio.to_thread(run)
+        for _ in range(100):
+            if front.errors:
+                break
+            await asyncio.sleep(0.02)
+    assert [type(error) for error in front.errors] == [EgressBudgetError]
+    assert received == b"", "the connection was cut, not answered"
+    assert up.seen == [], "the upstream never had the whole body"
+    assert budget < front.meter.up < budget + 70_000
 
 
 async def test_sessions_get_their_own_cas_and_forget_drops_one(test_ca: LoopbackCa) -> None:
