@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ipaddress
 import logging
 import socket
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from controlplane.egress_proxy import http1
 from controlplane.egress_proxy.http1 import Framing, HttpMessageError, Input, Request
-from controlplane.egress_proxy.session_ca import SessionCa
+from controlplane.egress_proxy.session_ca import CA_VALIDITY, SessionCa
 from controlplane.egress_proxy.tls_stream import ServerTlsStream
 from controlplane.egress_proxy.types import ByteMeter, Credential, EgressBudgetError
 from controlplane.errors import ConfigError
@@ -343,10 +344,15 @@ class CredentialBroker:
     """The proxy's Interceptor: per-session CAs (in memory), verified upstream TLS, the credential added.
 
     `upstream_ca` is a PEM file of extra CAs trusted for upstream servers besides the system store (the
-    operator's `egress.upstream_ca`: a private index's CA, or a test's own)."""
+    operator's `egress.upstream_ca`: a private index's CA, or a test's own). `ca_validity` bounds each session's
+    CA; a plane whose sessions may outlive the default passes its longest session lifetime."""
 
-    def __init__(self, upstream_ca: Path | None = None, *, timeouts: BrokerTimeouts | None = None) -> None:
+    def __init__(
+        self, upstream_ca: Path | None = None, *, timeouts: BrokerTimeouts | None = None,
+        ca_validity: datetime.timedelta = CA_VALIDITY,
+    ) -> None:
         self.timeouts = timeouts or BrokerTimeouts()
+        self.ca_validity = ca_validity
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(["http/1.1"])
@@ -363,7 +369,7 @@ class CredentialBroker:
     def _ca(self, session_id: str) -> SessionCa:
         ca = self._sessions.get(session_id)
         if ca is None:
-            ca = self._sessions[session_id] = SessionCa(session_id)
+            ca = self._sessions[session_id] = SessionCa(session_id, self.ca_validity)
         return ca
 
     def session_ca_pem(self, session_id: str) -> bytes:

@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_VALIDITY = datetime.timedelta(days=7)
-"""Short on purpose: the CA exists only for its session, and a session's CA is remade when its plane restarts."""
+"""Short on purpose: the CA exists only for its session (8 hours at most by default, `lifetime.max_lifetime_s`),
+and it is remade when a plane restarts. A plane whose sessions may live longer gives the broker a longer one."""
 
 _SKEW = datetime.timedelta(minutes=5)
 """notBefore is set a little in the past so a clock a few seconds behind does not reject a fresh certificate."""
@@ -41,7 +42,7 @@ class SessionCa:
     trusted only inside its own sandbox, whose every connection goes through this proxy anyway.
     """
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, validity: datetime.timedelta = CA_VALIDITY) -> None:
         now = datetime.datetime.now(datetime.UTC)
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name(
@@ -58,7 +59,7 @@ class SessionCa:
             .public_key(public)
             .serial_number(_serial())
             .not_valid_before(now - _SKEW)
-            .not_valid_after(now + CA_VALIDITY)
+            .not_valid_after(now + validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(
                 x509.KeyUsage(

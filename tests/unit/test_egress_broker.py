@@ -12,6 +12,7 @@ import hashlib
 import http.client
 import os
 import secrets
+import shutil
 import ssl
 import time
 import urllib.request
@@ -168,6 +169,33 @@ async def test_urllib_through_the_proxy_trusting_a_bundle_file(test_ca: Loopback
 
         body = await asyncio.to_thread(run)
     assert body == b"hello"
+    assert up.seen[0].header("authorization") == [SECRET]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl (Debian's curl package)")
+async def test_curl_through_the_proxy_speaks_http11_and_its_chunked_upload_arrives(
+    test_ca: LoopbackCa, tmp_path: Path
+) -> None:
+    """curl offers h2 first (it is built with nghttp2): the broker's ALPN keeps it on HTTP/1.1."""
+    broker = CredentialBroker(test_ca.ca_file)
+    payload = os.urandom(200_000)
+    (tmp_path / "upload").write_bytes(payload)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        (tmp_path / "session-ca.pem").write_bytes(broker.session_ca_pem(front.session_id))
+        curl = await asyncio.create_subprocess_exec(
+            "curl", "-sS", "--fail", "--proxy", f"http://127.0.0.1:{front.port}", "--cacert",
+            str(tmp_path / "session-ca.pem"), "-H", "Authorization: Bearer forged", "-H", "Transfer-Encoding: chunked",
+            "--data-binary", f"@{tmp_path / 'upload'}", "-o", str(tmp_path / "download"), "-w", "%{http_version}",
+            f"https://{HOST}:{up.port}/echo",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={"PATH": os.environ["PATH"]},
+        )
+        out, err = await asyncio.wait_for(curl.communicate(), 30)
+    assert curl.returncode == 0, err
+    assert out == b"1.1"
+    assert (tmp_path / "download").read_bytes() == payload
+    assert up.seen[0].body == payload
     assert up.seen[0].header("authorization") == [SECRET]
 
 
@@ -450,6 +478,15 @@ async def test_sessions_get_their_own_cas_and_forget_drops_one(test_ca: Loopback
         with pytest.raises(ssl.SSLCertVerificationError):
             await asyncio.to_thread(handshake, a)
     assert broker.session_ca_pem("a") != a, "a forgotten session's CA is gone; a new one would be made"
+
+
+def test_a_plane_with_longer_sessions_gets_longer_cas() -> None:
+    default = x509.load_pem_x509_certificate(CredentialBroker().session_ca_pem("s"))
+    longer = x509.load_pem_x509_certificate(
+        CredentialBroker(ca_validity=datetime.timedelta(days=30)).session_ca_pem("s")
+    )
+    assert default.not_valid_after_utc - default.not_valid_before_utc == datetime.timedelta(days=7, minutes=5)
+    assert longer.not_valid_after_utc - longer.not_valid_before_utc == datetime.timedelta(days=30, minutes=5)
 
 
 def test_an_unreadable_upstream_ca_is_a_config_error(tmp_path: Path) -> None:
