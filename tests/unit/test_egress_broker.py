@@ -402,6 +402,49 @@ async def test_an_upstream_that_closed_an_idle_connection_is_reopened_for_the_ne
     assert [seen.header("authorization") for seen in up.seen] == [[SECRET]] * 2
 
 
+async def test_bytes_an_upstream_sends_past_its_answer_are_never_read_as_the_next_answer(
+    test_ca: LoopbackCa,
+) -> None:
+    """The test upstream writes a body even for HEAD (a broken server): the broker ends the HEAD answer at its
+    head, drops the connection holding the stray bytes, and answers the next request from a new one."""
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            head = f"HEAD /hello HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+            get = f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+            return exchange(tunnel(front.port, HOST, up.port, context), (head + get).encode())
+
+        received = await asyncio.to_thread(run)
+    assert received == (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    )
+    assert up.connections == 2
+
+
+async def test_an_http10_client_gets_the_host_and_one_request_per_connection(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            return exchange(tunnel(front.port, HOST, up.port, context), b"GET /hello HTTP/1.0\r\n\r\n")
+
+        received = await asyncio.to_thread(run)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert received.endswith(b"hello")
+    [seen] = up.seen
+    assert seen.header("host") == [f"{HOST}:{up.port}"]
+    assert seen.header("authorization") == [SECRET]
+    assert seen.header("connection") == ["close"]
+
+
 async def test_the_byte_budget_cuts_a_large_response(test_ca: LoopbackCa) -> None:
     broker = CredentialBroker(test_ca.ca_file)
     budget = 1 << 20
