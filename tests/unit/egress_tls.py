@@ -134,43 +134,47 @@ class Upstream:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-                    return
-                line, _, rest = head.partition(b"\r\n")
-                method, target, _version = line.decode().split(" ")
-                headers = _fields(rest)
-                seen = Seen(method, target, headers, b"", [])
-                if any(v.lower() == "100-continue" for v in seen.header("expect")):
-                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                if [v.lower() for v in seen.header("transfer-encoding")] == ["chunked"]:
-                    body = bytearray()
-                    while True:
-                        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                        if size == 0:
-                            break
-                        body += await reader.readexactly(size)
-                        assert await reader.readexactly(2) == b"\r\n"
-                    trailer = b""
-                    while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
-                        trailer += line
-                    seen.body, seen.trailer = bytes(body), _fields(trailer)
-                else:
-                    seen.body = await reader.readexactly(int((seen.header("content-length") or ["0"])[0]))
-                self.seen.append(seen)
-                route = self.routes.get(target.split("?")[0])
-                if route is None:
-                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                    keep = True
-                else:
-                    keep = await route(seen, writer)
-                await writer.drain()
-                if not keep or any(v.lower() == "close" for v in seen.header("connection")):
-                    return
+            while await self._one(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass  # the broker cut the connection (a budget, a refused body): nothing to answer
         finally:
             writer.close()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False
+        line, _, rest = head.partition(b"\r\n")
+        method, target, _version = line.decode().split(" ")
+        headers = _fields(rest)
+        seen = Seen(method, target, headers, b"", [])
+        if any(v.lower() == "100-continue" for v in seen.header("expect")):
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if [v.lower() for v in seen.header("transfer-encoding")] == ["chunked"]:
+            body = bytearray()
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    break
+                body += await reader.readexactly(size)
+                assert await reader.readexactly(2) == b"\r\n"
+            trailer = b""
+            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                trailer += line
+            seen.body, seen.trailer = bytes(body), _fields(trailer)
+        else:
+            seen.body = await reader.readexactly(int((seen.header("content-length") or ["0"])[0]))
+        self.seen.append(seen)
+        route = self.routes.get(target.split("?")[0])
+        if route is None:
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            keep = True
+        else:
+            keep = await route(seen, writer)
+        await writer.drain()
+        return keep and not any(v.lower() == "close" for v in seen.header("connection"))
 
 
 def answer(body: bytes, status: str = "200 OK", **headers: str) -> Route:
@@ -224,7 +228,8 @@ class Front:
     """host -> the upstream's port on 127.0.0.1 (the CONNECT's port must match it)."""
     session_id: str = "session-a"
     meter: ByteMeter = field(default_factory=lambda: ByteMeter(None))
-    errors: list[BaseException] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+    """What intercept raised: only EgressBudgetError may leave it (checked when the front closes)."""
     port: int = 0
 
     async def __aenter__(self) -> Front:
@@ -236,6 +241,8 @@ class Front:
         self._server.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 2)
+        unexpected = [error for error in self.errors if not isinstance(error, EgressBudgetError)]
+        assert unexpected == [], f"intercept raised {unexpected!r}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -250,7 +257,7 @@ class Front:
                 reader, writer, session_id=self.session_id, host=host, port=int(port), address="127.0.0.1",
                 credential=self.credential, meter=self.meter,
             )
-        except EgressBudgetError as error:
+        except Exception as error:
             self.errors.append(error)
         finally:
             writer.close()
