@@ -83,6 +83,8 @@ class _Upstream:
         )
 
     async def send(self, data: bytes) -> None:
+        if self._writer.transport.is_closing():
+            raise ConnectionResetError("the upstream's connection is closed")
         self._writer.write(data)
         await self._writer.drain()
 

@@ -29,6 +29,10 @@ class ServerTlsStream:
     async def _flush(self) -> None:
         data = self._outgoing.read()
         if data:
+            # uvloop raises RuntimeError on a write to a closed transport (asyncio's drops it): either way the
+            # peer is gone, which callers handle as a connection error.
+            if self._writer.transport.is_closing():
+                raise ConnectionResetError("the client's connection is closed")
             self._writer.write(data)
             await self._writer.drain()
 

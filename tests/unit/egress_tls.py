@@ -231,6 +231,8 @@ class Front:
     errors: list[Exception] = field(default_factory=list)
     """What intercept raised: only EgressBudgetError may leave it (checked when the front closes)."""
     port: int = 0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    """The connections being intercepted (the session proxy's close cancels these)."""
 
     async def __aenter__(self) -> Front:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -252,6 +254,9 @@ class Front:
         assert self.upstreams[host] == int(port), "the test connects only to its own upstream"
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
         try:
             await self.broker.intercept(
                 reader, writer, session_id=self.session_id, host=host, port=int(port), address="127.0.0.1",

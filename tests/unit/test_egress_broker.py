@@ -502,6 +502,72 @@ async def test_the_byte_budget_cuts_a_large_upload_before_the_upstream_has_it(te
     assert budget < front.meter.up < budget + 70_000
 
 
+async def test_cancelling_an_intercepted_connection_cuts_both_sides(test_ca: LoopbackCa) -> None:
+    """What the session proxy's close does to a connection in the middle of an answer."""
+    upstream_cut = asyncio.Event()
+
+    async def stalls(_seen: Seen, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart")
+        await writer.drain()
+        transport = writer.transport
+        for _ in range(500):
+            if transport.is_closing():
+                upstream_cut.set()
+                break
+            await asyncio.sleep(0.01)
+        return False
+
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), {"/stalls": stalls}) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+        sock = await asyncio.to_thread(tunnel, front.port, HOST, up.port, context)
+        with sock:
+            sock.sendall(f"GET /stalls HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
+            got = b""
+            while not got.endswith(b"part"):
+                got += await asyncio.to_thread(sock.recv, 65536)
+            for _ in range(100):
+                if front.tasks:
+                    break
+                await asyncio.sleep(0.01)
+            for task in front.tasks:
+                task.cancel()
+
+            def rest() -> bytes:
+                more = b""
+                while chunk := sock.recv(65536):
+                    more += chunk
+                return more
+
+            assert await asyncio.wait_for(asyncio.to_thread(rest), 10) == b"", "the client was cut mid-answer"
+        await asyncio.wait_for(upstream_cut.wait(), 10)
+
+
+async def test_concurrent_connections_of_two_sessions_each_carry_the_credential(test_ca: LoopbackCa) -> None:
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up:
+        fronts = [Front(broker, credential(), {HOST: up.port}, session_id=name) for name in ("a", "b")]
+        async with fronts[0] as one, fronts[1] as two:
+
+            def client(front: Front) -> list[bytes]:
+                context = client_context(broker.session_ca_pem(front.session_id))
+                conn = http.client.HTTPSConnection("127.0.0.1", front.port, context=context, timeout=20)
+                conn.set_tunnel(HOST, up.port)
+                bodies = []
+                for _ in range(5):
+                    conn.request("GET", "/hello")
+                    bodies.append(conn.getresponse().read())
+                conn.close()
+                return bodies
+
+            results = await asyncio.gather(*(asyncio.to_thread(client, front) for front in [one, two] * 8))
+    assert results == [[b"hello"] * 5] * 16
+    assert len(up.seen) == 80
+    assert all(seen.header("authorization") == [SECRET] for seen in up.seen)
+
+
 async def test_sessions_get_their_own_cas_and_forget_drops_one(test_ca: LoopbackCa) -> None:
     broker = CredentialBroker(test_ca.ca_file)
     a, b = broker.session_ca_pem("a"), broker.session_ca_pem("b")
