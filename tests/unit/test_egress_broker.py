@@ -40,6 +40,7 @@ from tests.unit.egress_tls import (
     tunnel,
     until_close,
 )
+from tests.unit.tools.web_support import Guard
 
 SECRET = "Bearer brokered-" + secrets.token_hex(16)
 
@@ -82,6 +83,27 @@ async def test_the_credential_reaches_the_upstream_in_place_of_the_clients_own(t
     assert seen.header("authorization") == [SECRET]
     assert seen.header("host") == [f"{HOST}:{up.port}"]
     no_secret(received)
+
+
+async def test_the_broker_resolves_nothing_and_connects_only_to_the_vetted_address(
+    test_ca: LoopbackCa, guard: Guard
+) -> None:
+    """On asyncio's own loop (the guard records its lookups and connections): the host name is only ever the
+    certificate's name, never looked up."""
+    broker = CredentialBroker(test_ca.ca_file)
+    async with Upstream(test_ca.server_context(HOST), routes()) as up, Front(
+        broker, credential(), {HOST: up.port}
+    ) as front:
+        context = client_context(broker.session_ca_pem(front.session_id))
+
+        def run() -> bytes:
+            sock = tunnel(front.port, HOST, up.port, context)
+            return exchange(sock, f"GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
+
+        received = await asyncio.to_thread(run)
+    assert received.endswith(b"hello")
+    assert guard.connections == ["127.0.0.1"]
+    assert not any(HOST in name for name in guard.lookups)
 
 
 async def test_every_request_on_a_kept_alive_connection_carries_it_pipelined_too(test_ca: LoopbackCa) -> None:
