@@ -22,6 +22,7 @@ import ipaddress
 import logging
 import socket
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -367,19 +368,24 @@ class CredentialBroker:
                 ) from None
         self.upstream_context = context
         self._sessions: dict[str, SessionCa] = {}
+        self._lock = threading.Lock()
 
     def _ca(self, session_id: str) -> SessionCa:
-        ca = self._sessions.get(session_id)
-        if ca is None:
-            ca = self._sessions[session_id] = SessionCa(session_id, self.ca_validity)
-        return ca
+        # A lock, though the proxy runs on one loop: the wiring may ask for the PEM from a worker thread, and two
+        # CAs made for one session would leave the sandbox trusting the one the broker does not use.
+        with self._lock:
+            ca = self._sessions.get(session_id)
+            if ca is None:
+                ca = self._sessions[session_id] = SessionCa(session_id, self.ca_validity)
+            return ca
 
     def session_ca_pem(self, session_id: str) -> bytes:
         return self._ca(session_id).pem
 
     def forget(self, session_id: str) -> None:
         # Python cannot wipe memory; dropping the only references lets the key and the contexts be freed.
-        self._sessions.pop(session_id, None)
+        with self._lock:
+            self._sessions.pop(session_id, None)
 
     async def intercept(
         self,

@@ -6,6 +6,7 @@ transfer, and chunked bodies pass intact both ways."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime
 import hashlib
@@ -14,6 +15,7 @@ import os
 import secrets
 import shutil
 import ssl
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -609,6 +611,19 @@ async def test_sessions_get_their_own_cas_and_forget_drops_one(test_ca: Loopback
         with pytest.raises(ssl.SSLCertVerificationError):
             await asyncio.to_thread(handshake, a)
     assert broker.session_ca_pem("a") != a, "a forgotten session's CA is gone; a new one would be made"
+
+
+def test_a_session_has_one_ca_even_when_threads_ask_at_once() -> None:
+    broker = CredentialBroker()
+    barrier = threading.Barrier(8)
+
+    def ask() -> list[bytes]:
+        barrier.wait()
+        return [broker.session_ca_pem(f"s{k}") for k in range(30)]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: ask(), range(8)))
+    assert all(answer == answers[0] for answer in answers)
 
 
 def test_a_plane_with_longer_sessions_gets_longer_cas() -> None:
