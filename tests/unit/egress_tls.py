@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import datetime
 import ipaddress
+import secrets
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,19 @@ from controlplane.egress_proxy.broker import CredentialBroker
 from controlplane.egress_proxy.types import ByteMeter, Credential, EgressBudgetError
 
 HOST = "index.test"
+
+SECRET = "Bearer brokered-" + secrets.token_hex(16)
+"""The brokered credential's value: the tests check that no client ever receives it."""
+
+
+def credential(header: str = "Authorization", value: str = SECRET) -> Credential:
+    return Credential(host=HOST, header=header, value=value)
+
+
+def no_secret(*received: bytes) -> None:
+    for data in received:
+        assert SECRET.encode() not in data
+        assert SECRET.split()[1].encode() not in data
 
 
 @dataclass
@@ -215,6 +229,10 @@ def sized(size: int) -> Route:
         return True
 
     return route
+
+
+def routes() -> dict[str, Route]:
+    return {"/hello": answer(b"hello"), "/echo": echo_chunked, "/close": until_close}
 
 
 @dataclass
