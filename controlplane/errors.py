@@ -20,6 +20,7 @@ ControlPlaneError
 │   ├── SandboxStartError       the container or its agent did not come up
 │   └── SandboxLostError        the container died or vanished
 ├── StoreUnavailableError       the PostgreSQL store cannot be reached (store/postgres.py)
+├── HttpMessageError            a message the credential broker will not relay (egress_proxy/http1.py)
 ├── ToolError                   a tool call failed; its text is what the model reads (core/calls/tool.py)
 │   ├── RejectedError           the user refused without feedback (core/permissions/permission.py)
 │   ├── CorrectedError          the user refused with feedback (core/permissions/permission.py)
