@@ -94,8 +94,10 @@ def disk_rule(settings: Settings) -> DiskRule | None:
     if settings.provider.type == "swarm":
         return None
     data_dir = settings.data_dir
-    return DiskRule(lambda: free_disk_mb(data_dir), settings.host.disk_reserve_mb,
-                    disk_need_mb(settings.resources.disk_mb))
+    # Only the Docker provider makes a workspace image in the data dir; the local provider's workspace is a
+    # plain dir there, which takes what the session writes and nothing before.
+    image_mb = disk_need_mb(settings.resources.disk_mb) if settings.provider.type == "docker" else 0
+    return DiskRule(lambda: free_disk_mb(data_dir), settings.host.disk_reserve_mb, image_mb)
 
 
 def ledger(settings: Settings, book: ReservationBook | None = None, host: str = "host") -> HostLedger:

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from controlplane.config import load_settings
-from controlplane.core.sessions.capacity import HostCapacity, HostLedger, Reservation, bounded_maximum
+from controlplane.core.sessions.capacity import DiskRule, HostCapacity, HostLedger, Reservation, bounded_maximum
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ResourceExhaustedError
-from controlplane.host_capacity import capacity, ledger, machine_cpus, machine_memory_mb
+from controlplane.host_capacity import (
+    capacity,
+    disk_rule,
+    free_disk_mb,
+    host_id,
+    ledger,
+    machine_cpus,
+    machine_memory_mb,
+)
 
 
 async def test_reservations_never_sum_past_the_capacity() -> None:
@@ -77,3 +88,53 @@ def test_a_swarm_is_not_bounded_by_the_control_planes_machine(tmp_path: object) 
     assert capacity(settings).cpu == float("inf")
     bounded = load_settings(None, data_dir=tmp_path, provider={"type": "swarm"}, host={"cpu": 64, "memory_mb": 1 << 20})
     assert capacity(bounded) == HostCapacity(64, 1 << 20)
+
+
+def test_planes_on_one_machine_name_the_same_host(tmp_path: Path) -> None:
+    local = load_settings(None, data_dir=tmp_path, provider={"type": "local"}, instance="one")
+    other = load_settings(None, data_dir=tmp_path / "other", provider={"type": "local"}, instance="two")
+    assert host_id(local) == host_id(other)
+    assert host_id(local).startswith(("machine:", "hostname:"))
+    named = load_settings(None, data_dir=tmp_path, provider={"type": "local"}, host={"id": "rack-3"})
+    assert host_id(named) == "rack-3"
+
+
+@pytest.mark.docker
+def test_docker_planes_name_the_host_by_their_engine(tmp_path: Path) -> None:
+    engine = subprocess.run(["docker", "info", "--format", "{{.ID}}"], capture_output=True, text=True, check=False)
+    if engine.returncode != 0:
+        pytest.skip(f"no Docker engine: {engine.stderr.strip()}")
+    settings = load_settings(None, data_dir=tmp_path, provider={"type": "docker"})
+    assert host_id(settings) == "engine:" + engine.stdout.strip()
+
+
+def test_the_disk_rule_counts_an_image_only_where_one_is_made(tmp_path: Path) -> None:
+    docker = disk_rule(load_settings(None, data_dir=tmp_path, resources={"disk_mb": 2048}))
+    assert docker is not None
+    assert (docker.image_mb, docker.reserve_mb) == (66, 2048)
+    assert abs(docker.free_mb() - free_disk_mb(tmp_path)) < 512  # the same filesystem (others write to it too)
+    assert free_disk_mb(tmp_path) > 0
+    local = disk_rule(load_settings(None, data_dir=tmp_path, provider={"type": "local"}))
+    assert local is not None
+    assert local.image_mb == 0
+    assert disk_rule(load_settings(None, data_dir=tmp_path, provider={"type": "swarm"})) is None
+
+
+async def test_a_create_is_refused_when_the_disk_cannot_hold_it() -> None:
+    free = [100]
+    host = HostLedger(HostCapacity(cpu=1.0, memory_mb=1 << 20), Reservation(cpu=0.001, memory_mb=1),
+                      disk=DiskRule(lambda: free[0], reserve_mb=50, image_mb=20))
+    async with host.admitting(first_write_bytes=5 << 20):  # 25 of the 50 above the reserve
+        with pytest.raises(ResourceExhaustedError) as caught:  # a second in flight would pass the reserve
+            async with host.admitting(first_write_bytes=10 << 20):
+                pass
+    assert str(caught.value) == (
+        "the host's disk is full: a new session needs 30 MiB (its workspace image and first write) and the data "
+        "dir's filesystem has 100 MiB free, of which host.disk_reserve_mb keeps 50 and creates in flight claim 25"
+    )
+    async with host.admitting(first_write_bytes=10 << 20) as keep:  # the first is done: counted by use now
+        await keep("s1")
+    free[0] = 69
+    with pytest.raises(ResourceExhaustedError):
+        async with host.admitting():
+            pass

@@ -224,7 +224,6 @@ class HostLedger:
                 log.warning("host admission: renewing this plane's lease failed: %s", exc)
 
     def _check(self, use: HostUse, disk_mb: int, free_mb: int | None) -> None:
-        n = use.slots + 1
         if use.cpu + self.reserve.cpu > self.capacity.cpu + 1e-9:
             raise ResourceExhaustedError(
                 f"the host is full: {use.slots} sessions reserve {use.cpu:g} of its "
@@ -239,9 +238,9 @@ class HostLedger:
             left = free_mb - self.disk.reserve_mb - use.disk_mb
             if disk_mb > left:
                 raise ResourceExhaustedError(
-                    f"the host's disk is full: a new session needs {disk_mb} MiB, the data dir's filesystem has "
-                    f"{free_mb} MiB free, host.disk_reserve_mb keeps {self.disk.reserve_mb} and creates in "
-                    f"flight claim {use.disk_mb} ({max(left, 0)} MiB left for sessions; {n - 1} reserved)"
+                    f"the host's disk is full: a new session needs {disk_mb} MiB (its workspace image and first "
+                    f"write) and the data dir's filesystem has {free_mb} MiB free, of which host.disk_reserve_mb "
+                    f"keeps {self.disk.reserve_mb} and creates in flight claim {use.disk_mb}"
                 )
 
     @contextlib.asynccontextmanager
