@@ -142,3 +142,28 @@ def _toml(table: dict[str, Any], prefix: str = "") -> str:
         elif isinstance(value, list):
             out += "".join(f"[[{name}]]\n" + _toml(item, f"{name}.") for item in value)
     return out
+
+
+@pytest.mark.docker
+async def test_two_docker_planes_on_one_engine_share_it_by_its_id() -> None:
+    """No `host.id`: both planes name the host by the Docker engine's ID, so they share its capacity."""
+    shared = short_tmp()
+    reserve_mb = 256
+    settings: dict[str, Any] = {
+        "store": {"url": f"sqlite://{shared / 'shared.db'}"}, "pool": {"size": 0}, "tenants": TENANTS,
+        "host": {"cpu": 2.0, "memory_mb": 2 * reserve_mb},
+        "resources": {"cpu": 0.5, "memory_mb": 2 * reserve_mb, "reserve": {"cpu": 0.01, "memory_mb": reserve_mb}},
+    }
+    try:
+        async with running_plane("docker", **settings) as a, running_plane("docker", **settings) as b:
+            assert a.plane.sessions.host.host == b.plane.sessions.host.host
+            assert a.plane.sessions.host.host.startswith("engine:")
+            await a.client.create_session()
+            await b.client.create_session()
+            assert await refused(a.client) == (
+                f"the host is full: 2 sessions reserve {2 * reserve_mb} of its {2 * reserve_mb} MiB of memory "
+                f"(resources.reserve.memory_mb {reserve_mb} each)"
+            )
+            assert await refused(b.client) == await refused(a.client)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
