@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from controlplane.config import load_settings
-from controlplane.core.sessions.capacity import DiskRule, HostCapacity, HostLedger, Reservation, bounded_maximum
+from controlplane.core.sessions.capacity import (
+    DiskRule,
+    HostCapacity,
+    HostLedger,
+    MemoryBook,
+    Reservation,
+    bounded_maximum,
+)
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ResourceExhaustedError
 from controlplane.host_capacity import (
@@ -138,3 +146,33 @@ async def test_a_create_is_refused_when_the_disk_cannot_hold_it() -> None:
     with pytest.raises(ResourceExhaustedError):
         async with host.admitting():
             pass
+
+
+class _FlakyBook(MemoryBook):
+    """A book whose drops fail while `down`, as a store away for a moment."""
+
+    down = False
+
+    async def drop_host_reservation(self, holder: str) -> None:
+        if self.down:
+            raise OSError("the store is away")
+        await super().drop_host_reservation(holder)
+
+
+async def test_a_session_ended_while_the_store_is_away_is_released_at_the_next_renewal() -> None:
+    book = _FlakyBook()
+    host = HostLedger(HostCapacity(cpu=1.0, memory_mb=128), Reservation(cpu=0.1, memory_mb=64), book=book,
+                      lease_s=1.0)
+    await host.start()
+    for name in ("s1", "s2"):
+        async with host.admitting() as keep:
+            await keep(name)
+    book.down = True
+    await host.release("s1")  # does not raise: the session ends all the same
+    assert (await host.reserved()).slots == 2
+    book.down = False
+    await asyncio.sleep(0.5)  # the heartbeat, every third of the lease
+    assert (await host.reserved()).slots == 1
+    async with host.admitting() as keep:
+        await keep("s3")
+    await host.close()

@@ -182,6 +182,8 @@ class HostLedger:
         self._held: set[str] = set()
         """This plane's sessions: put again if its lease ran out while it was alive (a long stall)."""
         self._heartbeat: asyncio.Task[None] | None = None
+        self._to_drop: set[str] = set()
+        """Sessions ended while the store was away: their reservations are dropped at the next renewal."""
         if isinstance(self.book, MemoryBook):  # alone on the host: the pool counts from the start, as it exists
             self.book.claims.update((c.holder, c) for c in self._base())
 
@@ -216,6 +218,9 @@ class HostLedger:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
+                for holder in sorted(self._to_drop):
+                    await self.book.drop_host_reservation(holder)
+                    self._to_drop.discard(holder)
                 if not await self.book.renew_host_lease(self.host, self.plane, self._clock(), self.lease_s):
                     log.warning("host admission: this plane's lease had run out; its reservations are put again")
                     await self.book.put_host_reservations(self.host, self.plane, self._base(), self._clock(),
@@ -272,9 +277,14 @@ class HostLedger:
                 await asyncio.shield(self.book.drop_host_reservation(holder))
 
     async def release(self, session_id: str) -> None:
-        """Ends a session's reservation, whichever plane holds it (the holder is the session's id)."""
+        """Ends a session's reservation, whichever plane holds it (the holder is the session's id). Never
+        raises: a session ends even with the store away for a moment; the heartbeat drops it later."""
         self._held.discard(session_id)
-        await self.book.drop_host_reservation(session_id)
+        try:
+            await self.book.drop_host_reservation(session_id)
+        except Exception as exc:
+            self._to_drop.add(session_id)
+            log.warning("host admission: releasing session %s failed, tried again later: %s", session_id, exc)
 
     async def reserved(self) -> HostUse:
         """What the live reservations on this host sum to, every plane's."""
