@@ -160,7 +160,7 @@ class DockerSandboxProvider(SandboxProvider):
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources) -> Sandbox:
         if resources == self._defaults:
-            sandbox = await self._pools.pool_for(tenant).take()
+            sandbox = await self._pools.pool_for(tenant).take(tenant)
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
