@@ -1,13 +1,14 @@
 """Each tenant's fair share of a warm pool every tenant takes from.
 
 Measured (a Docker plane on this loaded 2-CPU machine, pool of 4, tenant A creating and deleting in three
-loops, tenant B creating every 2 s): without a share B's create took 17 ms alone and 6.4 s at the median
-during A's burst (7 of 10 cold: A took every pooled sandbox as soon as it was ready); with it, 128 and 144 ms
-at the median in two runs (3 and 4 of 10 cold, the first two before B had taken any). The rule: a tenant may take a pooled sandbox
-while the pool keeps the other recent takers' share of it ready (half of it with one other, two thirds
-with two), or while it has taken no more than its share of the recent takes (then even the last one is its
-due). A tenant alone on the pool, the common case, is never held back: with no other tenant among the
-recent takes, every take is allowed, at the cost of one pass over them.
+loops, tenant B creating every 2 s; tests/bench/pool_share_bench.py): without a share B's create took 17 ms
+alone and 6.4 s at the median during A's burst (7 of 10 cold: A took every pooled sandbox as soon as it was
+ready); with it, 128 and 144 ms at the median in two runs (3 and 4 of 10 cold, the first two before B had
+taken any). The rule: a tenant may take a pooled sandbox while the pool keeps the other recent takers' share
+of it ready (half of it with one other, two thirds with two), or while it has taken no more than its share
+of the recent takes (then even the last one is its due). A tenant alone on the pool, the common case, is
+never held back: with no other tenant among the recent takes, every take is allowed, at the cost of one pass
+over them.
 """
 
 from __future__ import annotations
