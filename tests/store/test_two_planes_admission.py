@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import shutil
 import time
@@ -17,8 +18,10 @@ from typing import Any
 import grpc
 import pytest
 
+from controlplane import app
 from controlplane.client import AsyncClient
-from tests.planes import Plane, PlaneProcess, new_instance, running_plane, short_tmp
+from controlplane.config import load_settings
+from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 TOKEN = "token-acme"
@@ -167,3 +170,44 @@ async def test_two_docker_planes_on_one_engine_share_it_by_its_id() -> None:
             assert await refused(b.client) == await refused(a.client)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.docker
+async def test_a_restarted_docker_plane_keeps_the_reservations_of_the_sessions_it_adopts() -> None:
+    """The same instance stopped and started again: its containers are adopted, and so are their
+    reservations (replaced, not added to what the first run left in the store)."""
+    data_dir = short_tmp()
+    instance = new_instance("adopt")
+    reserve_mb = 256
+    chosen: dict[str, Any] = {"type": "docker"}
+    if os.environ.get("OCSB_TEST_IMAGE"):
+        chosen["image"] = os.environ["OCSB_TEST_IMAGE"]
+    settings = load_settings(
+        None, data_dir=data_dir, instance=instance, provider=chosen, server={"listen": "127.0.0.1:0"},
+        pool={"size": 0}, tenants=TENANTS, host={"cpu": 2.0, "memory_mb": 3 * reserve_mb},
+        resources={"cpu": 0.5, "memory_mb": 3 * reserve_mb, "reserve": {"cpu": 0.01, "memory_mb": reserve_mb}},
+    )
+    try:
+        plane = await app.start(settings)
+        client = AsyncClient(plane.address, TOKEN)
+        kept = [await client.create_session(), await client.create_session()]
+        await client.close()
+        await app.stop(plane)  # its containers stay, to be adopted
+        plane = await app.start(settings)
+        client = AsyncClient(plane.address, TOKEN)
+        try:
+            assert set(plane.report.adopted) == {s.sandbox_id for s in kept}
+            assert (await plane.sessions.host.reserved()).slots == 2
+            await client.create_session()
+            assert await refused(client) == (
+                f"the host is full: 3 sessions reserve {3 * reserve_mb} of its {3 * reserve_mb} MiB of memory "
+                f"(resources.reserve.memory_mb {reserve_mb} each)"
+            )
+            for session in await client.list_sessions():
+                await client.delete_session(session.id)
+        finally:
+            await client.close()
+            await app.stop(plane)
+    finally:
+        remove_instance_leftovers(instance)
+        shutil.rmtree(data_dir, ignore_errors=True)
