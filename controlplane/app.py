@@ -207,9 +207,9 @@ async def start(settings: Settings) -> ControlPlane:
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
+    provider = build_provider(settings, store)  # an engine it cannot reach is its error, said first
     host = host_capacity.ledger(settings, store, await asyncio.to_thread(host_capacity.host_id, settings))
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
-                              host=host, cpu_store=store)
+    sessions = SessionManager(store, provider, session_policy(settings), bus=bus, host=host, cpu_store=store)
     tenant_admin.sessions = sessions
     report = await sessions.start()
     await tenant_admin.finish_deletes()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from controlplane.config import Settings
 from controlplane.core.sessions.capacity import DiskRule, HostCapacity, HostLedger, Reservation, ReservationBook
+from controlplane.errors import SandboxError
 
 
 def machine_cpus() -> float:
@@ -72,11 +73,17 @@ def host_id(settings: Settings) -> str:
     if provider.type in ("docker", "swarm"):
         import docker  # imported here: the local provider runs without an engine
 
-        client = docker.DockerClient(base_url=provider.base_url) if provider.base_url else docker.from_env()
         try:
-            info = client.info()
-        finally:
-            client.close()
+            client = docker.DockerClient(base_url=provider.base_url) if provider.base_url else docker.from_env()
+            try:
+                info = client.info()
+            finally:
+                client.close()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(
+                f"host admission: cannot read the Docker engine's ID to name the host ({exc}); start the engine, "
+                "or set host.id"
+            ) from exc
         cluster = (info.get("Swarm") or {}).get("Cluster") or {}
         if provider.type == "swarm" and cluster.get("ID"):
             return "swarm:" + str(cluster["ID"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from controlplane.core.sessions.capacity import (
     bounded_maximum,
 )
 from controlplane.core.sessions.models import Resources
-from controlplane.errors import ResourceExhaustedError
+from controlplane.errors import ResourceExhaustedError, SandboxError
 from controlplane.host_capacity import (
     capacity,
     disk_rule,
@@ -176,3 +177,13 @@ async def test_a_session_ended_while_the_store_is_away_is_released_at_the_next_r
     async with host.admitting() as keep:
         await keep("s3")
     await host.close()
+
+
+# The Docker library leaves its socket to the garbage collector when its first request fails.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_engine_it_cannot_reach_is_a_clear_error_naming_host_id(tmp_path: Path) -> None:
+    settings = load_settings(None, data_dir=tmp_path, provider={"type": "docker",
+                                                                 "base_url": f"unix://{tmp_path}/no-engine.sock"})
+    with pytest.raises(SandboxError, match=r"^host admission: cannot read the Docker engine's ID .*or set host.id$"):
+        host_id(settings)
+    gc.collect()  # that socket's warning is this test's, not a later one's
