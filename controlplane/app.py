@@ -216,8 +216,9 @@ async def start(settings: Settings) -> ControlPlane:
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
-                              host=host_capacity.ledger(settings), cpu_store=store)
+    provider = build_provider(settings, store)  # an engine it cannot reach is its error, said first
+    host = host_capacity.ledger(settings, store, await asyncio.to_thread(host_capacity.host_id, settings))
+    sessions = SessionManager(store, provider, session_policy(settings), bus=bus, host=host, cpu_store=store)
     tenant_admin.sessions = sessions
     sessions.templates = TemplateAccess({t.name: t.templates for t in settings.tenants})
     report = await sessions.start()

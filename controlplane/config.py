@@ -68,6 +68,15 @@ class HostConfig(_Closed):
     memory_mb: int | None = Field(default=None, gt=0)
     memory_reserve_mb: int = Field(default=2048, ge=0)
     """Kept for the host itself (the control plane, the engine, page cache)."""
+    disk_reserve_mb: int = Field(default=2048, ge=0)
+    """Kept free on the data dir's filesystem: a create is refused when the free space, less this and what
+    creates in flight claim, cannot hold the new session's workspace image and first write."""
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+    """Names the host in the store's reservations, shared by every control plane whose sandboxes run on it;
+    unset: the Docker engine's ID (the swarm's cluster ID), or the machine id under the local provider."""
+    lease_s: float = Field(default=30.0, ge=1.0)
+    """A plane's reservations count while its lease, renewed every third of this, is live: one that dies
+    stops counting this long after its last renewal."""
 
 
 class ResourcesConfig(_Closed):

@@ -170,7 +170,7 @@ class DockerSandboxProvider(SandboxProvider):
                       template: str = DEFAULT_TEMPLATE) -> Sandbox:
         await self._templates.wait(template)
         if resources == self._defaults:
-            sandbox = await self._pools.pool_for(tenant, template).take()
+            sandbox = await self._pools.pool_for(tenant, template).take(tenant)
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)

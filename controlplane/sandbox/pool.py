@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from controlplane.core.seam.provider import PoolStats, Sandbox
+from controlplane.sandbox.pool_share import PoolShare
 from controlplane.telemetry import spans
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class WarmPool:
         self._failures = 0
         self.hits = 0
         self.misses = 0
+        self.share = PoolShare()
         spans.pool_depth.watch(self, lambda pool: len(pool._ready))
 
     def adopt(self, sandbox: Sandbox) -> None:
@@ -76,8 +78,13 @@ class WarmPool:
         else:
             self._ready.append(sandbox)
 
-    async def take(self) -> Sandbox | None:
-        """A checked, ready sandbox, or None when the pool is empty."""
+    async def take(self, tenant: str = "") -> Sandbox | None:
+        """A checked, ready sandbox, or None when the pool is empty or `tenant` has had its share of it now
+        (pool_share.py: the pool is shared by every tenant; "" takes without a share)."""
+        if tenant and not self.share.may_take(tenant, len(self._ready), self._size):
+            self.misses += 1
+            spans.pool_misses.add(1)
+            return None
         while self._ready:
             sandbox = self._ready.popleft()
             self._kick()
@@ -87,6 +94,8 @@ class WarmPool:
                 await asyncio.shield(self._discard(sandbox.id))
                 raise
             if healthy:
+                if tenant:
+                    self.share.took(tenant)
                 self.hits += 1
                 spans.pool_hits.add(1)
                 return sandbox

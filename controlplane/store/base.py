@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from controlplane.core.permissions.asks import ApprovalStore
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.seam.provider import SandboxLedger, SandboxRecord
+from controlplane.core.sessions.capacity import ReservationBook
 from controlplane.core.sessions.cpu_usage import CpuStore
 from controlplane.core.sessions.manager import SessionStore
 from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
@@ -87,7 +88,8 @@ class AuditSink(Protocol):
     async def add_audit(self, entries: list[AuditEntry]) -> None: ...
 
 
-class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, CpuStore, EgressStore, Protocol):
+class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, CpuStore, EgressStore, ReservationBook,
+            Protocol):
     """Tenants, sessions, sandbox records, "always" approvals, todos and the audit record: the core's ports
     (each declared once, by the core that uses it) and what only the composition root and the API need."""
 

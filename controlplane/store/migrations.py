@@ -127,5 +127,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             total_bytes BIGINT NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS session_egress_tenant ON session_egress (tenant)",
     )),
+    # Host admission across control planes (core/sessions/capacity.py): one row per reservation, each
+    # under its plane's lease on that host.
+    Migration(9, "host reservations and the leases of the planes holding them", (
+        """CREATE TABLE IF NOT EXISTS host_reservations (
+            holder TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            plane TEXT NOT NULL,
+            slots INTEGER NOT NULL,
+            cpu {real} NOT NULL,
+            memory_mb BIGINT NOT NULL,
+            disk_mb BIGINT NOT NULL,
+            created_at {real} NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS host_reservations_host ON host_reservations (host, plane)",
+        """CREATE TABLE IF NOT EXISTS host_leases (
+            host TEXT NOT NULL,
+            plane TEXT NOT NULL,
+            lease_until {real} NOT NULL,
+            PRIMARY KEY (host, plane))""",
+    )),
 )
 LATEST = MIGRATIONS[-1].version

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,10 +20,12 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.sessions.capacity import Claim, HostUse
 from controlplane.core.sessions.models import Session, Tenant
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
 from controlplane.errors import ControlPlaneError, ErrorCode
+from controlplane.store import host_book
 from controlplane.store.base import audit_entry_of, describe, sandbox_of, session_of, tenant_of
 from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
 
@@ -305,6 +307,58 @@ class PostgresStore:
     async def list_sandboxes(self, instance: str) -> list[SandboxRecord]:
         rows = await self._fetch("SELECT * FROM sandboxes WHERE instance = %s ORDER BY created_at, id", (instance,))
         return [sandbox_of(r) for r in rows]
+
+
+    # -- host reservations (core/sessions/capacity.ReservationBook) -------------------------------
+
+    @asynccontextmanager
+    async def _host_locked(self, host: str) -> AsyncIterator[Connection]:
+        """A transaction holding the host's advisory lock: planes taking on one host go one at a time."""
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (host_book.HOST_LOCK_PREFIX + host,))
+            yield conn
+
+    async def take_host_reservation(self, claim: Claim, now: float, lease_s: float,
+                                    check: Callable[[HostUse], None]) -> None:
+        async with self._host_locked(claim.host) as conn:
+            for statement, params in host_book.forget_expired(claim.host, now):
+                await conn.execute(_pg(statement), params)
+            cursor = await conn.execute(_pg(host_book.SUM), (claim.host,))
+            row = await cursor.fetchone()
+            check(host_book.use_of(row))
+            await conn.execute(_pg(host_book.INSERT), host_book.insert_params(claim, now))
+
+    async def put_host_reservations(self, host: str, plane: str, claims: list[Claim], now: float,
+                                    lease_s: float) -> None:
+        async with self._host_locked(host) as conn:
+            await conn.execute(_pg(host_book.DROP_PLANE), (host, plane))
+            async with conn.cursor() as cur:
+                await cur.executemany(_pg(host_book.INSERT), [host_book.insert_params(c, now) for c in claims])
+            await conn.execute(_pg(host_book.PUT_LEASE), (host, plane, now + lease_s))
+
+    async def keep_host_reservation(self, holder: str, claim: Claim) -> None:
+        async with self._host_locked(claim.host) as conn:
+            await conn.execute(_pg(host_book.DROP), (holder,))
+            await conn.execute(_pg(host_book.INSERT), host_book.insert_params(claim, time.time()))
+
+    async def drop_host_reservation(self, holder: str) -> None:
+        await self._execute(_pg(host_book.DROP), (holder,))
+
+    async def host_use(self, host: str, now: float) -> HostUse:
+        rows = await self._fetch(_pg(host_book.LIVE_SUM), (host, host, now))
+        return host_book.use_of(rows[0])
+
+    async def renew_host_lease(self, host: str, plane: str, now: float, lease_s: float) -> bool:
+        async with self._host_locked(host) as conn:
+            cursor = await conn.execute(_pg(host_book.RENEW), (now + lease_s, host, plane, now))
+            if cursor.rowcount > 0:
+                return True
+            await conn.execute(_pg(host_book.PUT_LEASE), (host, plane, now + lease_s))
+            return False
+
+
+def _pg(statement: str) -> str:
+    return host_book.sql(statement, "postgres")
 
 
 async def _apply(conn: Connection, migration: Migration) -> None:

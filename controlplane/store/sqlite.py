@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.seam.provider import SandboxRecord
+from controlplane.core.sessions.capacity import Claim, HostUse
 from controlplane.core.sessions.models import Session, Tenant
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
+from controlplane.store import host_book
 from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of, tenant_of
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
@@ -306,3 +308,64 @@ class SqliteStore:
         )
         return [sandbox_of(r) for r in rows]
 
+
+    # -- host reservations (core/sessions/capacity.ReservationBook) -------------------------------
+
+    async def _in_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` under BEGIN IMMEDIATE: the write lock from the first read on, against every process on the file."""
+
+        def run(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE").close()
+            try:
+                result = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK").close()
+                raise
+            db.execute("COMMIT").close()
+            return result
+
+        return await self._run(run)
+
+    async def take_host_reservation(self, claim: Claim, now: float, lease_s: float,
+                                    check: Callable[[HostUse], None]) -> None:
+        def take(db: sqlite3.Connection) -> None:
+            for statement, params in host_book.forget_expired(claim.host, now):
+                db.execute(statement, params).close()
+            check(host_book.use_of(db.execute(host_book.SUM, (claim.host,)).fetchone()))
+            db.execute(host_book.INSERT, host_book.insert_params(claim, now)).close()
+
+        await self._in_transaction(take)
+
+    async def put_host_reservations(self, host: str, plane: str, claims: list[Claim], now: float,
+                                    lease_s: float) -> None:
+        def put(db: sqlite3.Connection) -> None:
+            db.execute(host_book.DROP_PLANE, (host, plane)).close()
+            db.executemany(host_book.INSERT, [host_book.insert_params(c, now) for c in claims]).close()
+            db.execute(host_book.PUT_LEASE, (host, plane, now + lease_s)).close()
+
+        await self._in_transaction(put)
+
+    async def keep_host_reservation(self, holder: str, claim: Claim) -> None:
+        def keep(db: sqlite3.Connection) -> None:
+            db.execute(host_book.DROP, (holder,)).close()
+            db.execute(host_book.INSERT, host_book.insert_params(claim, time.time())).close()
+
+        await self._in_transaction(keep)
+
+    async def drop_host_reservation(self, holder: str) -> None:
+        await self._execute(host_book.DROP, (holder,))
+
+    async def host_use(self, host: str, now: float) -> HostUse:
+        rows = await self._fetch(host_book.LIVE_SUM, (host, host, now))
+        return host_book.use_of(rows[0])
+
+    async def renew_host_lease(self, host: str, plane: str, now: float, lease_s: float) -> bool:
+        def renew(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(host_book.RENEW, (now + lease_s, host, plane, now))
+            renewed = cursor.rowcount > 0
+            cursor.close()
+            if not renewed:
+                db.execute(host_book.PUT_LEASE, (host, plane, now + lease_s)).close()
+            return renewed
+
+        return await self._in_transaction(renew)

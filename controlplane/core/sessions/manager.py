@@ -102,7 +102,6 @@ class SessionManager:
             else:
                 live[session.sandbox_id] = session.id
                 self._live[session.id] = session
-                self.host.hold(session.id)
         # Failed sessions not yet deleted keep their workspaces: reconciliation must not take them for orphans.
         ended = await self._store.list_sessions()
         self._provider.retain(s.sandbox_id for s in ended if s.state == SessionState.FAILED and s.sandbox_id)
@@ -122,6 +121,8 @@ class SessionManager:
                 foreign.add(child.id)  # its parent's plane holds it too
             else:
                 await self._finish(child, SessionState.FAILED, f"its parent session {child.parent_id} ended")
+        # Only what this plane adopted: another plane's sessions are in the host's book under its own lease.
+        await self.host.start(s.id for s in self._live.values() if not s.parent_id)
         self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
         return report
 
@@ -131,6 +132,7 @@ class SessionManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         await self._ending.wait()  # sessions whose callers went away finish ending before the engine closes
+        await self.host.close()
         for session_id, at in list(self._touched.items()):
             await self._store.touch_session(session_id, at)
         await self._provider.close()
@@ -139,10 +141,10 @@ class SessionManager:
 
     async def create(self, tenant: str, spec: CreateSpec) -> Session:
         admission.resources(self._policy, spec.resources)  # a request the host could never run: refused first
-        with spans.span(attributes.SPAN_CREATE_SESSION, {attributes.TENANT: tenant}) as span, \
-                self.host.admitting() as keep:
-            session = await self._create(tenant, spec)
-            keep(session.id)  # its reservation is held until the session ends
+        with spans.span(attributes.SPAN_CREATE_SESSION, {attributes.TENANT: tenant}) as span:
+            async with self.host.admitting(len(spec.workspace_archive)) as keep:
+                session = await self._create(tenant, spec)
+                await keep(session.id)  # its reservation is held until the session ends
             spans.set_attributes(span, {attributes.SESSION_ID: session.id, attributes.SANDBOX_ID: session.sandbox_id})
             return session
 
@@ -336,7 +338,8 @@ class SessionManager:
         # A READY session this plane does not hold is another plane's: its owner removes the sandbox
         # when it sees the new state (`_sync_with_store`).
         held = self._live.pop(session.id, None)
-        self.host.release(session.id)
+        if not session.parent_id:  # a child reserves nothing (it runs on its parent's sandbox)
+            await self.host.release(session.id)
         foreign = held is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)
@@ -408,6 +411,7 @@ class SessionManager:
 
     async def _ended_elsewhere(self, session: Session, ended: Session) -> None:
         self._live.pop(session.id, None)
+        await self.host.release(session.id)  # the plane that ended it released it too; this plane forgets it
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)
         for child in [s for s in self._live.values() if s.parent_id == session.id]:

@@ -197,7 +197,7 @@ class SwarmSandboxProvider(SandboxProvider):
 
     async def acquire(self, session_id: str, tenant: str, resources: Resources, template: str = "default") -> Sandbox:
         if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
-            sandbox = await self._pool.take()
+            sandbox = await self._pool.take(tenant)
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
