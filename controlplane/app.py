@@ -22,6 +22,7 @@ from controlplane.config import (
     SwarmProviderConfig,
     upstream_environment,
 )
+from controlplane.core.calls import arg_worker
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -242,6 +243,7 @@ async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     if plane.tenants is not None:
         await plane.tenants.close()
     await plane.sessions.close()
+    await arg_worker.close_shared()  # its process ends with the plane
     await plane.audit.close()
     await plane.store.aclose()
     if plane.telemetry is not None:

@@ -92,7 +92,7 @@ async def test_the_control_plane_spends_a_small_part_of_the_cpu_the_worker_spend
     scope = scope_of({"todowrite": TODOWRITE})
     try:
         assert await large.prepared(scope, CallRequest("s", "todowrite", "{}", "warm", "")) is not None
-        process = large._worker._process  # its pid, for its CPU time
+        process = large.worker()._process  # its pid, for its CPU time
         assert process is not None
         worker_before = _cpu_of(process.pid)
         own_before = resource.getrusage(resource.RUSAGE_SELF)

@@ -25,6 +25,7 @@ import json
 import logging
 import pickle
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -190,6 +191,31 @@ class ArgWorker:
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ArgWorker] = weakref.WeakKeyDictionary()
+
+
+def shared() -> ArgWorker:
+    """The running loop's worker: one process per control plane, whichever tool or executor asks."""
+    loop = asyncio.get_running_loop()
+    worker = _shared.get(loop)
+    if worker is None:
+        worker = _shared[loop] = ArgWorker()
+    return worker
+
+
+async def close_shared() -> None:
+    worker = _shared.pop(asyncio.get_running_loop(), None)
+    if worker is not None:
+        await worker.close()
+
+
+async def stringified(value: Any, indent: int | None = None) -> str | None:
+    """`json_stringify(value, indent)` made in the worker (None: it could not; the caller makes it)."""
+    packed = await asyncio.to_thread(pack, value)
+    answer = await shared().run("stringify", packed, indent)
+    return None if answer is None else str(answer[1])
 
 
 if __name__ == "__main__":

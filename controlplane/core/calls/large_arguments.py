@@ -30,13 +30,13 @@ class Prepared:
 
 class LargeArguments:
     def __init__(self) -> None:
-        self._worker = arg_worker.ArgWorker()
+        self._worker: arg_worker.ArgWorker | None = None
 
     async def prepared(self, scope: CallScope, call: CallRequest) -> Prepared | None:
         tool = scope.tools.get(call.tool) or scope.tools.get(call.tool.lower())
         if tool is None:
             return None
-        answer = await self._worker.run("prepare", call.args_json)
+        answer = await self.worker().run("prepare", call.args_json)
         if answer is None or answer[0] != "ok":
             return None
         _, packed, text = answer
@@ -55,7 +55,7 @@ class LargeArguments:
             packed = prepared.packed  # no hook replaced them: what the worker sent, sent back unchanged
         else:
             packed = await asyncio.to_thread(arg_worker.pack, args)
-        answer = await self._worker.run("validate", tool_id, ref, packed)
+        answer = await self.worker().run("validate", tool_id, ref, packed)
         if answer is None:
             return None
         if answer[0] == "tool error":
@@ -63,5 +63,11 @@ class LargeArguments:
         checked: dict[str, Any] = await asyncio.to_thread(arg_worker.unpack, answer[1])
         return checked
 
+    def worker(self) -> arg_worker.ArgWorker:
+        if self._worker is None:
+            self._worker = arg_worker.shared()
+        return self._worker
+
     async def close(self) -> None:
-        await self._worker.close()
+        if self._worker is not None:
+            await self._worker.close()
