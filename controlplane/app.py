@@ -23,6 +23,7 @@ from controlplane.config import (
     upstream_environment,
 )
 from controlplane.core.calls import arg_worker
+from controlplane.core.calls.argument_budget import ArgumentBudget
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -134,12 +135,14 @@ def build_tools(
         sessions.bus.listen(to_plugins)
     pending_bytes = (limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024
     gate = PermissionGate(approvals, audit, sessions.bus, hooks, max_pending_bytes=pending_bytes)
-    executor = ToolExecutor(gate, hooks, audit, quotas)
+    chosen = limits or LimitsConfig()
+    executor = ToolExecutor(gate, hooks, audit, quotas, arg_worker_memory_mb=chosen.arg_worker_memory_mb)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
         max_args_bytes=(limits or LimitsConfig()).max_args_bytes,
         max_pending_question_bytes=pending_bytes,
+        budget=ArgumentBudget(chosen.max_args_in_flight_mb << 20, chosen.max_args_in_flight_total_mb << 20),
     )
 
 

@@ -9,17 +9,23 @@ the control plane's interpreter. What crosses the pipe is pickled in pieces of P
 plane's own share (packing and unpacking) holds the GIL about a millisecond at a time, never for the whole
 object.
 
-The worker runs only the jobs named in JOBS, on data; a job that fails in it, or a worker that died, makes
-the caller fall back to doing the work in a thread (`None` answers), so the worker is never needed for a
-call to succeed.
+The worker runs only the jobs named in JOBS, on data, one at a time, taking turns between tenants (a tenant
+has at most one job waiting for it, so another tenant's job waits behind at most one job of each). A job
+that fails in it for an ordinary reason (a bug) makes the caller do the work in a thread (`None` answers).
+A job that runs out of the worker's memory (RLIMIT_AS, limits.arg_worker_memory_mb), or a worker that dies
+in the middle of a job (the OOM killer, a crash), fails that one call with ArgWorkerError and nothing
+else: doing hostile work again in the control plane's own memory is exactly what the worker is there to
+avoid, and the next job starts a new worker.
 
-    python -m controlplane.core.calls.arg_worker      (started by the control plane; frames on stdin/stdout)
+    python -m controlplane.core.calls.arg_worker [--memory-mb N]   (started by the control plane; frames on
+                                                                     stdin/stdout)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import json
 import logging
@@ -29,11 +35,24 @@ import weakref
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from controlplane.core.calls.tool import ToolError
+
 log = logging.getLogger(__name__)
 
 PIECE = 512
 """List items per pickled piece (512 small todo items: about 0.4 ms to pickle or unpickle)."""
 HEADER = 8
+DEFAULT_MEMORY_MB = 512
+"""The worker's address space (RLIMIT_AS). An 8 MiB todo list (the default limits.max_args_bytes) peaks at
+about 220 MiB of it: parsed, validated and stringified with an indent."""
+
+current_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("arg_worker_tenant", default="")
+"""Whose call the running task serves (the executor sets it): the worker's turns are taken per tenant, also
+for the work a tool asks for itself (todowrite's result text), which does not know its tenant."""
+
+
+class ArgWorkerError(ToolError):
+    """The worker ran out of memory or died while it had this call's arguments: the call fails, no other."""
 
 Packed = tuple[str, Any]
 
@@ -124,6 +143,8 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
         job, args = pickle.loads(frame)
         try:
             answer = JOBS[job](*args)
+        except MemoryError:  # what the job held is garbage now: the worker keeps serving, the call fails
+            answer = ("memory", "")
         except Exception as exc:  # the caller does the work itself; the worker keeps serving
             answer = ("failed", f"{type(exc).__name__}: {exc}")
         blob = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
@@ -134,29 +155,69 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
 # -- the control plane's side --------------------------------------------------------------------------------
 
 
-class ArgWorker:
-    """One worker process, started on first use, jobs one at a time (each tenant has at most one large call
-    running: arguments.TenantLanes), restarted after it dies."""
-
+class _Turn:
     def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class ArgWorker:
+    """One worker process, started on first use, jobs one at a time in turns between tenants, restarted after
+    it dies."""
+
+    def __init__(self, memory_mb: int = DEFAULT_MEMORY_MB) -> None:
+        self.memory_mb = memory_mb
+        """RLIMIT_AS of the next worker started (0: none)."""
         self._process: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
+        """FIFO: with one job per tenant waiting for it (_turns), the tenants take turns."""
+        self._turns: dict[str, _Turn] = {}
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
 
     async def _started(self) -> asyncio.subprocess.Process:
         process = self._process
         if process is None or process.returncode is not None:
+            limit = ["--memory-mb", str(self.memory_mb)] if self.memory_mb > 0 else []
             process = self._process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "controlplane.core.calls.arg_worker",
+                sys.executable, "-m", "controlplane.core.calls.arg_worker", *limit,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             )
         return process
 
     async def run(self, job: str, *args: Any) -> tuple[Any, ...] | None:
-        """The job's answer, or None when the worker could not do it (the caller then does it itself)."""
+        """The job's answer, or None when the worker could not do it for an ordinary reason (the caller then
+        does it itself); ArgWorkerError when it ran out of memory or died with the job."""
+        tenant = current_tenant.get()
+        turn = self._turns.get(tenant)
+        if turn is None:
+            turn = self._turns[tenant] = _Turn()
+        turn.users += 1
+        try:
+            async with turn.lock:
+                answer = await self._run(job, args)
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[tenant]  # no job of this tenant waits: nothing kept per tenant
+        if answer[0] == "memory":
+            raise ArgWorkerError(
+                f"the arguments needed more memory than the argument worker may use "
+                f"({self.memory_mb} MiB, limits.arg_worker_memory_mb); send smaller arguments"
+            )
+        if answer[0] == "failed":
+            log.warning("the argument worker's %s failed: %s", job, answer[1])
+            return None
+        return answer
+
+    async def _run(self, job: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
         request = pickle.dumps((job, args), pickle.HIGHEST_PROTOCOL)  # args are packed already: bytes
         async with self._lock:
+            process = await self._started()
             try:
-                process = await self._started()
                 assert process.stdin is not None
                 assert process.stdout is not None
                 process.stdin.write(len(request).to_bytes(HEADER, "big") + request)
@@ -164,15 +225,16 @@ class ArgWorker:
                 size = int.from_bytes(await process.stdout.readexactly(HEADER), "big")
                 answer: tuple[Any, ...] = pickle.loads(await process.stdout.readexactly(size))
             except (OSError, asyncio.IncompleteReadError) as exc:
-                log.warning("the argument worker failed (%s); doing the work in a thread", exc)
                 self._stop()
-                return None
+                status = await _exit_status(process)
+                log.warning("the argument worker died during a %s job (%s, %s)", job, status, exc)
+                raise ArgWorkerError(
+                    f"the argument worker died while it handled this call's arguments ({status}); the call "
+                    f"failed, the next one starts a new worker"
+                ) from exc
             except BaseException:  # cancelled mid-frame: the pipe's framing is lost with it
                 self._stop()
                 raise
-        if answer[0] == "failed":
-            log.warning("the argument worker's %s failed: %s", job, answer[1])
-            return None
         return answer
 
     def _stop(self) -> None:
@@ -191,6 +253,15 @@ class ArgWorker:
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+async def _exit_status(process: asyncio.subprocess.Process) -> str:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), 5)
+    code = process.returncode
+    if code is None:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
 
 _shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ArgWorker] = weakref.WeakKeyDictionary()
@@ -218,5 +289,14 @@ async def stringified(value: Any, indent: int | None = None) -> str | None:
     return None if answer is None else str(answer[1])
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--memory-mb"]:
+        import resource
+
+        limit = int(argv[1]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

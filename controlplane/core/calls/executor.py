@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controlplane.core.calls import arguments, truncation
+from controlplane.core.calls import arg_worker, arguments, truncation
 from controlplane.core.calls.abort import on_abort
 from controlplane.core.calls.doom_loop import DoomLoopDetector
 from controlplane.core.calls.hooks import HookBus
@@ -102,6 +102,7 @@ Emit = Callable[[CallEvent], None]
 class ToolExecutor:
     def __init__(
         self, gate: PermissionGate, hooks: HookBus, audit: AuditLog | None = None, quotas: TenantQuotas | None = None,
+        arg_worker_memory_mb: int = arg_worker.DEFAULT_MEMORY_MB,
     ) -> None:
         self.gate = gate
         self.hooks = hooks
@@ -110,7 +111,7 @@ class ToolExecutor:
         """The tenants' quotas: a sub-call (a `batch` entry) takes a call slot of its own."""
         self.doom_loop = DoomLoopDetector()
         self._lanes = arguments.TenantLanes()
-        self._large = LargeArguments()
+        self._large = LargeArguments(arg_worker_memory_mb)
 
     async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
         outcome, detail = "error", ""
@@ -198,6 +199,7 @@ class ToolExecutor:
         return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
+        arg_worker.current_tenant.set(scope.tenant)  # this task's own context: the worker's turns are per tenant
         n = arguments.size(call.args_json) if len(call.args_json) >= arguments.OFF_LOOP_BYTES else 0
         prepared: Prepared | None = None
         if n:  # in the worker process when it can (large_arguments), a thread when not; in the tenant's lane

@@ -2,8 +2,9 @@
 validated in the worker process, unpacked here piece by piece in a thread.
 
 Every method answers None where the worker cannot help (arguments that are not a JSON object, a tool that is
-not found, a custom tool's own model, a worker that failed): the executor then does the same work in a
-thread, with the same result, so the two paths differ only in where the CPU time is spent.
+not found, a custom tool's own model, a job that failed in it): the executor then does the same work in a
+thread, with the same result, so the two paths differ only in where the CPU time is spent. A worker that ran
+out of memory or died with the job raises arg_worker.ArgWorkerError: the call fails, it is not retried here.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class Prepared:
 
 
 class LargeArguments:
-    def __init__(self) -> None:
+    def __init__(self, memory_mb: int = arg_worker.DEFAULT_MEMORY_MB) -> None:
+        self._memory_mb = memory_mb
         self._worker: arg_worker.ArgWorker | None = None
 
     async def prepared(self, scope: CallScope, call: CallRequest) -> Prepared | None:
@@ -66,6 +68,7 @@ class LargeArguments:
     def worker(self) -> arg_worker.ArgWorker:
         if self._worker is None:
             self._worker = arg_worker.shared()
+            self._worker.memory_mb = self._memory_mb  # the loop's one worker: the plane's executor sets it
         return self._worker
 
     async def close(self) -> None:
