@@ -142,7 +142,8 @@ def build_tools(
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
         max_args_bytes=(limits or LimitsConfig()).max_args_bytes,
         max_pending_question_bytes=pending_bytes,
-        budget=ArgumentBudget(chosen.max_args_in_flight_mb << 20, chosen.max_args_in_flight_total_mb << 20),
+        budget=ArgumentBudget(chosen.max_args_in_flight_mb << 20, chosen.max_args_queued_mb << 20,
+                              chosen.max_args_in_flight_total_mb << 20),
     )
 
 

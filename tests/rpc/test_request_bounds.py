@@ -28,8 +28,7 @@ TENANTS: list[dict[str, Any]] = [
 LIMIT = 6 * 1024 * 1024
 
 plane = served_plane("local", tenants=TENANTS, pool={"size": 0},
-                     limits={"max_args_bytes": LIMIT, "max_event_backlog_mb": 2, "max_pending_question_mb": 4,
-                             "max_args_in_flight_mb": 64})  # eight 4 MiB calls at once
+                     limits={"max_args_bytes": LIMIT, "max_event_backlog_mb": 2, "max_pending_question_mb": 4})
 
 
 clients = tenant_clients(TENANTS)

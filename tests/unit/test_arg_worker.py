@@ -4,9 +4,11 @@ and the control plane's own CPU time for it is a small part of the worker's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import resource
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,71 @@ async def test_the_control_plane_spends_a_small_part_of_the_cpu_the_worker_spend
         assert own < worker / 2, (own, worker)
     finally:
         await large.close()
+
+
+def _big_text(n: int) -> str:
+    return json.dumps(todos(n))
+
+
+async def _in_tenant(tenant: str, worker: arg_worker.ArgWorker, job: str, *args: Any) -> tuple[Any, ...] | None:
+    arg_worker.current_tenant.set(tenant)  # a task's own context, as the executor sets it per call
+    return await worker.run(job, *args)
+
+
+async def test_a_worker_killed_mid_job_fails_that_call_only_and_the_next_job_gets_a_new_worker() -> None:
+    worker = arg_worker.ArgWorker()
+    try:
+        assert await worker.run("prepare", "{}") is not None
+        first = worker.pid
+        assert first is not None
+        doomed = asyncio.ensure_future(_in_tenant("a", worker, "prepare", _big_text(400_000)))  # about 25 MiB
+        behind = asyncio.ensure_future(_in_tenant("b", worker, "prepare", '{"x": 1}'))
+        await asyncio.sleep(0.3)  # the big job is in the worker (it takes seconds), the small one waits for it
+        assert not doomed.done()
+        os.kill(first, signal.SIGKILL)
+        with pytest.raises(arg_worker.ArgWorkerError) as failed:
+            await doomed
+        assert "the argument worker died while it handled this call's arguments (killed by signal 9)" in str(
+            failed.value)
+        answer = await behind
+        assert answer is not None
+        assert answer[0] == "ok"
+        assert arg_worker.unpack(answer[1]) == {"x": 1}
+        assert worker.pid not in (None, first)
+    finally:
+        await worker.close()
+
+
+async def test_a_job_past_the_workers_memory_fails_with_the_limit_named_and_the_worker_serves_on() -> None:
+    worker = arg_worker.ArgWorker(memory_mb=100)
+    try:
+        assert await worker.run("prepare", "{}") is not None
+        with pytest.raises(arg_worker.ArgWorkerError) as failed:
+            await worker.run("prepare", _big_text(200_000))  # about 12 MiB: some 150 MiB once parsed
+        assert "more memory than the argument worker may use (100 MiB, limits.arg_worker_memory_mb)" in str(
+            failed.value) or "the argument worker died" in str(failed.value)
+        answer = await worker.run("prepare", '{"after": true}')
+        assert answer is not None
+        assert arg_worker.unpack(answer[1]) == {"after": True}
+    finally:
+        await worker.close()
+
+
+async def test_tenants_take_turns_at_the_worker_however_many_jobs_one_sends() -> None:
+    worker = arg_worker.ArgWorker()
+    text = _big_text(20_000)
+    order: list[str] = []
+
+    async def job(tenant: str) -> None:
+        await _in_tenant(tenant, worker, "prepare", text)
+        order.append(tenant)
+
+    try:
+        assert await worker.run("prepare", "{}") is not None
+        flood = [asyncio.ensure_future(job("a")) for _ in range(5)]
+        await asyncio.sleep(0)
+        quiet = asyncio.ensure_future(job("b"))
+        await asyncio.gather(*flood, quiet)
+        assert order.index("b") <= 1, order  # behind a's running job at most, not behind all five
+    finally:
+        await worker.close()
