@@ -29,6 +29,7 @@ import contextvars
 import importlib
 import json
 import logging
+import os
 import pickle
 import sys
 import weakref
@@ -45,6 +46,9 @@ HEADER = 8
 DEFAULT_MEMORY_MB = 512
 """The worker's address space (RLIMIT_AS). An 8 MiB todo list (the default limits.max_args_bytes) peaks at
 about 220 MiB of it: parsed, validated and stringified with an indent."""
+
+NICE = 10
+"""The worker's niceness over the control plane's."""
 
 current_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("arg_worker_tenant", default="")
 """Whose call the running task serves (the executor sets it): the worker's turns are taken per tenant, also
@@ -290,6 +294,9 @@ async def stringified(value: Any, indent: int | None = None) -> str | None:
 
 
 def main(argv: list[str]) -> None:
+    # Below the control plane and the sandboxes' agents in the CPU's scheduling: on a busy host the work of
+    # one tenant's huge arguments waits for the other tenants' small calls, not the other way round.
+    os.nice(NICE)
     if argv[:1] == ["--memory-mb"]:
         import resource
 
