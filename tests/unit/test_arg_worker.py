@@ -16,6 +16,7 @@ import pytest
 from pydantic import BaseModel, create_model
 
 from controlplane.core.calls import arg_worker
+from controlplane.core.calls.doom_loop import fingerprint
 from controlplane.core.calls.executor import CallRequest, CallScope
 from controlplane.core.calls.large_arguments import LargeArguments
 from controlplane.core.calls.tool import ToolDefinition, ToolError, ToolInfo
@@ -62,7 +63,7 @@ async def test_the_worker_parses_fingerprints_and_validates_as_the_control_plane
         tool, args = prepared.resolved
         assert tool is TODOWRITE
         assert args == json.loads(text)
-        assert prepared.text == json_stringify(json.loads(text))
+        assert prepared.text == fingerprint(json_stringify(json.loads(text)))  # the digest, not the text
         definition = ToolDefinition("", TodoWriteParams, TODOWRITE.init)  # type: ignore[arg-type]
         checked = await large.validated("todowrite", definition, args, prepared)
         assert checked == validate("todowrite", TodoWriteParams, json.loads(text))

@@ -99,8 +99,9 @@ def model_ref(model: type) -> str:
 
 
 def _prepare(args_json: str) -> tuple[Any, ...]:
-    """The parsed arguments and their doom-loop text; ("bad",) when they are not a JSON object (the caller's
-    own path repairs that as upstream does)."""
+    """The parsed arguments and their doom-loop fingerprint; ("bad",) when they are not a JSON object (the
+    caller's own path repairs that as upstream does)."""
+    from controlplane.core.calls.doom_loop import fingerprint
     from opencode_semantics.javascript import json_stringify
 
     try:
@@ -109,7 +110,7 @@ def _prepare(args_json: str) -> tuple[Any, ...]:
         return ("bad",)
     if not isinstance(args, dict):
         return ("bad",)
-    return "ok", pack(args), json_stringify(args)
+    return "ok", pack(args), fingerprint(json_stringify(args))
 
 
 def _validate(tool_id: str, ref: str, packed: Packed) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from controlplane.core.calls import arg_worker, arguments, truncation
 from controlplane.core.calls.abort import on_abort
-from controlplane.core.calls.doom_loop import DoomLoopDetector
+from controlplane.core.calls.doom_loop import DoomLoopDetector, fingerprint
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.large_arguments import LargeArguments, Prepared
 from controlplane.core.calls.subcalls import ExecutorSubCalls
@@ -210,7 +210,7 @@ class ToolExecutor:
                 text = None
                 if not call.nested:
                     text = prepared.text if prepared is not None else await arguments.handled(
-                        n, json_stringify, raw_args)
+                        n, lambda: fingerprint(json_stringify(raw_args)))
         else:
             tool, raw_args = self._resolve(scope, call)
             text = None
@@ -244,6 +244,7 @@ class ToolExecutor:
                         n, validate, tool.id, definition.parameters, args, definition.format_validation_error)
             else:
                 args = validate(tool.id, definition.parameters, args, definition.format_validation_error)
+        prepared = text = None  # the worker's pickles and the doom-loop text: not kept while the tool runs
         env: dict[str, str] = {}
         if tool.id == "bash":
             env = await self._shell_env(scope, call, args)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class Prepared:
     resolved: tuple[ToolInfo, dict[str, Any]]
     text: str
-    """The arguments as upstream's JSON.stringify writes them (the doom-loop fingerprint)."""
+    """The doom-loop fingerprint of the arguments as upstream's JSON.stringify writes them."""
     packed: arg_worker.Packed
     """The parsed arguments as the worker sent them, sent back as they are when validation needs them."""
 
