@@ -24,6 +24,8 @@ from controlplane.config import (
     SwarmProviderConfig,
     upstream_environment,
 )
+from controlplane.core.calls import arg_worker
+from controlplane.core.calls.argument_budget import ArgumentBudget
 from controlplane.core.calls.executor import ToolExecutor
 from controlplane.core.calls.hooks import HookBus
 from controlplane.core.calls.tool_runtime import ToolRuntime
@@ -139,12 +141,15 @@ def build_tools(
         sessions.bus.listen(to_plugins)
     pending_bytes = (limits or LimitsConfig()).max_pending_question_mb * 1024 * 1024
     gate = PermissionGate(approvals, audit, sessions.bus, hooks, max_pending_bytes=pending_bytes)
-    executor = ToolExecutor(gate, hooks, audit, quotas)
+    chosen = limits or LimitsConfig()
+    executor = ToolExecutor(gate, hooks, audit, quotas, arg_worker_memory_mb=chosen.arg_worker_memory_mb)
     return ToolRuntime(
         sessions, registry, executor, sandbox_calls, catalog.unregistered(tools), bus=sessions.bus, policy=policy,
         env=upstream, mcp=mcp_factory((settings or catalog.ToolSettings()).egress), todos=todos,
         max_args_bytes=(limits or LimitsConfig()).max_args_bytes,
         max_pending_question_bytes=pending_bytes,
+        budget=ArgumentBudget(chosen.max_args_in_flight_mb << 20, chosen.max_args_queued_mb << 20,
+                              chosen.max_args_in_flight_total_mb << 20),
     )
 
 
@@ -278,6 +283,7 @@ async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     await plane.sessions.close()
     if plane.egress is not None:
         await plane.egress.close()
+    await arg_worker.close_shared()  # its process ends with the plane
     await plane.audit.close()
     await plane.store.aclose()
     if plane.telemetry is not None:

@@ -391,6 +391,18 @@ class LimitsConfig(_Closed):
     max_args_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
     """Largest tool call argument object (JSON, bytes); larger is INVALID_ARGUMENT before any parsing.
     0: no limit beyond server.max_message_mb."""
+    max_args_in_flight_mb: int = Field(default=8, ge=0)
+    """Large tool call arguments (64 KiB and up) one tenant's running calls may hold together (a call alone
+    always runs); a call past it waits for room. 0: no limit."""
+    max_args_queued_mb: int = Field(default=32, ge=0)
+    """Large arguments one tenant's calls waiting for room may hold; the call past it is RESOURCE_EXHAUSTED.
+    0: no limit."""
+    max_args_in_flight_total_mb: int = Field(default=24, ge=0)
+    """Large arguments all tenants' running calls may hold together; past it a call waits its turn. An 8 MiB
+    list of small todo items peaks at about 190 MiB of the plane's memory while it runs. 0: no limit."""
+    arg_worker_memory_mb: int = Field(default=512, ge=0)
+    """Address space of the process that parses and validates large arguments (an 8 MiB todo list takes
+    about 220 MiB); a call that needs more fails, no other does. 0: no limit."""
     max_event_backlog_mb: int = Field(default=16, ge=0)
     """Unread events one subscription may hold (estimated size); past it the subscription ends with
     RESOURCE_EXHAUSTED, as past 4096 events. 0: bounded by count only."""

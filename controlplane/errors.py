@@ -27,6 +27,7 @@ ControlPlaneError
 │   ├── DeniedError             a configured rule denies the call (core/permissions/permission.py)
 │   ├── QuestionRejectedError   the user dismissed a question (core/permissions/questions.py)
 │   ├── HookError               a plugin hook failed or timed out (core/calls/hooks.py)
+│   ├── ArgWorkerError          the argument worker ran out of memory or died with the call (core/calls/arg_worker.py)
 │   └── McpCallError            an MCP tool call gave no result (mcp/servers.py)
 ├── EgressError                 an outbound request failed (egress.py)
 │   ├── EgressRefusedError      the egress policy forbids the destination; nothing was connected to

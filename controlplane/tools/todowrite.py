@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from controlplane.core.calls import arg_worker
 from controlplane.core.calls.tool import (
     InitContext,
     PermissionAsk,
@@ -41,10 +42,12 @@ def todo_store(ctx: ToolContext) -> TodoStore:
     return ctx.services.todos
 
 
-def todo_result(todos: list[dict[str, Any]]) -> ToolResult:
-    """Upstream's shape: `JSON.stringify(todos, null, 2)`, titled by the todos not completed."""
+def todo_result(todos: list[dict[str, Any]], output: str | None = None) -> ToolResult:
+    """Upstream's shape: `JSON.stringify(todos, null, 2)` (`output` when already made), titled by the todos
+    not completed."""
     left = sum(1 for t in todos if t.get("status") != "completed")
-    return ToolResult(title=f"{left} todos", output=json_stringify(todos, indent=2), metadata={"todos": todos})
+    text = json_stringify(todos, indent=2) if output is None else output
+    return ToolResult(title=f"{left} todos", output=text, metadata={"todos": todos})
 
 
 def _as_sent(todos: list[dict[str, Any]], raw: Any) -> list[dict[str, Any]]:
@@ -69,8 +72,9 @@ async def _execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         args["todos"], ctx.services.raw_args)
     await todo_store(ctx).put_todos(ctx.session_id, todos)
     ctx.services.publish("todo.updated", sessionID=ctx.session_id, todos=todos)
-    if large:  # upstream's JSON.stringify, in Python, takes seconds on a 4 MiB list
-        return await asyncio.to_thread(todo_result, todos)
+    if large:  # upstream's JSON.stringify with an indent, in Python: 0.8 s of CPU for an 8 MiB list
+        output = await arg_worker.stringified(todos, indent=2)
+        return todo_result(todos, output) if output is not None else await asyncio.to_thread(todo_result, todos)
     return todo_result(todos)
 
 

@@ -68,10 +68,41 @@ class ServedPlane:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def peak_mib(self) -> float:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmHWM in /proc status")
+        return _hwm_mib(self.process.pid)
+
+    def children(self) -> list[int]:
+        """The control plane's child processes (its argument worker), whose memory is the plane's doing too."""
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                pids += [int(pid) for pid in (task / "children").read_text().split()]
+            except OSError:
+                continue
+        return pids
+
+    def reset_children(self) -> None:
+        for pid in self.children():
+            try:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+            except OSError:
+                continue
+
+    def children_peak_mib(self) -> float:
+        """The largest peak RSS among the plane's children (0: none running)."""
+        peaks = [0.0]
+        for pid in self.children():
+            try:
+                peaks.append(_hwm_mib(pid))
+            except (OSError, RuntimeError):
+                continue
+        return max(peaks)
+
+
+def _hwm_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status")
 
 
 def config_text(data_dir: Path, instance: str, tokens: dict[str, str]) -> str:
@@ -127,6 +158,8 @@ class Phase:
     create: Row
     bash: Row
     peak_mib: float
+    worker_peak_mib: float
+    """The plane's argument worker process (a child of the plane), 0 when none ran."""
     cpu_share: float
     """The control plane's CPU time during the phase over its wall time (1.0: one core all the time)."""
     flood: dict[str, int]
@@ -201,13 +234,14 @@ async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
                 if flood is not None:
                     await asyncio.sleep(RAMP_S)
                 plane.reset_peak()
+                plane.reset_children()
                 cpu, wall = plane.cpu_seconds(), time.monotonic()
                 create, bash = await measure_b(b, own.id, creates, bash_per_create)
-                peak = plane.peak_mib()
+                peak, worker_peak = plane.peak_mib(), plane.children_peak_mib()
                 share = (plane.cpu_seconds() - cpu) / (time.monotonic() - wall)
             finally:
                 counts = await end_flood(flood) if flood is not None else {}
-            done.append(Phase(title, create, bash, peak, share, counts))
+            done.append(Phase(title, create, bash, peak, worker_peak, share, counts))
         await b.delete_session(own.id)
     finally:
         await b.close()
@@ -225,7 +259,7 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
         f"{A_QUOTA} sessions, {A_CALLS} calls; pool 0, so every create is cold; target: B's p99 within "
         f"{TARGET_RATIO:g}x of B alone)",
         f"  {'phase':26} {'B create p50/p99 ms':>21} {'p99 x':>6} {'B bash p50/p99 ms':>19} {'p99 x':>6} "
-        f"{'peak RSS MiB':>12} {'CPU':>5}  A's flood",
+        f"{'peak RSS MiB':>12} {'worker':>6} {'CPU':>5}  A's flood",
     ]
     for phase in done:
         cr, br = _ratio(phase.create, alone.create), _ratio(phase.bash, alone.bash)
@@ -233,12 +267,14 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
         flood = ", ".join(f"{v} {k}" for k, v in sorted(phase.flood.items()))
         lines.append(
             f"  {phase.title:26} {phase.create.p50:9.1f} / {phase.create.p99:<9.1f} {cr:5.2f}x "
-            f"{phase.bash.p50:8.1f} / {phase.bash.p99:<8.1f} {br:5.2f}x {phase.peak_mib:12.0f} {phase.cpu_share:5.0%}  "
+            f"{phase.bash.p50:8.1f} / {phase.bash.p99:<8.1f} {br:5.2f}x {phase.peak_mib:12.0f} "
+            f"{phase.worker_peak_mib:6.0f} {phase.cpu_share:5.0%}  "
             f"{verdict} {flood}".rstrip()
         )
     samples = f"n = {len(alone.create.samples_ms)} creates and {len(alone.bash.samples_ms)} bash calls per phase"
     peak = "peak RSS reset before each phase" if peak_reset else "peak RSS since the plane started (no clear_refs)"
-    peak += "; CPU: the control plane's CPU time over the phase's wall time"
+    peak += "; worker: the peak RSS of the plane's argument worker process; CPU: the control plane's CPU time"
+    peak += " over the phase's wall time"
     lines.append(f"  ({samples}; {peak}; /proc/loadavg at the end: {Path('/proc/loadavg').read_text().strip()})")
     return lines
 

@@ -8,7 +8,8 @@ for half a minute). Small arguments stay on the loop: a thread hop costs more th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import ParamSpec, TypeVar
 
 from controlplane.errors import InvalidArgumentError
@@ -60,11 +61,22 @@ class TenantLanes:
         self._width = width
         self._lanes: dict[str, asyncio.Semaphore] = {}
 
-    async def handled(self, tenant: str, n: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        if n < OFF_LOOP_BYTES:
-            return fn(*args, **kwargs)
+    def _lane(self, tenant: str) -> asyncio.Semaphore:
         lane = self._lanes.get(tenant)
         if lane is None:
             lane = self._lanes[tenant] = asyncio.Semaphore(self._width)
-        async with lane:
+        return lane
+
+    async def handled(self, tenant: str, n: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if n < OFF_LOOP_BYTES:
+            return fn(*args, **kwargs)
+        async with self._lane(tenant):
             return await asyncio.to_thread(fn, *args, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def held(self, tenant: str) -> AsyncIterator[None]:
+        """The tenant's lane around one piece of large-argument work done elsewhere (in the argument worker
+        process: large_arguments). A tenant has at most `width` pieces running or queued at the worker, so
+        another tenant's large call waits behind at most that many of its pieces, however many it sends."""
+        async with self._lane(tenant):
+            yield

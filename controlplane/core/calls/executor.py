@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from controlplane.core.calls import arguments, truncation
+from controlplane.core.calls import arg_worker, arguments, truncation
 from controlplane.core.calls.abort import on_abort
-from controlplane.core.calls.doom_loop import DoomLoopDetector
+from controlplane.core.calls.doom_loop import DoomLoopDetector, fingerprint
 from controlplane.core.calls.hooks import HookBus
+from controlplane.core.calls.large_arguments import LargeArguments, Prepared
 from controlplane.core.calls.subcalls import ExecutorSubCalls
 from controlplane.core.calls.tool import (
     InitContext,
@@ -101,6 +102,7 @@ Emit = Callable[[CallEvent], None]
 class ToolExecutor:
     def __init__(
         self, gate: PermissionGate, hooks: HookBus, audit: AuditLog | None = None, quotas: TenantQuotas | None = None,
+        arg_worker_memory_mb: int = arg_worker.DEFAULT_MEMORY_MB,
     ) -> None:
         self.gate = gate
         self.hooks = hooks
@@ -109,6 +111,7 @@ class ToolExecutor:
         """The tenants' quotas: a sub-call (a `batch` entry) takes a call slot of its own."""
         self.doom_loop = DoomLoopDetector()
         self._lanes = arguments.TenantLanes()
+        self._large = LargeArguments(arg_worker_memory_mb)
 
     async def execute(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> None:
         outcome, detail = "error", ""
@@ -196,15 +199,27 @@ class ToolExecutor:
         return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
     async def _run(self, scope: CallScope, call: CallRequest, emit: Emit, abort: asyncio.Event) -> ToolResult:
+        arg_worker.current_tenant.set(scope.tenant)  # this task's own context: the worker's turns are per tenant
         n = arguments.size(call.args_json) if len(call.args_json) >= arguments.OFF_LOOP_BYTES else 0
-        tool, raw_args = await self._lanes.handled(scope.tenant, n, self._resolve, scope, call)
+        prepared: Prepared | None = None
+        if n:  # in the worker process when it can (large_arguments), a thread when not; in the tenant's lane
+            async with self._lanes.held(scope.tenant):
+                prepared = await self._large.prepared(scope, call)
+                tool, raw_args = prepared.resolved if prepared is not None else await arguments.handled(
+                    n, self._resolve, scope, call)
+                text = None
+                if not call.nested:
+                    text = prepared.text if prepared is not None else await arguments.handled(
+                        n, lambda: fingerprint(json_stringify(raw_args)))
+        else:
+            tool, raw_args = self._resolve(scope, call)
+            text = None
         ask_scope = AskScope(
             tenant=scope.tenant, session_id=scope.session_id, call_id=call.call_id, message_id=call.message_id,
             tool=tool.id, ruleset=scope.ruleset, policy=scope.policy, ceiling=scope.ceiling,
         )
 
         ask = CallAsks(self.gate, ask_scope, emit)
-        text = await self._lanes.handled(scope.tenant, n, json_stringify, raw_args) if n and not call.nested else None
         if not call.nested and self.doom_loop.observe(scope.session_id, call.message_id, tool.id, raw_args, text):
             await ask(PermissionAsk("doom_loop", [tool.id], [tool.id], {"tool": tool.id, "input": raw_args}))
         with spans.call_init(tool.id, tool.source.value, tool.origin, loaded_elsewhere=tool.init_ms is not None):
@@ -222,9 +237,14 @@ class ToolExecutor:
         if not isinstance(args, dict):
             raise ToolError(f"A tool.execute.before hook replaced the arguments of {tool.id} with a non-object")
         if definition.parameters is not None:
-            args = await self._lanes.handled(
-                scope.tenant, n, validate, tool.id, definition.parameters, args, definition.format_validation_error
-            )
+            if n:
+                async with self._lanes.held(scope.tenant):
+                    checked = await self._large.validated(tool.id, definition, args, prepared)
+                    args = checked if checked is not None else await arguments.handled(
+                        n, validate, tool.id, definition.parameters, args, definition.format_validation_error)
+            else:
+                args = validate(tool.id, definition.parameters, args, definition.format_validation_error)
+        prepared = text = None  # the worker's pickles and the doom-loop text: not kept while the tool runs
         env: dict[str, str] = {}
         if tool.id == "bash":
             env = await self._shell_env(scope, call, args)

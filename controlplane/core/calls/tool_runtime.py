@@ -20,6 +20,7 @@ from typing import Any
 
 from controlplane.core.calls import arguments
 from controlplane.core.calls.abort import AbortSignal
+from controlplane.core.calls.argument_budget import ArgumentBudget
 from controlplane.core.calls.executor import CallRequest, CallScope, ToolExecutor
 from controlplane.core.calls.hooks import DEFAULT_TIMEOUT_S as HOOK_TIMEOUT_S
 from controlplane.core.calls.runtime_sessions import McpSource, RunningCall, RuntimeSession, RuntimeSessions
@@ -102,8 +103,10 @@ class ToolRuntime:
         bus: EventBus | None = None, policy: OperatorPolicy | None = None, env: Mapping[str, str] | None = None,
         mcp: McpFactory | None = None, todos: TodoStore | None = None,
         max_args_bytes: int = arguments.DEFAULT_MAX_ARGS_BYTES, max_pending_question_bytes: int = MAX_PENDING_BYTES,
+        budget: ArgumentBudget | None = None,
     ) -> None:
         self._max_args_bytes = max_args_bytes
+        self._budget = budget or ArgumentBudget()
         self._mcp_factory = mcp
         self._sessions = sessions
         self._registry = registry
@@ -223,8 +226,11 @@ class ToolRuntime:
     # -- calls ----------------------------------------------------------------------------------
 
     async def start_call(self, asked: ClientCall) -> RunningCall:
-        tenant, session_id, tool = asked.tenant, asked.session_id, asked.tool
         arguments.check_size(asked.args_json, self._max_args_bytes)  # before any work on them
+        return await self._budget.held_by(asked, self._start)
+
+    async def _start(self, asked: ClientCall) -> RunningCall:
+        tenant, session_id, tool = asked.tenant, asked.session_id, asked.tool
         stored = await self._sessions.get(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         kept = self._sessions_kept.of(session_id)
