@@ -156,3 +156,24 @@ async def test_small_tool_processes_that_lower_their_score_do_not_make_the_agent
     # The same agent process, not a restarted one.
     assert as_root(docker_plane, session.sandbox_id, "pgrep -xf 'python3 -m sandbox_agent'").strip() == agent_before
     assert agent_memory_kb(docker_plane, session.sandbox_id)["oom_score_adj"] == 0
+
+
+async def test_full_tmpfs_and_a_hog_leave_the_agent_alive(docker_plane: Plane) -> None:
+    # tmpfs pages count against the limit and belong to no process: with /tmp and /dev/shm full (their caps are a
+    # quarter and an eighth of the limit) the killer can only free memory by killing processes; it must take the hog.
+    client = docker_plane.client
+    session = await client.create_session(memory_mb=256, workspace_archive=tar_of({"keep.txt": "user file\n"}))
+    try:
+        agent_before = as_root(docker_plane, session.sandbox_id, "pgrep -xf 'python3 -m sandbox_agent'").strip()
+        attack = await client.execute_tool(session.id, "bash", {
+            "command": "head -c 1G /dev/zero > /tmp/fill; head -c 1G /dev/zero > /dev/shm/fill;"
+                       " python3 -c 'b = []\nwhile True: b.append(bytearray(8 << 20))'; echo hog rc=$?",
+            "description": "OOM pressure", "timeout": 60_000}, on_permission=allow_once)
+        assert attack.error is None, attack.error
+        assert "hog rc=137" in attack.output, attack.output
+        assert attack.metadata.get("out_of_memory") is True, json.dumps(attack.metadata)
+        assert (await client.get_session(session.id)).state == session_pb2.Session.READY
+        assert await client.read_file(session.id, "keep.txt") == b"user file\n"
+        assert as_root(docker_plane, session.sandbox_id, "pgrep -xf 'python3 -m sandbox_agent'").strip() == agent_before
+    finally:
+        await client.delete_session(session.id)
