@@ -10,8 +10,9 @@ the victim: the container ended and the session was lost.
 Pinning the floor needs CAP_SYS_RESOURCE for the agent, which an engine can only give when its host has it:
 on the build machine (a VM whose bounding set lacks it) runc refuses such a container ("unable to apply caps").
 Landlock needs no privilege at all, only no_new_privs (every sandbox has it) and a kernel with Landlock
-(5.13 on, enabled in the LSM list): the domain handles one right, opening a file for writing, and grants it
-beneath every top-level entry of `/` except `/proc`. So a write-open of `/proc/self/oom_score_adj` (or
+(5.19 on, enabled in the LSM list): the domain handles opening a file for writing (and linking or renaming into
+another directory, which a domain refuses unless handled) and grants both beneath every top-level entry of `/`
+except `/proc`. So a write-open of `/proc/self/oom_score_adj` (or
 `oom_adj`, or another process's) fails with EACCES; everything else stays as it was: the root filesystem is
 read-only anyway, and `/dev/stdout`, `/dev/fd/N` and process substitution still work (their magic links
 resolve to the pipe or file itself, which Landlock judges by that object). A domain cannot be left, and every
@@ -27,11 +28,16 @@ import contextlib
 import ctypes
 import errno
 import os
+import stat
 import sys
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 _RULE_PATH_BENEATH = 1
 _ACCESS_FS_WRITE_FILE = 1 << 1
+_ACCESS_FS_REFER = 1 << 13
+"""Linking or renaming into another directory. Any Landlock domain refuses it (EXDEV) unless the ruleset handles it
+and a rule grants it, so it is handled and granted wherever writes are: `mv a d/` and `ln a d/b` keep working."""
+_CREATE_RULESET_VERSION = 1 << 0
 _PR_GET_NO_NEW_PRIVS = 39
 GUARDED = "/proc"
 
@@ -60,14 +66,17 @@ def restrict_proc_writes() -> bool:
     """Enters the domain (this process and all it starts from now on); False when this kernel cannot."""
     if _libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
         return False  # a host run: Landlock would need no_new_privs, which the agent does not impose there
-    attr = _RulesetAttr(_ACCESS_FS_WRITE_FILE)
     try:
-        ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
-                           ctypes.c_uint32(0))
+        abi = _syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     except OSError as exc:
         if exc.errno in (errno.ENOSYS, errno.EOPNOTSUPP):
             return False
         raise
+    if abi < 2:
+        return False  # Landlock's first version refuses every link or rename into another directory
+    attr = _RulesetAttr(_ACCESS_FS_WRITE_FILE | _ACCESS_FS_REFER)
+    ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                       ctypes.c_uint32(0))
     try:
         for name in os.listdir("/"):
             if "/" + name != GUARDED:
@@ -84,7 +93,8 @@ def _allow_writes_beneath(path: str, ruleset: int) -> None:
     except OSError:
         return  # gone, or a dangling link: nothing to write there
     try:
-        rule = _PathBeneathAttr(_ACCESS_FS_WRITE_FILE, fd)
+        directory = stat.S_ISDIR(os.fstat(fd).st_mode)  # a file's rule may hold file rights only
+        rule = _PathBeneathAttr(_ACCESS_FS_WRITE_FILE | (_ACCESS_FS_REFER if directory else 0), fd)
         with contextlib.suppress(OSError):  # an entry Landlock cannot hold a rule for stays unwritable
             _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
                      ctypes.c_uint32(0))
