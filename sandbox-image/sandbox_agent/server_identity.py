@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from dataclasses import replace
 
 from sandbox_agent.errors import AgentError, SpawnError
@@ -43,6 +44,12 @@ SERVER_NICENESS = 10
 """As the spawner's tool processes: the agent's health and abort answers stay ahead of a busy host."""
 SERVER_OOM_SCORE_ADJ = 500
 """Between the agent and the tool processes (1000): a memory hog that is a tool process goes first."""
+_AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUARD = [sys.executable, "-I", "-B", "-c",
+         f"import sys; sys.path.insert(0, {_AGENT_ROOT!r}); from sandbox_agent.proc_guard import exec_restricted;"
+         " exec_restricted()"]
+"""The first program of a server's chain: it enters proc_guard's domain (as root, before the uid switch) and execs
+the rest."""
 VERIFY_TIMEOUT_S = 10.0
 _POLL_S = 0.002
 
@@ -61,9 +68,10 @@ def server_uid(tool_uid: int, kind: int) -> int:
 
 
 def server_argv(argv: list[str], server_uid: int, uid: int, gid: int) -> list[str]:
-    """`argv` run with real uid `server_uid`, effective uid `uid`, all gids `gid` and no other groups."""
-    return [NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}", f"--rgid={gid}",
-            f"--egid={gid}", "--clear-groups", "--", *argv]
+    """`argv` run with real uid `server_uid`, effective uid `uid`, all gids `gid` and no other groups, unable to
+    write under /proc (proc_guard: the tool code it runs, and what that starts, cannot lower its OOM score)."""
+    return [*GUARD, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}",
+            f"--rgid={gid}", f"--egid={gid}", "--clear-groups", "--", *argv]
 
 
 def _threads_protected(pid: int, server_uid: int) -> bool:

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_agent import pidfds
+from sandbox_agent import pidfds, proc_guard
 from sandbox_agent.errors import SpawnError
 
 FRAME = 64 * 1024
@@ -114,6 +114,9 @@ def _close_all(fds: list[int]) -> None:
 
 def _harden(parent: int) -> None:
     _yield_to_the_agent()  # first: a non-dumpable process's /proc/self files belong to root
+    # Then no tool process started from here may write under /proc: the OOM score above is not pinned, and a
+    # tool process lowering it back to 0 could make the agent the OOM killer's choice (proc_guard).
+    proc_guard.restrict_proc_writes()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
@@ -127,7 +130,8 @@ def _yield_to_the_agent() -> None:
     """Tool processes (inheriting from the helper) lose to the agent for CPU and for the OOM killer.
 
     Within the container's cgroup a fork bomb otherwise shares the CPU with the agent as equals,
-    and health and abort wait behind hundreds of runnable tasks. Both changes need no privilege.
+    and health and abort wait behind hundreds of runnable tasks. Both changes need no privilege; the
+    OOM score is not pinned (that would need CAP_SYS_RESOURCE), so `proc_guard` keeps it from being lowered.
     """
     with contextlib.suppress(OSError):
         os.nice(TOOL_NICENESS)

@@ -287,8 +287,9 @@ async def test_many_large_control_plane_results_share_the_output_budget(docker_p
 
 async def test_tool_processes_are_the_oom_killers_choice(docker_plane: Plane, session: Session) -> None:
     memory = agent_memory_kb(docker_plane, session.sandbox_id)
-    tool = await bash(docker_plane.client, session.id, "cat /proc/self/oom_score_adj; echo -1 > "
-                                                       "/proc/self/oom_score_adj 2>/dev/null || echo refused")
+    # (the braces: the open itself is refused now, proc_guard.py, and bash reports that before `2>` applies)
+    tool = await bash(docker_plane.client, session.id, "cat /proc/self/oom_score_adj; { echo -1 > "
+                                                       "/proc/self/oom_score_adj; } 2>/dev/null || echo refused")
     assert tool.output == "1000\nrefused\n"
     assert memory["oom_score_adj"] < 1000
     assert json.dumps(memory)  # the numbers came from the agent's /proc entry
