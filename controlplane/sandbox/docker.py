@@ -44,6 +44,7 @@ from controlplane.sandbox.layout import (
     AGENT_CAPS,
     AGENT_DIR,
     CAP_DROP,
+    EGRESS_PORT,
     ENV_OUTPUT_BUDGET,
     GLOBAL_DIR,
     LABEL_IMAGE,
@@ -154,6 +155,11 @@ class DockerSandboxProvider(SandboxProvider):
         self._attached.clear()
         self._attached_sockets.clear()
         await asyncio.to_thread(self._client.close)
+
+    network_port = EGRESS_PORT
+
+    def network_socket(self, sandbox_id: str) -> str:
+        return str(self._dirs.egress_socket_path(sandbox_id))
 
     def pool_stats(self) -> PoolStats:
         return self._pools.stats()

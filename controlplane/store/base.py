@@ -17,7 +17,7 @@ from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.seam.provider import SandboxLedger, SandboxRecord
 from controlplane.core.sessions.cpu_usage import CpuStore
 from controlplane.core.sessions.manager import SessionStore
-from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
+from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState, Tenant
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
@@ -54,6 +54,7 @@ def session_of(row: Row) -> Session:
         parent_id=row["parent_id"],
         title=row["title"],
         caller_config_json=row["caller_config_json"],
+        network=NetworkPolicy.from_json(row["network_json"]),
     )
 
 

@@ -116,5 +116,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             cpu_seconds {real} NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS sandbox_cpu_tenant ON sandbox_cpu (tenant)",
     )),
+    # 8, not 7: the egress proxy's byte totals take 7 in the same issue.
+    Migration(8, "the network policy of each session, so that a restarted plane starts its proxy again", added_columns=(
+        ("sessions", "network_json", "TEXT"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ontrolplane/v1/session.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n\tResources\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\r\x12\x0c\n\x04pids\x18\x03 \x01(\r\"\xf6\x01\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x19\n\x11workspace_archive\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63onfig_json\x18\x03 \x01(\t\x12\x41\n\x06labels\x18\x04 \x03(\x0b\x32\x31.controlplane.v1.CreateSessionRequest.LabelsEntry\x12-\n\tresources\x18\x05 \x01(\x0b\x32\x1a.controlplane.v1.Resources\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xab\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12-\n\x05state\x18\x04 \x01(\x0e\x32\x1e.controlplane.v1.Session.State\x12\x12\n\nsandbox_id\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x06labels\x18\x08 \x03(\x0b\x32$.controlplane.v1.Session.LabelsEntry\x12-\n\tresources\x18\t \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x32\n\x0elast_active_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tparent_id\x18\x0c \x01(\t\x12\r\n\x05title\x18\r \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"P\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x43REATING\x10\x01\x12\t\n\x05READY\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\x0b\n\x07\x44\x45LETED\x10\x04\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\".\n\x13ListSessionsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\"B\n\x14ListSessionsResponse\x12*\n\x08sessions\x18\x01 \x03(\x0b\x32\x18.controlplane.v1.Session\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"B\n\x15\x44\x65leteSessionResponse\x12)\n\x07session\x18\x01 \x01(\x0b\x32\x18.controlplane.v1.Session2\xeb\x02\n\x0eSessionService\x12P\n\rCreateSession\x12%.controlplane.v1.CreateSessionRequest\x1a\x18.controlplane.v1.Session\x12J\n\nGetSession\x12\".controlplane.v1.GetSessionRequest\x1a\x18.controlplane.v1.Session\x12[\n\x0cListSessions\x12$.controlplane.v1.ListSessionsRequest\x1a%.controlplane.v1.ListSessionsResponse\x12^\n\rDeleteSession\x12%.controlplane.v1.DeleteSessionRequest\x1a&.controlplane.v1.DeleteSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ontrolplane/v1/session.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n\tResources\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\r\x12\x0c\n\x04pids\x18\x03 \x01(\r\"\xa7\x02\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x19\n\x11workspace_archive\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63onfig_json\x18\x03 \x01(\t\x12\x41\n\x06labels\x18\x04 \x03(\x0b\x32\x31.controlplane.v1.CreateSessionRequest.LabelsEntry\x12-\n\tresources\x18\x05 \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12/\n\x07network\x18\x1e \x01(\x0b\x32\x1e.controlplane.v1.NetworkPolicy\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\rNetworkPolicy\x12\x13\n\x0b\x61llow_hosts\x18\x01 \x03(\t\x12\x13\n\x0b\x61llow_cidrs\x18\x02 \x03(\t\"\xdc\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12-\n\x05state\x18\x04 \x01(\x0e\x32\x1e.controlplane.v1.Session.State\x12\x12\n\nsandbox_id\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x06labels\x18\x08 \x03(\x0b\x32$.controlplane.v1.Session.LabelsEntry\x12-\n\tresources\x18\t \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x32\n\x0elast_active_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tparent_id\x18\x0c \x01(\t\x12\r\n\x05title\x18\r \x01(\t\x12/\n\x07network\x18\x1e \x01(\x0b\x32\x1e.controlplane.v1.NetworkPolicy\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"P\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x43REATING\x10\x01\x12\t\n\x05READY\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\x0b\n\x07\x44\x45LETED\x10\x04\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\".\n\x13ListSessionsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\"B\n\x14ListSessionsResponse\x12*\n\x08sessions\x18\x01 \x03(\x0b\x32\x18.controlplane.v1.Session\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"B\n\x15\x44\x65leteSessionResponse\x12)\n\x07session\x18\x01 \x01(\x0b\x32\x18.controlplane.v1.Session2\xeb\x02\n\x0eSessionService\x12P\n\rCreateSession\x12%.controlplane.v1.CreateSessionRequest\x1a\x18.controlplane.v1.Session\x12J\n\nGetSession\x12\".controlplane.v1.GetSessionRequest\x1a\x18.controlplane.v1.Session\x12[\n\x0cListSessions\x12$.controlplane.v1.ListSessionsRequest\x1a%.controlplane.v1.ListSessionsResponse\x12^\n\rDeleteSession\x12%.controlplane.v1.DeleteSessionRequest\x1a&.controlplane.v1.DeleteSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,25 +39,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOURCES']._serialized_start=83
   _globals['_RESOURCES']._serialized_end=140
   _globals['_CREATESESSIONREQUEST']._serialized_start=143
-  _globals['_CREATESESSIONREQUEST']._serialized_end=389
-  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_start=344
-  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_end=389
-  _globals['_SESSION']._serialized_start=392
-  _globals['_SESSION']._serialized_end=947
-  _globals['_SESSION_LABELSENTRY']._serialized_start=344
-  _globals['_SESSION_LABELSENTRY']._serialized_end=389
-  _globals['_SESSION_STATE']._serialized_start=867
-  _globals['_SESSION_STATE']._serialized_end=947
-  _globals['_GETSESSIONREQUEST']._serialized_start=949
-  _globals['_GETSESSIONREQUEST']._serialized_end=988
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=990
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1036
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1038
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1104
-  _globals['_DELETESESSIONREQUEST']._serialized_start=1106
-  _globals['_DELETESESSIONREQUEST']._serialized_end=1148
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=1150
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=1216
-  _globals['_SESSIONSERVICE']._serialized_start=1219
-  _globals['_SESSIONSERVICE']._serialized_end=1582
+  _globals['_CREATESESSIONREQUEST']._serialized_end=438
+  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_start=393
+  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_end=438
+  _globals['_NETWORKPOLICY']._serialized_start=440
+  _globals['_NETWORKPOLICY']._serialized_end=497
+  _globals['_SESSION']._serialized_start=500
+  _globals['_SESSION']._serialized_end=1104
+  _globals['_SESSION_LABELSENTRY']._serialized_start=393
+  _globals['_SESSION_LABELSENTRY']._serialized_end=438
+  _globals['_SESSION_STATE']._serialized_start=1024
+  _globals['_SESSION_STATE']._serialized_end=1104
+  _globals['_GETSESSIONREQUEST']._serialized_start=1106
+  _globals['_GETSESSIONREQUEST']._serialized_end=1145
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=1147
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=1193
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1195
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1261
+  _globals['_DELETESESSIONREQUEST']._serialized_start=1263
+  _globals['_DELETESESSIONREQUEST']._serialized_end=1305
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=1307
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=1373
+  _globals['_SESSIONSERVICE']._serialized_start=1376
+  _globals['_SESSIONSERVICE']._serialized_end=1739
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from controlplane.core.config import project_files
 from controlplane.core.sessions import archive_stream, workspace_archive
-from controlplane.core.sessions.models import Resources
+from controlplane.core.sessions.models import NetworkPolicy, Resources
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 
 INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
@@ -38,6 +38,8 @@ class CreateSpec:
     config_json: str = ""
     labels: dict[str, str] | None = None
     resources: Resources | None = None
+    network: NetworkPolicy | None = None
+    """The network asked for (None: none); checked against the tenant's cap before anything exists."""
 
 
 def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:

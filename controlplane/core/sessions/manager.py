@@ -15,13 +15,14 @@ from typing import Protocol
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.config import project_files
 from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import admission
+from controlplane.core.sessions import admission, network
 from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.capacity import HostCapacity, HostLedger
 from controlplane.core.sessions.cpu_usage import CpuAccount, CpuStore
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import fail_stored, still_answers
 from controlplane.core.sessions.models import Session, SessionState
+from controlplane.core.sessions.network import SessionNetworks
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -51,7 +52,7 @@ class SessionManager:
     def __init__(
         self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
         clock: Callable[[], float] = time.time, bus: EventBus | None = None, host: HostLedger | None = None,
-        cpu_store: CpuStore | None = None,
+        cpu_store: CpuStore | None = None, networks: SessionNetworks | None = None,
     ) -> None:
         self.bus = bus or EventBus()
         self.host = host or HostLedger(HostCapacity(float("inf"), 1 << 62))
@@ -71,6 +72,7 @@ class SessionManager:
         """Sessions being ended (sandbox removal, final state): awaited by `close`."""
         self._background = TrackedTasks()
         self._end_listeners: list[Callable[[str], None]] = []
+        self._networks = networks
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
         provider.on_lost(self._sandbox_lost)
 
@@ -112,6 +114,10 @@ class SessionManager:
         for sandbox_id in report.lost:
             session_id = live[sandbox_id]
             await self._finish(self._live.pop(session_id), SessionState.FAILED, "its sandbox was lost")
+        for sandbox_id in report.adopted:  # their forwarders survived; their proxies did not
+            adopted = self._live[live[sandbox_id]]
+            if failure := await network.reopen(self._networks, self._provider, adopted):
+                await self._end(adopted, SessionState.FAILED, failure)
         for child in children:  # in creation order, so a parent comes before its children
             if child.parent_id in self._live:
                 self._live[child.id] = child
@@ -130,6 +136,8 @@ class SessionManager:
         await self._ending.wait()  # sessions whose callers went away finish ending before the engine closes
         for session_id, at in list(self._touched.items()):
             await self._store.touch_session(session_id, at)
+        if self._networks is not None:
+            await self._networks.close_all()
         await self._provider.close()
 
     # -- API ------------------------------------------------------------------------------------
@@ -147,6 +155,8 @@ class SessionManager:
         # Everything the request alone can be refused for is checked before anything exists: a refused
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = admission.resources(self._policy, spec.resources)
+        if spec.network is not None:
+            network.check(self._networks, self._provider, tenant, spec.network)
         project = await admission.check_archive(self._policy, spec.workspace_archive)
         read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
         # Small files can still expand (aliases, {file:}): any project file is read off the loop.
@@ -160,7 +170,7 @@ class SessionManager:
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
             labels=dict(spec.labels or {}), config_json=config_json,
-            caller_config_json=caller_config,
+            caller_config_json=caller_config, network=spec.network,
         )
         try:
             with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
@@ -172,6 +182,8 @@ class SessionManager:
             raise
         session.sandbox_id = sandbox.id
         try:
+            if session.network is not None and self._networks is not None:  # before anything of the caller's runs
+                await self._networks.open(session, sandbox)
             if spec.workspace_archive:
                 summary = await sandbox.agent.upload(spec.workspace_archive)
                 if summary.skipped:
@@ -180,14 +192,17 @@ class SessionManager:
             # model writes later is workspace data until the caller says ReloadTools.
             await sandbox.agent.snapshot_code(config_json, {})
         except (InvalidArgumentError, ResourceExhaustedError, FailedPreconditionError) as exc:
+            await self._close_network(session)
             await self._provider.destroy(sandbox.id)  # refused by the agent's own checks: leave nothing
             log.info("session %s not created: %s", session.id, exc)
             raise
         except ControlPlaneError as exc:
+            await self._close_network(session)
             await self._provider.destroy(sandbox.id)
             await self._finish(session, SessionState.FAILED, f"workspace upload failed: {exc}")
             raise
         except BaseException:
+            await asyncio.shield(self._close_network(session))
             await asyncio.shield(self._provider.destroy(sandbox.id))
             raise
         # Stored only now: a restart in between finds a claimed sandbox of no known session and removes it.
@@ -199,6 +214,7 @@ class SessionManager:
             await asyncio.shield(self._store.put_session(session))
         except Exception:
             self._live.pop(session.id, None)
+            await asyncio.shield(self._close_network(session))
             await asyncio.shield(self._provider.destroy(sandbox.id))
             raise
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
@@ -305,6 +321,10 @@ class SessionManager:
 
     # -- internals ------------------------------------------------------------------------------
 
+    async def _close_network(self, session: Session) -> None:
+        if session.network is not None and self._networks is not None:
+            await self._networks.close(session.id)
+
     def _touch(self, session_id: str) -> None:
         now = self._clock()
         self._touched[session_id] = now
@@ -350,6 +370,7 @@ class SessionManager:
         at the store or reaper round tries again. A failed session keeps its workspace (the user's work) until it
         is deleted: then `destroy` removes what `retire` left."""
         await self.cpu.settle(session.tenant, session.sandbox_id)
+        await self._close_network(session)
         try:
             if keep_workspace:
                 await self._provider.retire(session.sandbox_id)
