@@ -324,6 +324,16 @@ class QuotaConfig(_Closed):
     """Concurrent event subscriptions."""
 
 
+class TenantEgressConfig(_Closed):
+    """What this tenant's sessions may ask for in CreateSessionRequest.network: nothing by default (a session
+    asking for more is INVALID_ARGUMENT naming the entry). The operator's `[egress]` still vets every address."""
+
+    allow_hosts: list[str] = Field(default_factory=list)
+    """Host patterns a session may list: `host`, `*.domain` (its subdomains), either with `:port`."""
+    allow_cidrs: list[str] = Field(default_factory=list)
+    """Networks whose IP literals a session may list (its own `allow_cidrs` must lie within one)."""
+
+
 class TenantConfig(_Closed):
     name: str
     token: str | None = None
@@ -334,6 +344,8 @@ class TenantConfig(_Closed):
     runtime: str | None = None
     """OCI runtime of every session of this tenant (`runsc`: gVisor), instead of `provider.runtime`; the Docker
     provider keeps a warm pool per runtime. Other providers refuse it (sandbox/runtime_pools.py)."""
+    egress: TenantEgressConfig = Field(default_factory=TenantEgressConfig)
+    """The cap on its sessions' networks (issue 24, docs/egress.md)."""
 
 
 class Settings(BaseSettings):
