@@ -41,6 +41,7 @@ from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.discovery import ENDPOINT_FILE
 from controlplane.egress import EgressPolicy
+from controlplane.egress_proxy.accounting import EgressAccounting
 from controlplane.errors import ConfigError
 from controlplane.exec_commands import read_command
 from controlplane.mcp.session import mcp_factory
@@ -184,6 +185,8 @@ class ControlPlane:
     tenants: TenantAdmin | None = None
     mcp_http: Any = None
     """The MCP front end over streamable HTTP (`server.mcp_listen`), when served: its `.address`."""
+    egress: EgressAccounting | None = None
+    """Every session proxy's connections: audit, spans, metrics and byte totals (egress_proxy/accounting.py)."""
 
     @property
     def address(self) -> str:
@@ -204,6 +207,7 @@ async def start(settings: Settings) -> ControlPlane:
     auth = Authenticator(tenant_admin.directory)
     policy = operator_policy(settings)
     configured_tools = tool_settings(settings)  # reads tools.descriptions_dir: refused before anything starts
+    settings.egress.credential_list()  # a credential's value is checked here, before anything starts
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
@@ -217,6 +221,8 @@ async def start(settings: Settings) -> ControlPlane:
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
     )
     audit = AuditWriter(store)
+    egress_accounting = EgressAccounting(audit, store)
+    tenant_admin.egress = egress_accounting  # the session proxies' on_record is egress_accounting.record
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=configured_tools,
         todos=store, limits=settings.limits, quotas=tenant_admin.quotas,
@@ -227,6 +233,7 @@ async def start(settings: Settings) -> ControlPlane:
     await server.start()
     await mark_serving(health_servicer, True)
     plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting, tenant_admin)
+    plane.egress = egress_accounting
     (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
     if settings.server.mcp_listen:
         from controlplane.mcp_front import http as mcp_http
@@ -242,6 +249,8 @@ async def stop(plane: ControlPlane, grace_s: float = 2.0) -> None:
     if plane.tenants is not None:
         await plane.tenants.close()
     await plane.sessions.close()
+    if plane.egress is not None:
+        await plane.egress.close()
     await plane.audit.close()
     await plane.store.aclose()
     if plane.telemetry is not None:

@@ -33,6 +33,7 @@ ControlPlaneError
 │   │   └── FetchConnectError   no connection could be made to any of the destination's addresses
 │   ├── FetchTimeoutError       the request took too long
 │   └── FetchAbortedError       the call was aborted
+├── EgressBudgetError           a session's network byte budget is spent (egress_proxy/types.py)
 ├── _RefusedError               an MCP server this platform will not connect to (mcp/servers.py, internal)
 ├── _NotYamlError               frontmatter that is not YAML (core/config/agent_markdown.py, internal)
 ├── _EscapedError               an archive link climbs above the root (core/sessions/workspace_archive.py, internal)

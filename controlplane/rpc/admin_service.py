@@ -27,7 +27,7 @@ def usage_to_proto(tenant: str, usage: Usage, quota: Quota) -> admin_pb2.Usage:
     return admin_pb2.Usage(
         tenant=tenant, sessions=usage.sessions, cpu=usage.cpu, memory_mb=usage.memory_mb, disk_mb=usage.disk_mb,
         calls=usage.calls, calls_started=usage.calls_started, subscriptions=usage.subscriptions,
-        cpu_seconds=usage.cpu_seconds,
+        cpu_seconds=usage.cpu_seconds, egress_bytes=usage.egress_bytes,
         quota=quota_to_proto(quota),
     )
 

@@ -21,6 +21,7 @@ from controlplane.core.sessions.models import NetworkPolicy, Resources, Session,
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
+from controlplane.egress_proxy.accounting import EgressStore
 from controlplane.errors import ConfigError
 
 SQLITE_FILE = "controlplane.db"
@@ -86,7 +87,7 @@ class AuditSink(Protocol):
     async def add_audit(self, entries: list[AuditEntry]) -> None: ...
 
 
-class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, CpuStore, Protocol):
+class Store(AuditSink, SessionStore, ApprovalStore, TodoStore, SandboxLedger, CpuStore, EgressStore, Protocol):
     """Tenants, sessions, sandbox records, "always" approvals, todos and the audit record: the core's ports
     (each declared once, by the core that uses it) and what only the composition root and the API need."""
 

@@ -116,7 +116,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             cpu_seconds {real} NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS sandbox_cpu_tenant ON sandbox_cpu (tenant)",
     )),
-    # 8, not 7: the egress proxy's byte totals take 7 in the same issue.
+    # BIGINT: a session's bytes pass 2**31 after 2 GiB; SQLite's INTEGER affinity stores it the same way.
+    Migration(7, "the bytes each session sent and received through its network proxy, for its tenant's usage", (
+        """CREATE TABLE IF NOT EXISTS session_egress (
+            session_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            total_bytes BIGINT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS session_egress_tenant ON session_egress (tenant)",
+    )),
     Migration(8, "the network policy of each session, so that a restarted plane starts its proxy again", added_columns=(
         ("sessions", "network_json", "TEXT"),
     )),

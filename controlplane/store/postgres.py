@@ -143,6 +143,7 @@ class PostgresStore:
     async def delete_tenant(self, name: str) -> None:
         await self._execute("DELETE FROM tenants WHERE name = %s", (name,))
         await self._execute("DELETE FROM sandbox_cpu WHERE tenant = %s", (name,))
+        await self._execute("DELETE FROM session_egress WHERE tenant = %s", (name,))
 
     async def put_sandbox_cpu(self, sandbox_id: str, tenant: str, cpu_seconds: float) -> None:
         await self._execute(
@@ -156,6 +157,23 @@ class PostgresStore:
             "SELECT coalesce(sum(cpu_seconds), 0) AS s FROM sandbox_cpu WHERE tenant = %s", (tenant,)
         )
         return float(rows[0]["s"])
+
+    async def add_session_egress(self, session_id: str, tenant: str, added_bytes: int) -> None:
+        await self._execute(
+            "INSERT INTO session_egress (session_id, tenant, total_bytes) VALUES (%s, %s, %s) "
+            "ON CONFLICT (session_id) DO UPDATE SET total_bytes = session_egress.total_bytes + excluded.total_bytes",
+            (session_id, tenant, added_bytes),
+        )
+
+    async def session_egress_bytes(self, session_id: str) -> int:
+        rows = await self._fetch("SELECT total_bytes FROM session_egress WHERE session_id = %s", (session_id,))
+        return int(rows[0]["total_bytes"]) if rows else 0
+
+    async def tenant_egress_bytes(self, tenant: str) -> int:
+        rows = await self._fetch(
+            "SELECT coalesce(sum(total_bytes), 0) AS s FROM session_egress WHERE tenant = %s", (tenant,)
+        )
+        return int(rows[0]["s"])
 
     async def mark_tenant_deleting(self, name: str, at: float) -> None:
         await self._execute(
@@ -172,6 +190,7 @@ class PostgresStore:
         await self._execute("DELETE FROM sessions WHERE tenant = %s", (name,))
         # A sandbox removed after the delete began records its CPU late: the new tenant must not inherit it.
         await self._execute("DELETE FROM sandbox_cpu WHERE tenant = %s", (name,))
+        await self._execute("DELETE FROM session_egress WHERE tenant = %s", (name,))
 
     async def set_tenant_quota(self, name: str, quota: Quota) -> None:
         await self._execute("UPDATE tenants SET quota_json = %s WHERE name = %s", (json.dumps(quota.to_dict()), name))

@@ -141,6 +141,7 @@ class SqliteStore:
     async def delete_tenant(self, name: str) -> None:
         await self._execute("DELETE FROM tenants WHERE name = ?", (name,))
         await self._execute("DELETE FROM sandbox_cpu WHERE tenant = ?", (name,))
+        await self._execute("DELETE FROM session_egress WHERE tenant = ?", (name,))
 
     async def put_sandbox_cpu(self, sandbox_id: str, tenant: str, cpu_seconds: float) -> None:
         await self._execute(
@@ -154,6 +155,23 @@ class SqliteStore:
             "SELECT coalesce(sum(cpu_seconds), 0) AS s FROM sandbox_cpu WHERE tenant = ?", (tenant,)
         )
         return float(rows[0]["s"])
+
+    async def add_session_egress(self, session_id: str, tenant: str, added_bytes: int) -> None:
+        await self._execute(
+            "INSERT INTO session_egress (session_id, tenant, total_bytes) VALUES (?, ?, ?) "
+            "ON CONFLICT (session_id) DO UPDATE SET total_bytes = session_egress.total_bytes + excluded.total_bytes",
+            (session_id, tenant, added_bytes),
+        )
+
+    async def session_egress_bytes(self, session_id: str) -> int:
+        rows = await self._fetch("SELECT total_bytes FROM session_egress WHERE session_id = ?", (session_id,))
+        return int(rows[0]["total_bytes"]) if rows else 0
+
+    async def tenant_egress_bytes(self, tenant: str) -> int:
+        rows = await self._fetch(
+            "SELECT coalesce(sum(total_bytes), 0) AS s FROM session_egress WHERE tenant = ?", (tenant,)
+        )
+        return int(rows[0]["s"])
 
     async def mark_tenant_deleting(self, name: str, at: float) -> None:
         await self._execute(
@@ -170,6 +188,7 @@ class SqliteStore:
         await self._execute("DELETE FROM sessions WHERE tenant = ?", (name,))
         # A sandbox removed after the delete began records its CPU late: the new tenant must not inherit it.
         await self._execute("DELETE FROM sandbox_cpu WHERE tenant = ?", (name,))
+        await self._execute("DELETE FROM session_egress WHERE tenant = ?", (name,))
 
     async def set_tenant_quota(self, name: str, quota: Quota) -> None:
         await self._execute("UPDATE tenants SET quota_json = ? WHERE name = ?", (json.dumps(quota.to_dict()), name))

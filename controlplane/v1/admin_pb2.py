@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontrolplane/v1/admin.proto\x12\x0f\x63ontrolplane.v1\"\xd9\x01\n\x05Quota\x12\x15\n\x08sessions\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x03\x63pu\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x16\n\tmemory_mb\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x14\n\x07\x64isk_mb\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\x05\x63\x61lls\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x1a\n\rsubscriptions\x18\x06 \x01(\x03H\x05\x88\x01\x01\x42\x0b\n\t_sessionsB\x06\n\x04_cpuB\x0c\n\n_memory_mbB\n\n\x08_disk_mbB\x08\n\x06_callsB\x10\n\x0e_subscriptions\"\x89\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x12\n\ncreated_at\x18\x03 \x01(\x01\x12\x12\n\nexpires_at\x18\x04 \x01(\x01\x12\x12\n\nrevoked_at\x18\x05 \x01(\x01\x12%\n\x05quota\x18\x06 \x01(\x0b\x32\x16.controlplane.v1.Quota\"E\n\x0bTenantToken\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.controlplane.v1.Tenant\x12\r\n\x05token\x18\x02 \x01(\t\"Y\n\x13\x43reateTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\x12%\n\x05quota\x18\x03 \x01(\x0b\x32\x16.controlplane.v1.Quota\"\x14\n\x12ListTenantsRequest\"?\n\x13ListTenantsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.controlplane.v1.Tenant\"\x1f\n\x0fGetUsageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xd3\x01\n\x05Usage\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08sessions\x18\x02 \x01(\x03\x12\x0b\n\x03\x63pu\x18\x03 \x01(\x01\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\x0f\n\x07\x64isk_mb\x18\x05 \x01(\x03\x12\r\n\x05\x63\x61lls\x18\x06 \x01(\x03\x12\x15\n\rcalls_started\x18\x07 \x01(\x03\x12\x15\n\rsubscriptions\x18\x08 \x01(\x03\x12\x13\n\x0b\x63pu_seconds\x18\t \x01(\x01\x12%\n\x05quota\x18\n \x01(\x0b\x32\x16.controlplane.v1.Quota\"F\n\x0fSetQuotaRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05quota\x18\x02 \x01(\x0b\x32\x16.controlplane.v1.Quota\"1\n\x12RotateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\"\"\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"T\n\x14\x44\x65leteTenantResponse\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.controlplane.v1.Tenant\x12\x13\n\x0bsession_ids\x18\x02 \x03(\t2\xc5\x04\n\x0c\x41\x64minService\x12R\n\x0c\x43reateTenant\x12$.controlplane.v1.CreateTenantRequest\x1a\x1c.controlplane.v1.TenantToken\x12X\n\x0bListTenants\x12#.controlplane.v1.ListTenantsRequest\x1a$.controlplane.v1.ListTenantsResponse\x12\x44\n\x08GetUsage\x12 .controlplane.v1.GetUsageRequest\x1a\x16.controlplane.v1.Usage\x12\x45\n\x08SetQuota\x12 .controlplane.v1.SetQuotaRequest\x1a\x17.controlplane.v1.Tenant\x12P\n\x0bRotateToken\x12#.controlplane.v1.RotateTokenRequest\x1a\x1c.controlplane.v1.TenantToken\x12K\n\x0bRevokeToken\x12#.controlplane.v1.RevokeTokenRequest\x1a\x17.controlplane.v1.Tenant\x12[\n\x0c\x44\x65leteTenant\x12$.controlplane.v1.DeleteTenantRequest\x1a%.controlplane.v1.DeleteTenantResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontrolplane/v1/admin.proto\x12\x0f\x63ontrolplane.v1\"\xd9\x01\n\x05Quota\x12\x15\n\x08sessions\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x03\x63pu\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x16\n\tmemory_mb\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x14\n\x07\x64isk_mb\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x12\n\x05\x63\x61lls\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12\x1a\n\rsubscriptions\x18\x06 \x01(\x03H\x05\x88\x01\x01\x42\x0b\n\t_sessionsB\x06\n\x04_cpuB\x0c\n\n_memory_mbB\n\n\x08_disk_mbB\x08\n\x06_callsB\x10\n\x0e_subscriptions\"\x89\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x12\n\ncreated_at\x18\x03 \x01(\x01\x12\x12\n\nexpires_at\x18\x04 \x01(\x01\x12\x12\n\nrevoked_at\x18\x05 \x01(\x01\x12%\n\x05quota\x18\x06 \x01(\x0b\x32\x16.controlplane.v1.Quota\"E\n\x0bTenantToken\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.controlplane.v1.Tenant\x12\r\n\x05token\x18\x02 \x01(\t\"Y\n\x13\x43reateTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\x12%\n\x05quota\x18\x03 \x01(\x0b\x32\x16.controlplane.v1.Quota\"\x14\n\x12ListTenantsRequest\"?\n\x13ListTenantsResponse\x12(\n\x07tenants\x18\x01 \x03(\x0b\x32\x17.controlplane.v1.Tenant\"\x1f\n\x0fGetUsageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xe9\x01\n\x05Usage\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08sessions\x18\x02 \x01(\x03\x12\x0b\n\x03\x63pu\x18\x03 \x01(\x01\x12\x11\n\tmemory_mb\x18\x04 \x01(\x03\x12\x0f\n\x07\x64isk_mb\x18\x05 \x01(\x03\x12\r\n\x05\x63\x61lls\x18\x06 \x01(\x03\x12\x15\n\rcalls_started\x18\x07 \x01(\x03\x12\x15\n\rsubscriptions\x18\x08 \x01(\x03\x12\x13\n\x0b\x63pu_seconds\x18\t \x01(\x01\x12%\n\x05quota\x18\n \x01(\x0b\x32\x16.controlplane.v1.Quota\x12\x14\n\x0c\x65gress_bytes\x18( \x01(\x03\"F\n\x0fSetQuotaRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05quota\x18\x02 \x01(\x0b\x32\x16.controlplane.v1.Quota\"1\n\x12RotateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ttl_s\x18\x02 \x01(\x01\"\"\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"#\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"T\n\x14\x44\x65leteTenantResponse\x12\'\n\x06tenant\x18\x01 \x01(\x0b\x32\x17.controlplane.v1.Tenant\x12\x13\n\x0bsession_ids\x18\x02 \x03(\t2\xc5\x04\n\x0c\x41\x64minService\x12R\n\x0c\x43reateTenant\x12$.controlplane.v1.CreateTenantRequest\x1a\x1c.controlplane.v1.TenantToken\x12X\n\x0bListTenants\x12#.controlplane.v1.ListTenantsRequest\x1a$.controlplane.v1.ListTenantsResponse\x12\x44\n\x08GetUsage\x12 .controlplane.v1.GetUsageRequest\x1a\x16.controlplane.v1.Usage\x12\x45\n\x08SetQuota\x12 .controlplane.v1.SetQuotaRequest\x1a\x17.controlplane.v1.Tenant\x12P\n\x0bRotateToken\x12#.controlplane.v1.RotateTokenRequest\x1a\x1c.controlplane.v1.TenantToken\x12K\n\x0bRevokeToken\x12#.controlplane.v1.RevokeTokenRequest\x1a\x17.controlplane.v1.Tenant\x12[\n\x0c\x44\x65leteTenant\x12$.controlplane.v1.DeleteTenantRequest\x1a%.controlplane.v1.DeleteTenantResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,17 +46,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETUSAGEREQUEST']._serialized_start=657
   _globals['_GETUSAGEREQUEST']._serialized_end=688
   _globals['_USAGE']._serialized_start=691
-  _globals['_USAGE']._serialized_end=902
-  _globals['_SETQUOTAREQUEST']._serialized_start=904
-  _globals['_SETQUOTAREQUEST']._serialized_end=974
-  _globals['_ROTATETOKENREQUEST']._serialized_start=976
-  _globals['_ROTATETOKENREQUEST']._serialized_end=1025
-  _globals['_REVOKETOKENREQUEST']._serialized_start=1027
-  _globals['_REVOKETOKENREQUEST']._serialized_end=1061
-  _globals['_DELETETENANTREQUEST']._serialized_start=1063
-  _globals['_DELETETENANTREQUEST']._serialized_end=1098
-  _globals['_DELETETENANTRESPONSE']._serialized_start=1100
-  _globals['_DELETETENANTRESPONSE']._serialized_end=1184
-  _globals['_ADMINSERVICE']._serialized_start=1187
-  _globals['_ADMINSERVICE']._serialized_end=1768
+  _globals['_USAGE']._serialized_end=924
+  _globals['_SETQUOTAREQUEST']._serialized_start=926
+  _globals['_SETQUOTAREQUEST']._serialized_end=996
+  _globals['_ROTATETOKENREQUEST']._serialized_start=998
+  _globals['_ROTATETOKENREQUEST']._serialized_end=1047
+  _globals['_REVOKETOKENREQUEST']._serialized_start=1049
+  _globals['_REVOKETOKENREQUEST']._serialized_end=1083
+  _globals['_DELETETENANTREQUEST']._serialized_start=1085
+  _globals['_DELETETENANTREQUEST']._serialized_end=1120
+  _globals['_DELETETENANTRESPONSE']._serialized_start=1122
+  _globals['_DELETETENANTRESPONSE']._serialized_end=1206
+  _globals['_ADMINSERVICE']._serialized_start=1209
+  _globals['_ADMINSERVICE']._serialized_end=1790
 # @@protoc_insertion_point(module_scope)

@@ -241,6 +241,7 @@ class Usage(_message.Message):
     SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
     CPU_SECONDS_FIELD_NUMBER: _builtins.int
     QUOTA_FIELD_NUMBER: _builtins.int
+    EGRESS_BYTES_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     sessions: _builtins.int
     """Live top-level sessions (a `task` child shares its parent's sandbox and is not counted)."""
@@ -255,6 +256,10 @@ class Usage(_message.Message):
     cpu_seconds: _builtins.float
     """CPU time used by the tenant's sandboxes (their containers' cgroups), removed ones included; 0 where the
     provider does not measure it (the local and swarm providers).
+    """
+    egress_bytes: _builtins.int
+    """Bytes the tenant's sessions sent and received through their network proxies (both ways, ended sessions
+    included); 0 for a tenant whose sessions never had a network policy.
     """
     @_builtins.property
     def quota(self) -> Global___Quota: ...
@@ -271,10 +276,11 @@ class Usage(_message.Message):
         subscriptions: _builtins.int = ...,
         cpu_seconds: _builtins.float = ...,
         quota: Global___Quota | None = ...,
+        egress_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls", "calls_started", b"calls_started", "cpu", b"cpu", "cpu_seconds", b"cpu_seconds", "disk_mb", b"disk_mb", "memory_mb", b"memory_mb", "quota", b"quota", "sessions", b"sessions", "subscriptions", b"subscriptions", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls", "calls_started", b"calls_started", "cpu", b"cpu", "cpu_seconds", b"cpu_seconds", "disk_mb", b"disk_mb", "egress_bytes", b"egress_bytes", "memory_mb", b"memory_mb", "quota", b"quota", "sessions", b"sessions", "subscriptions", b"subscriptions", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

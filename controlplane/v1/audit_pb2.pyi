@@ -58,8 +58,9 @@ class AuditEntry(_message.Message):
     """Unix time, seconds."""
     session_id: _builtins.str
     kind: _builtins.str
-    """`permission` (a decision), `call` (a finished tool call), `exec` (a SandboxService.Exec decision) or
-    `reload` (ReloadTools).
+    """`permission` (a decision), `call` (a finished tool call), `exec` (a SandboxService.Exec decision),
+    `reload` (ReloadTools) or `egress` (a connection through the session's network proxy: outcome `allowed` or
+    `refused`, patterns `host:port`, detail the vetted address and the bytes each way).
     """
     tool: _builtins.str
     call_id: _builtins.str

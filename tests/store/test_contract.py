@@ -125,7 +125,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
         versions = _query(target, "SELECT version FROM schema_migrations ORDER BY version")
-        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (8,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]
     finally:
         await store.aclose()
 
@@ -302,6 +302,23 @@ async def test_sandbox_cpu_time_adds_up_per_tenant_counts_a_sandbox_once_and_goe
     await store.delete_tenant("acme")
     assert await store.tenant_cpu_seconds("acme") == 0
     assert await store.tenant_cpu_seconds("beta") == 4.0
+
+
+async def test_session_egress_bytes_add_up_per_session_and_tenant_and_go_with_the_tenant(store: Store) -> None:
+    assert await store.tenant_egress_bytes("acme") == 0
+    assert await store.session_egress_bytes("ses_1") == 0
+    await store.put_tenant("acme", "a" * 64)
+    await store.add_session_egress("ses_1", "acme", 1000)
+    await store.add_session_egress("ses_2", "acme", 5 * 2**31)  # past 32 bits: a long session's downloads
+    await store.add_session_egress("ses_3", "beta", 7)
+    # A session adopted by a restarted control plane goes on from its stored figure.
+    await store.add_session_egress("ses_1", "acme", 500)
+    assert await store.session_egress_bytes("ses_1") == 1500
+    assert await store.tenant_egress_bytes("acme") == 1500 + 5 * 2**31
+    assert await store.tenant_egress_bytes("beta") == 7
+    await store.delete_tenant("acme")
+    assert await store.tenant_egress_bytes("acme") == 0
+    assert await store.tenant_egress_bytes("beta") == 7
 
 
 # -- audit ----------------------------------------------------------------------------------------

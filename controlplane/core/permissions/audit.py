@@ -14,7 +14,8 @@ class AuditEntry:
     session_id: str
     kind: str
     """`permission` (a decision), `call` (a finished or refused tool call), `exec` (an Exec's end, or its
-    refusal before it started), `stdin` (what an Exec received)."""
+    refusal before it started), `stdin` (what an Exec received), `egress` (a connection through the session's
+    network proxy: controlplane/egress_proxy/accounting.py)."""
     tool: str
     call_id: str
     outcome: str

@@ -60,6 +60,10 @@ class TenantSessions(Protocol):
     async def cpu_seconds(self, tenant: str) -> float: ...
 
 
+class TenantEgress(Protocol):
+    async def tenant_bytes(self, tenant: str) -> int: ...
+
+
 @dataclass(frozen=True)
 class Declared:
     """A tenant as the operator's TOML declares it."""
@@ -77,6 +81,8 @@ class TenantAdmin:
         self.directory = directory
         self.quotas = quotas
         self.sessions = sessions
+        self.egress: TenantEgress | None = None
+        """Network bytes per tenant (controlplane/egress_proxy/accounting.py), set by the composition root."""
         self._clock = clock
         self._refresher: asyncio.Task[None] | None = None
         self._declared: dict[str, Declared] = {}
@@ -129,6 +135,8 @@ class TenantAdmin:
         usage = await self.quotas.usage(name)
         if self.sessions is not None:
             usage.cpu_seconds = await self.sessions.cpu_seconds(name)
+        if self.egress is not None:
+            usage.egress_bytes = await self.egress.tenant_bytes(name)
         return usage
 
     def start_refreshing(self, interval_s: float = REFRESH_S) -> None:

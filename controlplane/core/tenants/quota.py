@@ -89,6 +89,8 @@ class Usage:
     subscriptions: int = 0
     cpu_seconds: float = 0.0
     """CPU time used by the tenant's sandboxes, removed ones included (filled in by TenantAdmin)."""
+    egress_bytes: int = 0
+    """Bytes through the tenant's sessions' network proxies, ended ones included (filled in by TenantAdmin)."""
 
 
 @dataclass
