@@ -42,6 +42,7 @@ from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.discovery import ENDPOINT_FILE
 from controlplane.egress import EgressPolicy
 from controlplane.egress_proxy.accounting import EgressAccounting
+from controlplane.egress_proxy.sessions import session_networks
 from controlplane.errors import ConfigError
 from controlplane.exec_commands import read_command
 from controlplane.mcp.session import mcp_factory
@@ -211,8 +212,14 @@ async def start(settings: Settings) -> ControlPlane:
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
-    sessions = SessionManager(store, build_provider(settings, store), session_policy(settings), bus=bus,
-                              host=host_capacity.ledger(settings), cpu_store=store)
+    # Before the sessions: a restarted plane starts adopted sessions' proxies, whose records go to the accounting.
+    audit = AuditWriter(store)
+    egress_accounting = EgressAccounting(audit, store)
+    tenant_admin.egress = egress_accounting  # the session proxies' on_record is egress_accounting.record
+    provider = build_provider(settings, store)
+    networks = session_networks(settings, provider, configured_tools.egress, egress_accounting)
+    sessions = SessionManager(store, provider, session_policy(settings), bus=bus,
+                              host=host_capacity.ledger(settings), cpu_store=store, networks=networks)
     tenant_admin.sessions = sessions
     report = await sessions.start()
     await tenant_admin.finish_deletes()
@@ -220,9 +227,6 @@ async def start(settings: Settings) -> ControlPlane:
         "reconciled: %d adopted, %d pooled, %d removed, %d lost",
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
     )
-    audit = AuditWriter(store)
-    egress_accounting = EgressAccounting(audit, store)
-    tenant_admin.egress = egress_accounting  # the session proxies' on_record is egress_accounting.record
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=configured_tools,
         todos=store, limits=settings.limits, quotas=tenant_admin.quotas,

@@ -417,6 +417,28 @@ class TenantEgressConfig(_Closed):
     """Host patterns a session may list: `host`, `*.domain` (its subdomains), either with `:port`."""
     allow_cidrs: list[str] = Field(default_factory=list)
     """Networks whose IP literals a session may list (its own `allow_cidrs` must lie within one)."""
+    credentials: list[EgressCredentialConfig] = Field(default_factory=list)
+    """Headers the proxy adds for this tenant's sessions only (as `[egress] credentials`, which apply to all)."""
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _host_patterns(cls, hosts: list[str]) -> list[str]:
+        from controlplane.egress_proxy.rules import HostPattern
+
+        for host in hosts:
+            HostPattern.parse(host)  # InvalidArgumentError is a ValueError: pydantic names the field
+        return hosts
+
+    @field_validator("allow_cidrs")
+    @classmethod
+    def _networks(cls, cidrs: list[str]) -> list[str]:
+        from controlplane.egress_proxy.rules import NetworkRules
+
+        NetworkRules((), cidrs)
+        return cidrs
+
+    def credential_list(self) -> list[Credential]:
+        return [c.credential() for c in self.credentials]
 
 
 class TenantConfig(_Closed):
