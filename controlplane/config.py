@@ -409,38 +409,6 @@ class QuotaConfig(_Closed):
     """Concurrent event subscriptions."""
 
 
-class TenantEgressConfig(_Closed):
-    """What this tenant's sessions may ask for in CreateSessionRequest.network: nothing by default (a session
-    asking for more is INVALID_ARGUMENT naming the entry). The operator's `[egress]` still vets every address."""
-
-    allow_hosts: list[str] = Field(default_factory=list)
-    """Host patterns a session may list: `host`, `*.domain` (its subdomains), either with `:port`."""
-    allow_cidrs: list[str] = Field(default_factory=list)
-    """Networks whose IP literals a session may list (its own `allow_cidrs` must lie within one)."""
-    credentials: list[EgressCredentialConfig] = Field(default_factory=list)
-    """Headers the proxy adds for this tenant's sessions only (as `[egress] credentials`, which apply to all)."""
-
-    @field_validator("allow_hosts")
-    @classmethod
-    def _host_patterns(cls, hosts: list[str]) -> list[str]:
-        from controlplane.egress_proxy.rules import HostPattern
-
-        for host in hosts:
-            HostPattern.parse(host)  # InvalidArgumentError is a ValueError: pydantic names the field
-        return hosts
-
-    @field_validator("allow_cidrs")
-    @classmethod
-    def _networks(cls, cidrs: list[str]) -> list[str]:
-        from controlplane.egress_proxy.rules import NetworkRules
-
-        NetworkRules((), cidrs)
-        return cidrs
-
-    def credential_list(self) -> list[Credential]:
-        return [c.credential() for c in self.credentials]
-
-
 class TenantConfig(_Closed):
     name: str
     token: str | None = None
@@ -451,8 +419,8 @@ class TenantConfig(_Closed):
     runtime: str | None = None
     """OCI runtime of every session of this tenant (`runsc`: gVisor), instead of `provider.runtime`; the Docker
     provider keeps a warm pool per runtime. Other providers refuse it (sandbox/runtime_pools.py)."""
-    egress: TenantEgressConfig = Field(default_factory=TenantEgressConfig)
-    """The cap on its sessions' networks (issue 24, docs/egress.md)."""
+    egress: TenantEgressConfig = Field(default_factory=dict, validate_default=True)
+    """The cap on its sessions' networks (controlplane/tenant_egress.py, docs/egress.md)."""
 
 
 class Settings(BaseSettings):
@@ -546,3 +514,11 @@ def upstream_environment(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The `OPENCODE_*` variables, as upstream's tools read them (the registry's flags, `OPENCODE_PERMISSION`).
     Taken when the tools are built: a plane started after a change sees it."""
     return {key: value for key, value in env.items() if key.startswith(UPSTREAM_PREFIX)}
+
+
+# A module of its own (this file is at its size bound), naming EgressCredentialConfig, resolved here.
+from controlplane.tenant_egress import TenantEgressConfig  # noqa: E402
+
+TenantEgressConfig.model_rebuild(_types_namespace={"EgressCredentialConfig": EgressCredentialConfig})
+TenantConfig.model_rebuild()
+Settings.model_rebuild()
