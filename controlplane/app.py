@@ -47,6 +47,7 @@ from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.discovery import ENDPOINT_FILE
 from controlplane.egress import EgressPolicy
 from controlplane.egress_proxy.accounting import EgressAccounting
+from controlplane.egress_proxy.sessions import session_networks
 from controlplane.errors import ConfigError
 from controlplane.exec_commands import read_command
 from controlplane.mcp.session import mcp_factory
@@ -221,9 +222,15 @@ async def start(settings: Settings) -> ControlPlane:
     hooks = HookBus(settings.plugins.hook_timeout_s)
     await load_plugins(settings.plugins.modules, hooks, PluginInput(settings.instance))
     bus = EventBus(settings.limits.max_event_backlog_mb * 1024 * 1024)
+    # Before the sessions: a restarted plane starts adopted sessions' proxies, whose records go to the accounting.
+    audit = AuditWriter(store)
+    egress_accounting = EgressAccounting(audit, store)
+    tenant_admin.egress = egress_accounting  # the session proxies' on_record is egress_accounting.record
     provider = build_provider(settings, store)  # an engine it cannot reach is its error, said first
     host = host_capacity.ledger(settings, store, await asyncio.to_thread(host_capacity.host_id, settings))
-    sessions = SessionManager(store, provider, session_policy(settings), bus=bus, host=host, cpu_store=store)
+    networks = session_networks(settings, provider, configured_tools.egress, egress_accounting)
+    sessions = SessionManager(store, provider, session_policy(settings), bus=bus, host=host, cpu_store=store,
+                              networks=networks)
     tenant_admin.sessions = sessions
     sessions.templates = TemplateAccess({t.name: t.templates for t in settings.tenants})
     report = await sessions.start()
@@ -232,9 +239,6 @@ async def start(settings: Settings) -> ControlPlane:
         "reconciled: %d adopted, %d pooled, %d removed, %d lost",
         len(report.adopted), len(report.pooled), len(report.removed), len(report.lost),
     )
-    audit = AuditWriter(store)
-    egress_accounting = EgressAccounting(audit, store)
-    tenant_admin.egress = egress_accounting  # the session proxies' on_record is egress_accounting.record
     tools = build_tools(
         sessions, approvals=store, audit=audit, hooks=hooks, policy=policy, settings=configured_tools,
         todos=store, limits=settings.limits, quotas=tenant_admin.quotas,

@@ -108,6 +108,7 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
             session = await client.create_session(
                 agent=args.agent, workspace_archive=archive, labels=labels, config_json=config_json,
                 cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids, template=args.template,
+                network_allow=[*args.allow_host, *args.allow_cidr],
             )
             _print_sessions([session], args)
         elif args.action == "list":
@@ -218,6 +219,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
     create.add_argument("--memory-mb", type=int, default=0)
     create.add_argument("--pids", type=int, default=0)
     create.add_argument("--template", default="", help="a template of `template list` (default: the sandbox image)")
+    create.add_argument("--allow-host", action="append", default=[], metavar="PATTERN",
+                        help="give the session's tools a network to this host (`host`, `*.domain`, `:port` optional); "
+                             "repeatable; within the tenant's egress cap")
+    create.add_argument("--allow-cidr", action="append", default=[], metavar="CIDR",
+                        help="and to these addresses (IP literals in this range); repeatable")
     create.add_argument("-q", "--quiet", action="store_true", help="print only the new session's id")
     listing = actions.add_parser("list", parents=[common])
     listing.add_argument("--all", action="store_true", help="include deleted sessions")

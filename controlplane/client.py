@@ -145,16 +145,21 @@ class AsyncClient(AsyncFiles):
         config_json: str = "", labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0,
         pids: int = 0, deadline_s: float | None = 120, max_workspace_bytes: int = DEFAULT_MAX_BYTES,
         template: str = "",
+        network_allow: Iterable[str] = (),
     ) -> Session:
         """`workspace` is a directory (archived without following its symlinks, at most `max_workspace_bytes`),
         a tar(.gz) file, or archive bytes; `workspace_archive` (bytes) is the older spelling of the last.
-        `template` names one of `list_templates()` (empty: the default sandbox image)."""
+        `template` names one of `list_templates()` (empty: the default sandbox image). `network_allow` gives the
+        session's tools a network through the plane's proxy: host patterns (`host`, `*.domain`, optionally
+        `:port`) and CIDRs (an entry with a `/`), within the tenant's cap."""
         archive = workspace_bytes(workspace, workspace_archive, max_workspace_bytes)
         request = session_pb2.CreateSessionRequest(
             agent=agent, workspace_archive=archive, config_json=config_json, labels=labels or {}, template=template,
         )
         if cpu or memory_mb or pids:
             request.resources.CopyFrom(session_pb2.Resources(cpu=cpu, memory_mb=memory_mb, pids=pids))
+        if network_allow:
+            request.network.CopyFrom(network_policy(network_allow))
         return await self.sessions.CreateSession(request, metadata=self._metadata, timeout=deadline_s)
 
     async def get_session(self, session_id: str) -> Session:
@@ -399,3 +404,10 @@ class AsyncClient(AsyncFiles):
 
 
 from controlplane.sync_client import Client  # noqa: E402  (it imports this module lazily: no cycle)
+
+
+def network_policy(entries: Iterable[str]) -> session_pb2.NetworkPolicy:
+    """`network_allow` as a NetworkPolicy: an entry with a `/` is a CIDR, any other a host pattern."""
+    items = [e.strip() for e in entries if e.strip()]
+    return session_pb2.NetworkPolicy(allow_hosts=[e for e in items if "/" not in e],
+                                     allow_cidrs=[e for e in items if "/" in e])

@@ -47,6 +47,7 @@ from controlplane.config_base import _Closed
 from controlplane.config_egress import EgressConfig
 from controlplane.discovery import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_LISTEN, TOKEN_FILE
 from controlplane.errors import ConfigError
+from controlplane.tenant_egress import TenantEgressConfig
 
 
 class ReserveConfig(_Closed):
@@ -340,6 +341,8 @@ class TenantConfig(_Closed):
     runtime: str | None = None
     """OCI runtime of every session of this tenant (`runsc`: gVisor), instead of `provider.runtime`; the Docker
     provider keeps a warm pool per runtime. Other providers refuse it (sandbox/runtime_pools.py)."""
+    egress: TenantEgressConfig = Field(default_factory=dict, validate_default=True)
+    """The cap on its sessions' networks (controlplane/tenant_egress.py, docs/egress.md)."""
     templates: list[str] | None = None
     """The `[[templates]]` (and `default`, the sandbox image itself) this tenant may use; unset: all of them."""
 
@@ -469,3 +472,4 @@ def upstream_environment(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The `OPENCODE_*` variables, as upstream's tools read them (the registry's flags, `OPENCODE_PERMISSION`).
     Taken when the tools are built: a plane started after a change sees it."""
     return {key: value for key, value in env.items() if key.startswith(UPSTREAM_PREFIX)}
+

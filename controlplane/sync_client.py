@@ -128,11 +128,12 @@ class Client(Files):
         config_json: str = "", labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0,
         pids: int = 0, deadline_s: float | None = 120, max_workspace_bytes: int = DEFAULT_MAX_BYTES,
         template: str = "",
+        network_allow: Iterable[str] = (),
     ) -> session_pb2.Session:
         return self._call(self._async.create_session(
             agent=agent, workspace=workspace, workspace_archive=workspace_archive, config_json=config_json,
             labels=labels, cpu=cpu, memory_mb=memory_mb, pids=pids, deadline_s=deadline_s,
-            max_workspace_bytes=max_workspace_bytes, template=template,
+            max_workspace_bytes=max_workspace_bytes, template=template, network_allow=network_allow,
         ))
 
     def get_session(self, session_id: str) -> session_pb2.Session:

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-packages="python3,python3-pip,ripgrep,git,ca-certificates,procps,passwd,bash-static"
+packages="python3,python3-pip,ripgrep,git,curl,ca-certificates,procps,passwd,bash-static"
 tag=$(cat "$0" | sha256sum | cut -c1-12)
 image="ocsb-base:${tag}"
 

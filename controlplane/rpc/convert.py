@@ -6,7 +6,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from controlplane.core.seam.messages import CommandSpec, ExecEvent, Exited, Output, Started
 from controlplane.core.sessions.admission import CreateSpec
-from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState
 from controlplane.core.sessions.templates import TemplateInfo
 from controlplane.errors import InvalidArgumentError
 from controlplane.v1 import sandbox_pb2, session_pb2
@@ -41,7 +41,14 @@ def session_to_proto(s: Session, expires_at: float) -> session_pb2.Session:
         parent_id=s.parent_id,
         title=s.title,
         template=s.template,
+        network=_network_to_proto(s.network),
     )
+
+
+def _network_to_proto(network: NetworkPolicy | None) -> session_pb2.NetworkPolicy | None:
+    if network is None:
+        return None
+    return session_pb2.NetworkPolicy(allow_hosts=network.allow_hosts, allow_cidrs=network.allow_cidrs)
 
 
 _TEMPLATE_STATE = {
@@ -58,6 +65,9 @@ def template_to_proto(t: TemplateInfo) -> session_pb2.Template:
 def create_spec(request: session_pb2.CreateSessionRequest) -> CreateSpec:
     r = request.resources
     resources = Resources(r.cpu, r.memory_mb, r.pids) if request.HasField("resources") else None
+    n = request.network
+    # An empty policy asks for nothing: the same as none (no proxy, no forwarder, no variables).
+    network = NetworkPolicy(tuple(n.allow_hosts), tuple(n.allow_cidrs)) if n.allow_hosts or n.allow_cidrs else None
     return CreateSpec(
         agent=request.agent,
         workspace_archive=request.workspace_archive,
@@ -65,6 +75,7 @@ def create_spec(request: session_pb2.CreateSessionRequest) -> CreateSpec:
         labels=dict(request.labels),
         resources=resources,
         template=request.template,
+        network=network,
     )
 
 

@@ -254,6 +254,17 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         traced.finish([])
         return CodeChanges(list(r.added), list(r.changed), list(r.removed))
 
+    async def start_network(self, port: int, ca_pem: bytes) -> dict[str, str]:
+        traced = AgentCallSpan("StartNetwork", self.sandbox_id)
+        try:
+            r = await self._stub.StartNetwork(agent_pb2.StartNetworkRequest(port=port, ca_pem=ca_pem),
+                                              metadata=traced.metadata)
+        except grpc.aio.AioRpcError as exc:
+            traced.finish(error=exc)
+            raise map_agent_error(exc, self.sandbox_id) from exc
+        traced.finish([])
+        return dict(r.env)
+
     async def run_plugin_hook(
         self, name: str, input_: dict[str, object], output: dict[str, object], timeout_s: float,
     ) -> dict[str, object]:

@@ -1,9 +1,7 @@
 """One hardened Docker container per session, a warm pool of them, and label-based reconciliation.
 
-Every container, volume and socket dir carries `ocsb.instance` (this control plane) and
-`ocsb.sandbox`; a container created for a known session also carries `ocsb.session` (a pooled
-container's session is recorded in the store and in its socket dir's labels.json, since Docker
-labels cannot change after creation).
+Every container, volume and socket dir carries the labels of sandbox/layout.py, which say how a pooled
+container's session is recorded.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from controlplane.sandbox.layout import (
     AGENT_CAPS,
     AGENT_DIR,
     CAP_DROP,
+    EGRESS_PORT,
     ENV_OUTPUT_BUDGET,
     GLOBAL_DIR,
     LABEL_IMAGE,
@@ -159,6 +158,11 @@ class DockerSandboxProvider(SandboxProvider):
         self._attached.clear()
         self._attached_sockets.clear()
         await asyncio.to_thread(self._client.close)
+
+    network_port = EGRESS_PORT
+
+    def network_socket(self, sandbox_id: str) -> str:
+        return str(self._dirs.egress_socket_path(sandbox_id))
 
     def pool_stats(self) -> PoolStats:
         return self._pools.stats()

@@ -83,6 +83,11 @@ WORKSPACE = "/workspace"
 AGENT_DIR = "/run/agent"
 """Bound from the sandbox's host dir: the agent's socket is the control plane's only way in."""
 SOCKET_NAME = "agent.sock"
+EGRESS_SOCKET_NAME = "egress.sock"
+"""The session proxy's socket, beside the agent's: the agent's forwarder relays the tools' connections to it
+(sandbox_agent/egress_forwarder.py names it too). The dir is 0700 root: a tool process cannot reach it directly."""
+EGRESS_PORT = 3128
+"""The forwarder's port on the sandbox's own loopback (the proxy variables point at it)."""
 GLOBAL_DIR = "/opt/opencode/global"
 """Where the agent looks for the operator's global tools dir (upstream's `~/.config/opencode`)."""
 CODE_DIR = "/run/code"
@@ -130,6 +135,9 @@ class SandboxDirs:
 
     def socket_path(self, sandbox_id: str) -> Path:
         return self.path(sandbox_id) / SOCKET_NAME
+
+    def egress_socket_path(self, sandbox_id: str) -> Path:
+        return self.path(sandbox_id) / EGRESS_SOCKET_NAME
 
     def create(self, sandbox_id: str, labels: dict[str, str]) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)

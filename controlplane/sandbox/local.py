@@ -114,5 +114,11 @@ class LocalSandboxProvider(SandboxProvider):
             await sandbox.agent.close()
         self._attached.clear()
 
+    network_port = 0
+    """The agent is a host process here: its forwarder takes any free port of the host's loopback."""
+
+    def network_socket(self, sandbox_id: str) -> str:
+        return str(self._dirs.egress_socket_path(sandbox_id))
+
     def pool_stats(self) -> PoolStats:
         return PoolStats(0, 0, 0, 0, 0)

@@ -17,9 +17,9 @@ from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.seam.provider import SandboxLedger, SandboxRecord
 from controlplane.core.sessions.capacity import ReservationBook
 from controlplane.core.sessions.cpu_usage import CpuStore
-from controlplane.core.sessions.manager import SessionStore
-from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
+from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState, Tenant
 from controlplane.core.sessions.services import TodoStore
+from controlplane.core.sessions.store_port import SessionStore
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
 from controlplane.egress_proxy.accounting import EgressStore
@@ -57,6 +57,7 @@ def session_of(row: Row) -> Session:
         title=row["title"],
         caller_config_json=row["caller_config_json"],
         template=row["template"],
+        network=NetworkPolicy.from_json(row["network_json"]),
     )
 
 

@@ -146,5 +146,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             lease_until {real} NOT NULL,
             PRIMARY KEY (host, plane))""",
     )),
+    Migration(10, "the network policy of each session, so that a restarted plane starts its proxy again",
+              added_columns=(
+        ("sessions", "network_json", "TEXT"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

@@ -211,12 +211,14 @@ class SqliteStore:
     async def put_session(self, s: Session) -> None:
         await self._execute(
             "INSERT OR REPLACE INTO sessions (id, tenant, agent, state, sandbox_id, labels, resources, config_json,"
-            " status_message, created_at, last_active_at, deleted_at, parent_id, title, caller_config_json, template)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " status_message, created_at, last_active_at, deleted_at, parent_id, title, caller_config_json, template,"
+            " network_json)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 s.id, s.tenant, s.agent, s.state.value, s.sandbox_id, json.dumps(s.labels),
                 json.dumps(s.resources.__dict__), s.config_json, s.status_message, s.created_at,
                 s.last_active_at, s.deleted_at, s.parent_id, s.title, s.caller_config_json, s.template,
+                s.network.to_json() if s.network is not None else None,
             ),
         )
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ontrolplane/v1/session.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n\tResources\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\r\x12\x0c\n\x04pids\x18\x03 \x01(\r\"\x88\x02\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x19\n\x11workspace_archive\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63onfig_json\x18\x03 \x01(\t\x12\x41\n\x06labels\x18\x04 \x03(\x0b\x32\x31.controlplane.v1.CreateSessionRequest.LabelsEntry\x12-\n\tresources\x18\x05 \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12\x10\n\x08template\x18( \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbd\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12-\n\x05state\x18\x04 \x01(\x0e\x32\x1e.controlplane.v1.Session.State\x12\x12\n\nsandbox_id\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x06labels\x18\x08 \x03(\x0b\x32$.controlplane.v1.Session.LabelsEntry\x12-\n\tresources\x18\t \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x32\n\x0elast_active_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tparent_id\x18\x0c \x01(\t\x12\r\n\x05title\x18\r \x01(\t\x12\x10\n\x08template\x18( \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"P\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x43REATING\x10\x01\x12\t\n\x05READY\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\x0b\n\x07\x44\x45LETED\x10\x04\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\".\n\x13ListSessionsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\"B\n\x14ListSessionsResponse\x12*\n\x08sessions\x18\x01 \x03(\x0b\x32\x18.controlplane.v1.Session\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"B\n\x15\x44\x65leteSessionResponse\x12)\n\x07session\x18\x01 \x01(\x0b\x32\x18.controlplane.v1.Session\"\x16\n\x14ListTemplatesRequest\"\xbe\x01\n\x08Template\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\t\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.controlplane.v1.Template.State\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tpool_size\x18\x05 \x01(\r\"C\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x42UILDING\x10\x01\x12\t\n\x05READY\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\"E\n\x15ListTemplatesResponse\x12,\n\ttemplates\x18\x01 \x03(\x0b\x32\x19.controlplane.v1.Template2\xcb\x03\n\x0eSessionService\x12P\n\rCreateSession\x12%.controlplane.v1.CreateSessionRequest\x1a\x18.controlplane.v1.Session\x12J\n\nGetSession\x12\".controlplane.v1.GetSessionRequest\x1a\x18.controlplane.v1.Session\x12[\n\x0cListSessions\x12$.controlplane.v1.ListSessionsRequest\x1a%.controlplane.v1.ListSessionsResponse\x12^\n\rDeleteSession\x12%.controlplane.v1.DeleteSessionRequest\x1a&.controlplane.v1.DeleteSessionResponse\x12^\n\rListTemplates\x12%.controlplane.v1.ListTemplatesRequest\x1a&.controlplane.v1.ListTemplatesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63ontrolplane/v1/session.proto\x12\x0f\x63ontrolplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"9\n\tResources\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\r\x12\x0c\n\x04pids\x18\x03 \x01(\r\"\xb9\x02\n\x14\x43reateSessionRequest\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x19\n\x11workspace_archive\x18\x02 \x01(\x0c\x12\x13\n\x0b\x63onfig_json\x18\x03 \x01(\t\x12\x41\n\x06labels\x18\x04 \x03(\x0b\x32\x31.controlplane.v1.CreateSessionRequest.LabelsEntry\x12-\n\tresources\x18\x05 \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12\x10\n\x08template\x18( \x01(\t\x12/\n\x07network\x18\x1e \x01(\x0b\x32\x1e.controlplane.v1.NetworkPolicy\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\rNetworkPolicy\x12\x13\n\x0b\x61llow_hosts\x18\x01 \x03(\t\x12\x13\n\x0b\x61llow_cidrs\x18\x02 \x03(\t\"\xee\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12-\n\x05state\x18\x04 \x01(\x0e\x32\x1e.controlplane.v1.Session.State\x12\x12\n\nsandbox_id\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x06labels\x18\x08 \x03(\x0b\x32$.controlplane.v1.Session.LabelsEntry\x12-\n\tresources\x18\t \x01(\x0b\x32\x1a.controlplane.v1.Resources\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x32\n\x0elast_active_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tparent_id\x18\x0c \x01(\t\x12\r\n\x05title\x18\r \x01(\t\x12\x10\n\x08template\x18( \x01(\t\x12/\n\x07network\x18\x1e \x01(\x0b\x32\x1e.controlplane.v1.NetworkPolicy\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"P\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x43REATING\x10\x01\x12\t\n\x05READY\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x12\x0b\n\x07\x44\x45LETED\x10\x04\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\".\n\x13ListSessionsRequest\x12\x17\n\x0finclude_deleted\x18\x01 \x01(\x08\"B\n\x14ListSessionsResponse\x12*\n\x08sessions\x18\x01 \x03(\x0b\x32\x18.controlplane.v1.Session\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"B\n\x15\x44\x65leteSessionResponse\x12)\n\x07session\x18\x01 \x01(\x0b\x32\x18.controlplane.v1.Session\"\x16\n\x14ListTemplatesRequest\"\xbe\x01\n\x08Template\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05image\x18\x02 \x01(\t\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.controlplane.v1.Template.State\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tpool_size\x18\x05 \x01(\r\"C\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x42UILDING\x10\x01\x12\t\n\x05READY\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\"E\n\x15ListTemplatesResponse\x12,\n\ttemplates\x18\x01 \x03(\x0b\x32\x19.controlplane.v1.Template2\xcb\x03\n\x0eSessionService\x12P\n\rCreateSession\x12%.controlplane.v1.CreateSessionRequest\x1a\x18.controlplane.v1.Session\x12J\n\nGetSession\x12\".controlplane.v1.GetSessionRequest\x1a\x18.controlplane.v1.Session\x12[\n\x0cListSessions\x12$.controlplane.v1.ListSessionsRequest\x1a%.controlplane.v1.ListSessionsResponse\x12^\n\rDeleteSession\x12%.controlplane.v1.DeleteSessionRequest\x1a&.controlplane.v1.DeleteSessionResponse\x12^\n\rListTemplates\x12%.controlplane.v1.ListTemplatesRequest\x1a&.controlplane.v1.ListTemplatesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,33 +39,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOURCES']._serialized_start=83
   _globals['_RESOURCES']._serialized_end=140
   _globals['_CREATESESSIONREQUEST']._serialized_start=143
-  _globals['_CREATESESSIONREQUEST']._serialized_end=407
-  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_start=362
-  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_end=407
-  _globals['_SESSION']._serialized_start=410
-  _globals['_SESSION']._serialized_end=983
-  _globals['_SESSION_LABELSENTRY']._serialized_start=362
-  _globals['_SESSION_LABELSENTRY']._serialized_end=407
-  _globals['_SESSION_STATE']._serialized_start=903
-  _globals['_SESSION_STATE']._serialized_end=983
-  _globals['_GETSESSIONREQUEST']._serialized_start=985
-  _globals['_GETSESSIONREQUEST']._serialized_end=1024
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=1026
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1072
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1074
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1140
-  _globals['_DELETESESSIONREQUEST']._serialized_start=1142
-  _globals['_DELETESESSIONREQUEST']._serialized_end=1184
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=1186
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=1252
-  _globals['_LISTTEMPLATESREQUEST']._serialized_start=1254
-  _globals['_LISTTEMPLATESREQUEST']._serialized_end=1276
-  _globals['_TEMPLATE']._serialized_start=1279
-  _globals['_TEMPLATE']._serialized_end=1469
-  _globals['_TEMPLATE_STATE']._serialized_start=1402
-  _globals['_TEMPLATE_STATE']._serialized_end=1469
-  _globals['_LISTTEMPLATESRESPONSE']._serialized_start=1471
-  _globals['_LISTTEMPLATESRESPONSE']._serialized_end=1540
-  _globals['_SESSIONSERVICE']._serialized_start=1543
-  _globals['_SESSIONSERVICE']._serialized_end=2002
+  _globals['_CREATESESSIONREQUEST']._serialized_end=456
+  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_start=411
+  _globals['_CREATESESSIONREQUEST_LABELSENTRY']._serialized_end=456
+  _globals['_NETWORKPOLICY']._serialized_start=458
+  _globals['_NETWORKPOLICY']._serialized_end=515
+  _globals['_SESSION']._serialized_start=518
+  _globals['_SESSION']._serialized_end=1140
+  _globals['_SESSION_LABELSENTRY']._serialized_start=411
+  _globals['_SESSION_LABELSENTRY']._serialized_end=456
+  _globals['_SESSION_STATE']._serialized_start=1060
+  _globals['_SESSION_STATE']._serialized_end=1140
+  _globals['_GETSESSIONREQUEST']._serialized_start=1142
+  _globals['_GETSESSIONREQUEST']._serialized_end=1181
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=1183
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=1229
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1231
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1297
+  _globals['_DELETESESSIONREQUEST']._serialized_start=1299
+  _globals['_DELETESESSIONREQUEST']._serialized_end=1341
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=1343
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=1409
+  _globals['_LISTTEMPLATESREQUEST']._serialized_start=1411
+  _globals['_LISTTEMPLATESREQUEST']._serialized_end=1433
+  _globals['_TEMPLATE']._serialized_start=1436
+  _globals['_TEMPLATE']._serialized_end=1626
+  _globals['_TEMPLATE_STATE']._serialized_start=1559
+  _globals['_TEMPLATE_STATE']._serialized_end=1626
+  _globals['_LISTTEMPLATESRESPONSE']._serialized_start=1628
+  _globals['_LISTTEMPLATESRESPONSE']._serialized_end=1697
+  _globals['_SESSIONSERVICE']._serialized_start=1700
+  _globals['_SESSIONSERVICE']._serialized_end=2159
 # @@protoc_insertion_point(module_scope)

@@ -80,6 +80,7 @@ class CreateSessionRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
+    NETWORK_FIELD_NUMBER: _builtins.int
     agent: _builtins.str
     """The OpenCode agent the session runs as ("build" when empty)."""
     workspace_archive: _builtins.bytes
@@ -95,6 +96,13 @@ class CreateSessionRequest(_message.Message):
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def resources(self) -> Global___Resources: ...
+    @_builtins.property
+    def network(self) -> Global___NetworkPolicy:
+        """Network for the session's tools (none when unset: the sandbox has no interface but `lo`). Each
+        entry must lie within what the tenant's `egress` cap allows, or the request is INVALID_ARGUMENT
+        naming the first one beyond it; the operator's `[egress]` still vets every address.
+        """
+
     def __init__(
         self,
         *,
@@ -104,14 +112,47 @@ class CreateSessionRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         resources: Global___Resources | None = ...,
         template: _builtins.str = ...,
+        network: Global___NetworkPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "config_json", b"config_json", "labels", b"labels", "resources", b"resources", "template", b"template", "workspace_archive", b"workspace_archive"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "config_json", b"config_json", "labels", b"labels", "network", b"network", "resources", b"resources", "template", b"template", "workspace_archive", b"workspace_archive"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateSessionRequest: _TypeAlias = CreateSessionRequest  # noqa: Y015
+
+@_typing.final
+class NetworkPolicy(_message.Message):
+    """Where a session's tools may connect, through the proxy the control plane runs for the session
+    (HTTP_PROXY and HTTPS_PROXY point at it; there is no other route and no DNS in the sandbox).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOW_HOSTS_FIELD_NUMBER: _builtins.int
+    ALLOW_CIDRS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def allow_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """`host`, `*.domain` (its subdomains) or either with `:port` (any port without one)."""
+
+    @_builtins.property
+    def allow_cidrs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """IP literals the tools may ask for directly, e.g. "10.2.0.0/16"."""
+
+    def __init__(
+        self,
+        *,
+        allow_hosts: _abc.Iterable[_builtins.str] | None = ...,
+        allow_cidrs: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cidrs", b"allow_cidrs", "allow_hosts", b"allow_hosts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NetworkPolicy: _TypeAlias = NetworkPolicy  # noqa: Y015
 
 @_typing.final
 class Session(_message.Message):
@@ -170,6 +211,7 @@ class Session(_message.Message):
     PARENT_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
+    NETWORK_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tenant: _builtins.str
     agent: _builtins.str
@@ -197,6 +239,10 @@ class Session(_message.Message):
     def resources(self) -> Global___Resources: ...
     @_builtins.property
     def last_active_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def network(self) -> Global___NetworkPolicy:
+        """The network the session was given (unset: none)."""
+
     def __init__(
         self,
         *,
@@ -214,10 +260,11 @@ class Session(_message.Message):
         parent_id: _builtins.str = ...,
         title: _builtins.str = ...,
         template: _builtins.str = ...,
+        network: Global___NetworkPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "last_active_at", b"last_active_at", "resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "last_active_at", b"last_active_at", "network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "labels", b"labels", "last_active_at", b"last_active_at", "parent_id", b"parent_id", "resources", b"resources", "sandbox_id", b"sandbox_id", "state", b"state", "status_message", b"status_message", "template", b"template", "tenant", b"tenant", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "created_at", b"created_at", "expires_at", b"expires_at", "id", b"id", "labels", b"labels", "last_active_at", b"last_active_at", "network", b"network", "parent_id", b"parent_id", "resources", b"resources", "sandbox_id", b"sandbox_id", "state", b"state", "status_message", b"status_message", "template", b"template", "tenant", b"tenant", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -17,6 +17,8 @@ import grpc
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent import __version__, tool_home, tracing
 from sandbox_agent.config import AgentConfig
+from sandbox_agent.egress_forwarder import SOCKET_NAME as EGRESS_SOCKET
+from sandbox_agent.egress_forwarder import EgressForwarder, NetworkStartError, proxy_env, write_ca_bundle
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.file_rpcs import FileRpcs
 from sandbox_agent.gc_tuning import tune_after_startup
@@ -43,7 +45,12 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._started = time.monotonic()
         self._running: set[Execution] = set()
         self._background: set[asyncio.Task[Any]] = set()
-        self._runner = ToolRunner(self._identity, self.base_env(), config.output_buffer_bytes)
+        self._network_env: dict[str, str] = {}
+        """The proxy's variables once StartNetwork ran (none without a network policy)."""
+        self._forwarder: EgressForwarder | None = None
+        # The runner keeps this very dict: StartNetwork adds to it, so tool hosts and servers started later get it.
+        self._tool_env = self.base_env()
+        self._runner = ToolRunner(self._identity, self._tool_env, config.output_buffer_bytes)
         self._tools = ToolCalls(self._runner, config.workspace, config.tool_home, config.output_budget_bytes,
                                 config.code_dir)
         self._files = FileRpcs(config.workspace, config.max_upload_bytes, self._start_helper,
@@ -67,7 +74,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             "OPENCODE": "1",
             "AGENT": "1",
             "OPENCODE_PID": str(os.getpid()),
-        }
+        } | self._network_env
 
     def _spawn_background(self, work: Coroutine[Any, Any, Any] | asyncio.Task[Any]) -> None:
         task = asyncio.ensure_future(work)
@@ -96,6 +103,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
 
     async def stop_all(self) -> None:
         """Ends the commands and tool hosts while the server still delivers their last events."""
+        if self._forwarder is not None:
+            await self._forwarder.close()
         await self._tools.custom.close()
         await asyncio.gather(*(e.stop(reason="agent shutting down") for e in list(self._running)))
         await Execution.close_spawners()
@@ -318,6 +327,26 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
 
     async def ListFiles(self, request: agent_pb2.ListFilesRequest, context: Any) -> agent_pb2.ListFilesResponse:
         return await self._files.listing(request, context)
+
+    async def StartNetwork(
+        self, request: agent_pb2.StartNetworkRequest, context: Any
+    ) -> agent_pb2.StartNetworkResponse:
+        forwarder = self._forwarder or EgressForwarder(
+            os.path.join(os.path.dirname(self._config.socket_path), EGRESS_SOCKET))
+        try:
+            # Again (a restarted plane adopting the session): the forwarder stays, the CA bundle is renewed.
+            port = forwarder.port if self._forwarder is not None else await forwarder.start(request.port)
+            bundle = await asyncio.to_thread(write_ca_bundle, request.ca_pem) if request.ca_pem else None
+        except (NetworkStartError, OSError) as exc:
+            if forwarder is not self._forwarder:
+                await forwarder.close()
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot start the session's network: {exc}")
+            raise
+        self._forwarder = forwarder
+        env = proxy_env(port, bundle or self._network_env.get("SSL_CERT_FILE"))
+        self._network_env.update(env)
+        self._tool_env.update(env)
+        return agent_pb2.StartNetworkResponse(port=port, env=env)
 
 
 def _is_exit(event: agent_pb2.ExecEvent) -> bool:

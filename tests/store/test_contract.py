@@ -15,7 +15,7 @@ from controlplane.config import load_settings
 from controlplane.core.permissions.audit import AuditEntry
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.seam.provider import SandboxRecord
-from controlplane.core.sessions.models import Resources, Session, SessionState, Tenant
+from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState, Tenant
 from controlplane.core.tenants.quota import Quota
 from controlplane.errors import ConfigError
 from controlplane.store.base import AUDIT_BATCH, AuditWriter, Store, describe, open_store
@@ -84,7 +84,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 9
+    assert rows[-1][0] == LATEST == 10
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -125,7 +125,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
         versions = _query(target, "SELECT version FROM schema_migrations ORDER BY version")
-        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,)]
     finally:
         await store.aclose()
 
@@ -222,6 +222,17 @@ async def test_a_sessions_template_reads_back_and_defaults_to_the_sandbox_image(
     assert got is not None
     assert plain is not None
     assert (got.template, plain.template) == ("node-20", "default")
+
+
+async def test_a_sessions_network_policy_reads_back(store: Store) -> None:
+    """A restarted plane starts an adopted session's proxy from what the store kept; None (no network) and an
+    empty-but-present policy stay apart."""
+    policy = NetworkPolicy(("pkgs.test", "*.git.test:8443"), ("10.2.0.0/16",))
+    for sid, network in (("ses_1", policy), ("ses_2", None)):
+        await store.put_session(_session(sid, network=network))
+        got = await store.get_session(sid)
+        assert got is not None
+        assert got.network == network
 
 
 async def test_putting_a_session_again_replaces_it(store: Store) -> None:

@@ -24,7 +24,7 @@ from controlplane.core.seam.messages import (
 )
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
-from controlplane.errors import SandboxLostError
+from controlplane.errors import FailedPreconditionError, SandboxLostError
 
 SandboxState = Literal["creating", "pool", "claimed"]
 
@@ -117,6 +117,12 @@ class SandboxAgent(WorkspaceFiles):
         self, name: str, input_: dict[str, object], output: dict[str, object], timeout_s: float,
     ) -> dict[str, object]:
         """Runs the project plugins' hooks of `name` in the sandbox; their output."""
+
+    async def start_network(self, port: int, ca_pem: bytes) -> dict[str, str]:
+        """Starts the sandbox's forwarder to its session proxy on loopback `port` (0: any) and gives every process
+        started from now on the proxy's environment (and a CA bundle with `ca_pem` when given); the variables.
+        Again on a sandbox that has it: only the CA bundle is renewed (a restarted plane's proxy has a new CA)."""
+        raise FailedPreconditionError("this sandbox cannot be given a network")
 
     @abc.abstractmethod
     async def upload(self, archive: bytes, path: str = "") -> UploadSummary: ...
@@ -221,6 +227,15 @@ class SandboxProvider(abc.ABC):
         """A channel to a sandbox another control plane owns (they share the store); its owner keeps
         creating, reconciling and destroying it. SandboxLostError when it cannot be reached from here."""
         raise SandboxLostError(f"sandbox {sandbox_id} belongs to another control plane; this provider cannot reach it")
+
+    network_port: int | None = None
+    """Where a sandbox's forwarder listens on its own loopback (the proxy variables name it), 0 for any free
+    port; None: this provider's sandboxes cannot be given a network (a policy is refused at create)."""
+
+    def network_socket(self, sandbox_id: str) -> str:
+        """Where the session proxy of this sandbox listens: a Unix socket path on this host, which the sandbox's
+        agent reaches as `egress.sock` beside its own socket. Only for providers with a `network_port`."""
+        raise FailedPreconditionError(f"sandbox {sandbox_id}: this provider cannot give sandboxes a network")
 
     async def cpu_seconds(self, sandbox_id: str) -> float | None:
         """CPU time the sandbox has used so far, or None where this provider cannot tell (it is not measured)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from controlplane.core.config import project_files
 from controlplane.core.sessions import archive_stream, workspace_archive
-from controlplane.core.sessions.models import Resources
+from controlplane.core.sessions.models import NetworkPolicy, Resources
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 
 INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
@@ -40,6 +40,8 @@ class CreateSpec:
     resources: Resources | None = None
     template: str = ""
     """A template's name; empty: the default (the sandbox image itself)."""
+    network: NetworkPolicy | None = None
+    """The network asked for (None: none); checked against the tenant's cap before anything exists."""
 
 
 def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:
@@ -85,3 +87,17 @@ async def _archive_pass(archive: bytes, check: Callable[[], workspace_archive.Ar
     else:
         stats = check()
     return stats.kept
+
+
+async def session_config(policy: SessionPolicy, spec: CreateSpec) -> tuple[str, str | None, str]:
+    """The session's merged config, the caller's own (when the project added to it) and its agent, from the
+    checked archive's project files: refused (INVALID_ARGUMENT) before anything exists."""
+    project = await check_archive(policy, spec.workspace_archive)
+    read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
+    # Small files can still expand (aliases, {file:}): any project file is read off the loop.
+    inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
+    config_json, caller_config = read() if inline else await asyncio.to_thread(read)
+    agent = spec.agent or project_files.default_agent(config_json)
+    if not spec.agent:
+        project_files.workspace_chosen_agent(agent, caller_config)
+    return config_json, caller_config, agent

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
-from controlplane.core.config import project_files
 from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import admission
+from controlplane.core.sessions import admission, network
 from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.capacity import HostCapacity, HostLedger
 from controlplane.core.sessions.cpu_usage import CpuAccount, CpuStore
 from controlplane.core.sessions.events import EventBus
 from controlplane.core.sessions.liveness import fail_stored, still_answers
 from controlplane.core.sessions.models import Session, SessionState
+from controlplane.core.sessions.network import SessionNetworks
+from controlplane.core.sessions.store_port import SessionStore
 from controlplane.core.sessions.templates import TemplateAccess, TemplateInfo
 from controlplane.errors import (
     ControlPlaneError,
@@ -38,21 +37,11 @@ TOUCH_WRITE_INTERVAL_S = 1.0
 """Activity is kept in memory and written to the store at most this often per session."""
 
 
-class SessionStore(Protocol):
-    async def put_session(self, s: Session) -> None: ...
-
-    async def touch_session(self, session_id: str, at: float) -> None: ...
-
-    async def get_session(self, session_id: str) -> Session | None: ...
-
-    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
-
-
 class SessionManager:
     def __init__(
         self, store: SessionStore, provider: SandboxProvider, policy: SessionPolicy,
         clock: Callable[[], float] = time.time, bus: EventBus | None = None, host: HostLedger | None = None,
-        cpu_store: CpuStore | None = None,
+        cpu_store: CpuStore | None = None, networks: SessionNetworks | None = None,
     ) -> None:
         self.bus = bus or EventBus()
         self.host = host or HostLedger(HostCapacity(float("inf"), 1 << 62))
@@ -74,6 +63,7 @@ class SessionManager:
         """Sessions being ended (sandbox removal, final state): awaited by `close`."""
         self._background = TrackedTasks()
         self._end_listeners: list[Callable[[str], None]] = []
+        self._networks = networks
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
         provider.on_lost(self._sandbox_lost)
 
@@ -102,7 +92,7 @@ class SessionManager:
             else:
                 live[session.sandbox_id] = session.id
                 self._live[session.id] = session
-        # Failed sessions not yet deleted keep their workspaces: reconciliation must not take them for orphans.
+        # Failed, undeleted sessions keep their workspaces: reconciliation must not remove them.
         ended = await self._store.list_sessions()
         self._provider.retain(s.sandbox_id for s in ended if s.state == SessionState.FAILED and s.sandbox_id)
         report = await self._provider.start(live)
@@ -114,6 +104,10 @@ class SessionManager:
         for sandbox_id in report.lost:
             session_id = live[sandbox_id]
             await self._finish(self._live.pop(session_id), SessionState.FAILED, "its sandbox was lost")
+        for sandbox_id in report.adopted:  # their forwarders survived; their proxies did not
+            adopted = self._live[live[sandbox_id]]
+            if failure := await network.reopen(self._networks, self._provider, adopted):
+                await self._end(adopted, SessionState.FAILED, failure)
         for child in children:  # in creation order, so a parent comes before its children
             if child.parent_id in self._live:
                 self._live[child.id] = child
@@ -121,7 +115,7 @@ class SessionManager:
                 foreign.add(child.id)  # its parent's plane holds it too
             else:
                 await self._finish(child, SessionState.FAILED, f"its parent session {child.parent_id} ended")
-        # Only what this plane adopted: another plane's sessions are in the host's book under its own lease.
+        # Only what this plane adopted: other planes' sessions are booked under their own leases.
         await self.host.start(s.id for s in self._live.values() if not s.parent_id)
         self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
         return report
@@ -135,6 +129,8 @@ class SessionManager:
         await self.host.close()
         for session_id, at in list(self._touched.items()):
             await self._store.touch_session(session_id, at)
+        if self._networks is not None:
+            await self._networks.close_all()
         await self._provider.close()
 
     # -- API ------------------------------------------------------------------------------------
@@ -153,20 +149,15 @@ class SessionManager:
         # create leaves no session, sandbox or store row behind (the caller never got an id for one).
         resources = admission.resources(self._policy, spec.resources)
         template = self.templates.check(tenant, spec.template, self._provider.templates())
-        project = await admission.check_archive(self._policy, spec.workspace_archive)
-        read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
-        # Small files can still expand (aliases, {file:}): any project file is read off the loop.
-        inline = not project and len(spec.config_json) <= admission.INLINE_ARCHIVE_CHECK_BYTES
-        config_json, caller_config = read() if inline else await asyncio.to_thread(read)
-        agent = spec.agent or project_files.default_agent(config_json)
-        if not spec.agent:
-            project_files.workspace_chosen_agent(agent, caller_config)
+        if spec.network is not None:
+            network.check(self._networks, self._provider, tenant, spec.network)
+        config_json, caller_config, agent = await admission.session_config(self._policy, spec)
         now = self._clock()
         session = Session(
             id="ses_" + secrets.token_hex(12), tenant=tenant, agent=agent,
             state=SessionState.CREATING, resources=resources, created_at=now, last_active_at=now,
             labels=dict(spec.labels or {}), config_json=config_json,
-            caller_config_json=caller_config, template=template,
+            caller_config_json=caller_config, template=template, network=spec.network,
         )
         try:
             with spans.span(attributes.SPAN_ACQUIRE_SANDBOX, {attributes.SESSION_ID: session.id}) as acquiring:
@@ -178,6 +169,8 @@ class SessionManager:
             raise
         session.sandbox_id = sandbox.id
         try:
+            if session.network is not None and self._networks is not None:  # before anything of the caller's runs
+                await self._networks.open(session, sandbox)
             if spec.workspace_archive:
                 summary = await sandbox.agent.upload(spec.workspace_archive)
                 if summary.skipped:
@@ -186,17 +179,20 @@ class SessionManager:
             # model writes later is workspace data until the caller says ReloadTools.
             await sandbox.agent.snapshot_code(config_json, {})
         except (InvalidArgumentError, ResourceExhaustedError, FailedPreconditionError) as exc:
+            await self._close_network(session)
             await self._provider.destroy(sandbox.id)  # refused by the agent's own checks: leave nothing
             log.info("session %s not created: %s", session.id, exc)
             raise
         except ControlPlaneError as exc:
+            await self._close_network(session)
             await self._provider.destroy(sandbox.id)
             await self._finish(session, SessionState.FAILED, f"workspace upload failed: {exc}")
             raise
         except BaseException:
+            await asyncio.shield(self._close_network(session))
             await asyncio.shield(self._provider.destroy(sandbox.id))
             raise
-        # Stored only now: a restart in between finds a claimed sandbox of no known session and removes it.
+        # Stored only now: a restart in between removes the claimed sandbox of no known session.
         # Held first: a caller gone during the write (shielded, it still lands) leaves a READY session this
         # plane serves and reaps when idle, not one the store has and no plane holds.
         session.state = SessionState.READY
@@ -205,6 +201,7 @@ class SessionManager:
             await asyncio.shield(self._store.put_session(session))
         except Exception:
             self._live.pop(session.id, None)
+            await asyncio.shield(self._close_network(session))
             await asyncio.shield(self._provider.destroy(sandbox.id))
             raise
         self.bus.publish("session.created", tenant, session.id, id=session.id, agent=session.agent,
@@ -315,6 +312,10 @@ class SessionManager:
 
     # -- internals ------------------------------------------------------------------------------
 
+    async def _close_network(self, session: Session) -> None:
+        if session.network is not None and self._networks is not None:
+            await self._networks.close(session.id)
+
     def _touch(self, session_id: str) -> None:
         now = self._clock()
         self._touched[session_id] = now
@@ -343,8 +344,8 @@ class SessionManager:
         foreign = held is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)
-        # Shielded and tracked: a caller that gives up (a client's deadline, the reaper at shutdown) must not
-        # leave the sandbox removed halfway, or the store saying READY of a session no plane holds any more.
+        # Shielded and tracked: a caller giving up (a deadline, shutdown) must not leave the sandbox removed
+        # halfway, or the store saying READY of a session no plane holds.
         return await self._ending.run(self._wind_up(session, state, message, foreign, held))
 
     async def _wind_up(
@@ -361,6 +362,7 @@ class SessionManager:
         at the store or reaper round tries again. A failed session keeps its workspace (the user's work) until it
         is deleted: then `destroy` removes what `retire` left."""
         await self.cpu.settle(session.tenant, session.sandbox_id)
+        await self._close_network(session)
         try:
             if keep_workspace:
                 await self._provider.retire(session.sandbox_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 
 
@@ -18,6 +19,25 @@ class Resources:
     cpu: float
     memory_mb: int
     pids: int
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """What a session's tools may reach through its proxy (CreateSessionRequest.network); checked against the
+    tenant's cap at create, and vetted again by the operator's guard on every connection."""
+
+    allow_hosts: tuple[str, ...] = ()
+    allow_cidrs: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps({"allow_hosts": list(self.allow_hosts), "allow_cidrs": list(self.allow_cidrs)})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> NetworkPolicy | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(tuple(data.get("allow_hosts", ())), tuple(data.get("allow_cidrs", ())))
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,9 @@ class Session:
     (controlplane.core.permissions.rule_layers). None when `config_json` is the caller's alone."""
     template: str = "default"
     """The template whose image the session's sandbox runs (core/sessions/templates.py)."""
+    network: NetworkPolicy | None = None
+    """The session's network (None: no network at all). Kept in the store, so that a plane that adopts the
+    session after a restart starts its proxy again."""
 
     def expires_at(self, idle_timeout_s: float, max_lifetime_s: float) -> float:
         return min(self.last_active_at + idle_timeout_s, self.created_at + max_lifetime_s)

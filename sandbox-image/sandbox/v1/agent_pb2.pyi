@@ -40,6 +40,77 @@ SPAN_STATUS_ERROR: SpanStatusCode.ValueType  # 2
 Global___SpanStatusCode: _TypeAlias = SpanStatusCode  # noqa: Y015
 
 @_typing.final
+class StartNetworkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    CA_PEM_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    """The loopback port the forwarder listens on (3128 in a container); 0: any free port."""
+    ca_pem: _builtins.bytes
+    """A CA certificate (PEM) the tools must trust beside the system's (the proxy's own, for hosts whose
+    credential it adds); empty: none, and no CA variable is set.
+    """
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        ca_pem: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ca_pem", b"ca_pem", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartNetworkRequest: _TypeAlias = StartNetworkRequest  # noqa: Y015
+
+@_typing.final
+class StartNetworkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class EnvEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PORT_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    port: _builtins.int
+    @_builtins.property
+    def env(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The variables every tool process now gets (none of them secret)."""
+
+    def __init__(
+        self,
+        *,
+        port: _builtins.int = ...,
+        env: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["env", b"env", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartNetworkResponse: _TypeAlias = StartNetworkResponse  # noqa: Y015
+
+@_typing.final
 class HealthRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

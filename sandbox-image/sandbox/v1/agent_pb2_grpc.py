@@ -94,6 +94,11 @@ class SandboxAgentStub:
                 request_serializer=sandbox_dot_v1_dot_agent__pb2.ListFilesRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_agent__pb2.ListFilesResponse.FromString,
                 _registered_method=True)
+        self.StartNetwork = channel.unary_unary(
+                '/sandbox.v1.SandboxAgent/StartNetwork',
+                request_serializer=sandbox_dot_v1_dot_agent__pb2.StartNetworkRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_agent__pb2.StartNetworkResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxAgentServicer:
@@ -195,6 +200,16 @@ class SandboxAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartNetwork(self, request, context):
+        """Gives the session's tools a network: a forwarder on the sandbox's own loopback relays each connection
+        to the control plane's proxy (`egress.sock` beside the agent's socket), and every process started
+        after it (commands, tools, tool hosts, MCP servers) gets the proxy's environment. Called once, before
+        the session is READY; again (a restarted plane adopting the session) it only renews the CA bundle.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -257,6 +272,11 @@ def add_SandboxAgentServicer_to_server(servicer, server):
                     servicer.ListFiles,
                     request_deserializer=sandbox_dot_v1_dot_agent__pb2.ListFilesRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_agent__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'StartNetwork': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartNetwork,
+                    request_deserializer=sandbox_dot_v1_dot_agent__pb2.StartNetworkRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_agent__pb2.StartNetworkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -583,6 +603,33 @@ class SandboxAgent:
             '/sandbox.v1.SandboxAgent/ListFiles',
             sandbox_dot_v1_dot_agent__pb2.ListFilesRequest.SerializeToString,
             sandbox_dot_v1_dot_agent__pb2.ListFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartNetwork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandbox.v1.SandboxAgent/StartNetwork',
+            sandbox_dot_v1_dot_agent__pb2.StartNetworkRequest.SerializeToString,
+            sandbox_dot_v1_dot_agent__pb2.StartNetworkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,12 @@ class SandboxAgentStub:
     """
     ReadFile: _grpc.UnaryStreamMultiCallable[_agent_pb2.ReadFileRequest, _agent_pb2.ReadFileResponse]
     ListFiles: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ListFilesRequest, _agent_pb2.ListFilesResponse]
+    StartNetwork: _grpc.UnaryUnaryMultiCallable[_agent_pb2.StartNetworkRequest, _agent_pb2.StartNetworkResponse]
+    """Gives the session's tools a network: a forwarder on the sandbox's own loopback relays each connection
+    to the control plane's proxy (`egress.sock` beside the agent's socket), and every process started
+    after it (commands, tools, tool hosts, MCP servers) gets the proxy's environment. Called once, before
+    the session is READY; again (a restarted plane adopting the session) it only renews the CA bundle.
+    """
 
 @_typing.type_check_only
 class SandboxAgentAsyncStub(SandboxAgentStub):
@@ -120,6 +126,12 @@ class SandboxAgentAsyncStub(SandboxAgentStub):
     """
     ReadFile: _aio.UnaryStreamMultiCallable[_agent_pb2.ReadFileRequest, _agent_pb2.ReadFileResponse]  # type: ignore[assignment]
     ListFiles: _aio.UnaryUnaryMultiCallable[_agent_pb2.ListFilesRequest, _agent_pb2.ListFilesResponse]  # type: ignore[assignment]
+    StartNetwork: _aio.UnaryUnaryMultiCallable[_agent_pb2.StartNetworkRequest, _agent_pb2.StartNetworkResponse]  # type: ignore[assignment]
+    """Gives the session's tools a network: a forwarder on the sandbox's own loopback relays each connection
+    to the control plane's proxy (`egress.sock` beside the agent's socket), and every process started
+    after it (commands, tools, tool hosts, MCP servers) gets the proxy's environment. Called once, before
+    the session is READY; again (a restarted plane adopting the session) it only renews the CA bundle.
+    """
 
 class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -234,5 +246,17 @@ class SandboxAgentServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.ListFilesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.ListFilesResponse, _abc.Awaitable[_agent_pb2.ListFilesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def StartNetwork(
+        self,
+        request: _agent_pb2.StartNetworkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.StartNetworkResponse, _abc.Awaitable[_agent_pb2.StartNetworkResponse]]:
+        """Gives the session's tools a network: a forwarder on the sandbox's own loopback relays each connection
+        to the control plane's proxy (`egress.sock` beside the agent's socket), and every process started
+        after it (commands, tools, tool hosts, MCP servers) gets the proxy's environment. Called once, before
+        the session is READY; again (a restarted plane adopting the session) it only renews the CA bundle.
+        """
 
 def add_SandboxAgentServicer_to_server(servicer: SandboxAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
