@@ -57,7 +57,7 @@ class SessionManager:
         self._live: dict[str, Session] = {}
         self._touched: dict[str, float] = {}
         self._touch_written: dict[str, float] = {}
-        """When each session's activity was last written to the store (at most every TOUCH_WRITE_INTERVAL_S)."""
+        """When each session's activity was last stored (at most every TOUCH_WRITE_INTERVAL_S)."""
         self._reaper: asyncio.Task[None] | None = None
         self._ending = TrackedTasks()
         """Sessions being ended (sandbox removal, final state): awaited by `close`."""
