@@ -49,7 +49,7 @@ class SessionManager:
         self._store = store
         self._provider = provider
         self.templates = TemplateAccess()
-        """Which templates each tenant may use (the app sets the operator's `[[tenants]] templates`)."""
+        """Which templates each tenant may use (the operator's `[[tenants]] templates`)."""
         self.cpu = CpuAccount(provider, cpu_store)
         """CPU-seconds per tenant (cpu_usage.py): without a store, only live sandboxes' are known."""
         self._policy = policy
