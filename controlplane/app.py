@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ipaddress
 import logging
 import os
@@ -47,6 +48,8 @@ from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.discovery import ENDPOINT_FILE
 from controlplane.egress import EgressPolicy
 from controlplane.egress_proxy.accounting import EgressAccounting
+from controlplane.egress_proxy.broker import CredentialBroker
+from controlplane.egress_proxy.session_ca import CA_VALIDITY
 from controlplane.egress_proxy.sessions import session_networks
 from controlplane.errors import ConfigError
 from controlplane.exec_commands import read_command
@@ -228,7 +231,8 @@ async def start(settings: Settings) -> ControlPlane:
     tenant_admin.egress = egress_accounting  # the session proxies' on_record is egress_accounting.record
     provider = build_provider(settings, store)  # an engine it cannot reach is its error, said first
     host = host_capacity.ledger(settings, store, await asyncio.to_thread(host_capacity.host_id, settings))
-    networks = session_networks(settings, provider, configured_tools.egress, egress_accounting)
+    networks = session_networks(settings, provider, configured_tools.egress, egress_accounting,
+                                credential_broker(settings))
     sessions = SessionManager(store, provider, session_policy(settings), bus=bus, host=host, cpu_store=store,
                               networks=networks)
     tenant_admin.sessions = sessions
@@ -257,6 +261,15 @@ async def start(settings: Settings) -> ControlPlane:
 
         plane.mcp_http = await mcp_http.start(settings.server.mcp_listen, front_end)
     return plane
+
+
+def credential_broker(settings: Settings) -> CredentialBroker | None:
+    """The proxy's TLS interception for hosts with a brokered credential (egress_proxy/broker.py), when any
+    credential is configured: a session CA outlives the longest session, so a tool never meets an expired one."""
+    if not settings.egress.credential_list() and not any(t.egress.credentials for t in settings.tenants):
+        return None
+    validity = max(CA_VALIDITY, datetime.timedelta(seconds=settings.lifetime.max_lifetime_s + 3600))
+    return CredentialBroker(settings.egress.upstream_ca, ca_validity=validity)
 
 
 FRONT_END_SOCKET = "mcp-front.sock"
