@@ -183,18 +183,9 @@ if os.environ.get("OCSB_ATTACK_VECTORS"):
     VECTORS = [v for v in VECTORS if v.name in os.environ["OCSB_ATTACK_VECTORS"].split(",")]
 
 
-GVISOR_CUSTOM_TOOLS = (
-    "custom tools do not load on gVisor (Debian's runsc 2022): its execve resets the effective uid to the real "
-    "one, so a tool host cannot start with the server identity the agent verifies (docs/security.md, gap 8; "
-    "test_escape_gvisor.py keeps a strict xfail)"
-)
-
-
 @pytest.fixture(params=VECTORS, ids=[v.name for v in VECTORS])
 def vector(request: pytest.FixtureRequest) -> Vector:
     chosen: Vector = request.param
-    if chosen is not BASH and "runtime" in request.fixturenames and request.getfixturevalue("runtime") == "runsc":
-        pytest.skip(GVISOR_CUSTOM_TOOLS)
     return chosen
 
 

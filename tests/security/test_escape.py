@@ -16,7 +16,6 @@ import pytest
 
 from tests.planes import Plane, container_gone
 from tests.security.conftest import (
-    GVISOR_CUSTOM_TOOLS,
     Pair,
     Vector,
     new_session,
@@ -447,8 +446,6 @@ async def test_container_is_gone_after_delete(runtime_plane: Plane, vector: Vect
 async def test_javascript_attempts_from_a_custom_tool(
     runtime_plane: Plane, pair: Pair, listeners: dict[str, Listener], host_marker: Path, runtime: str,  # noqa: F811
 ) -> None:
-    if runtime == "runsc":
-        pytest.skip(GVISOR_CUSTOM_TOOLS)
     # Bun's own APIs, not a shell: fetch, Bun.connect, node:fs, process.kill, process.setuid.
     bridge = listeners["docker0"]
     out = await runtime_plane.client.execute_tool(
