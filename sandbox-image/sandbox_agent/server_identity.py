@@ -151,8 +151,8 @@ async def verify_server(pid: int, server_uid: int, label: str) -> None:
         raise ServerIdentityError(f"{label} ended while starting") from exc
     except PermissionError as exc:
         # The agent (root without DAC_OVERRIDE) writes a server's /proc files only once they are root's, i.e. once
-        # it is not dumpable: on gVisor a server may never get there (docs/security.md, gap 8). A refused server,
-        # not a failed call: the tools it would have served are reported as not loaded.
+        # it is not dumpable: a server that never takes its identity never gets there. A refused server, not a
+        # failed call: the tools it would have served are reported as not loaded.
         raise ServerIdentityError(f"{label} is still dumpable") from exc
 
 

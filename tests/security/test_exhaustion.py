@@ -25,7 +25,7 @@ from controlplane.client import AsyncClient, Session, ToolOutcome, allow_once
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
-from tests.runtimes import gvisor_gap
+from tests.runtimes import RUNTIMES, gvisor_gap, skip_unless_usable
 from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.docker
@@ -37,6 +37,17 @@ AGENT_PEAK_LIMIT_KB = 160 * 1024
 HEAVY = bool(os.environ.get("OCSB_ATTACK_SAMPLES"))
 """`make attack` runs the heaviest variants (a full gigabyte); the normal suite a quarter of it."""
 NOT_SAVED = "The tool call succeeded but the output was truncated. The full output could not be saved ("
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    """runc, then gVisor under `make attack` only: its half adds about 110 s here, and `make test` already runs
+    the resource attacks (test_resources.py) on gVisor (docs/security.md, the gVisor suite)."""
+    chosen: str = request.param
+    if chosen == "runsc" and not HEAVY:
+        pytest.skip("the gVisor half of the exhaustion attacks runs under `make attack` (OCSB_ATTACK_SAMPLES)")
+    skip_unless_usable(chosen)
+    return chosen
 
 
 async def bash(client: AsyncClient, session_id: str, command: str, timeout_ms: int = 60_000) -> ToolOutcome:
