@@ -27,12 +27,13 @@ the tool user's before its exec (pyhost_harden)."""
 def _take_server_uids() -> None:
     global ROOT_STARTED
     given = os.environ.pop(SERVER_UIDS_ENV, None)  # not for the server's children
-    if os.getuid() != 0:
-        return  # started with its uids already (runc), or an unprivileged test run
-    server, sep, tool = (given or "").partition(":")
-    # A root server without its uids must not go on as root: the agent's check would refuse it anyway.
+    # Started with its uids already (runc), or a test run of the agent without a tool user (as root or not).
+    # A root server the agent meant to separate but that got no uids stays root: verify_server refuses it.
+    if os.getuid() != 0 or given is None:
+        return
+    server, sep, tool = given.partition(":")
     if not (sep and server.isdigit() and tool.isdigit()):
-        raise SystemExit(f"the server runs as root without {SERVER_UIDS_ENV}")
+        raise SystemExit(f'{SERVER_UIDS_ENV} is not "server:tool"')
     if int(server) == 0 or int(tool) == 0:
         raise SystemExit(f"{SERVER_UIDS_ENV} names root")
     os.setresuid(int(server), int(tool), int(server))  # every thread (glibc); the agent checks each task
