@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import io
 import json
 import sys
-import tarfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,11 +84,9 @@ def _workspace_archive(path: str | None) -> bytes:
         return source.read_bytes()
     if not source.is_dir():
         raise SystemExit(f"--workspace {path}: no such file or directory")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for entry in sorted(source.iterdir()):
-            tar.add(entry, arcname=entry.name)
-    return buf.getvalue()
+    from controlplane.workspace_dir import archive_directory  # the SDK's archiver: bounded, no link out
+
+    return archive_directory(source)
 
 
 def _create_inputs(args: argparse.Namespace) -> tuple[bytes, str]:

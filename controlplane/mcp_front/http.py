@@ -155,12 +155,18 @@ class McpHttpServer:
     _app: McpHttpApp
 
     async def stop(self) -> None:
+        """Bounded: a client that stopped reading (its transport's writes blocked) must not keep the control
+        plane from the rest of its stop, which removes the sandboxes (a red-team finding: a stalled MCP
+        client made the stop raise and leave the warm pool behind)."""
         self._server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._task), 5)
         if not self._task.done():
             self._task.cancel()
-        await self._app.close()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+                await asyncio.wait_for(self._task, 2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._app.close(), 5)
 
 
 async def start(listen: str, grpc_target: str) -> McpHttpServer:

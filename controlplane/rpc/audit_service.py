@@ -1,11 +1,15 @@
-"""controlplane.v1.AuditService: a tenant reads its own audit record."""
+"""controlplane.v1.AuditService: a tenant reads its own audit record.
+
+Its own means this tenant's, not its name's: the store keeps a deleted tenant's rows for the operator, and a
+tenant created again under that name sees only what happened from its own creation on."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from controlplane.core.sessions.manager import SessionManager
-from controlplane.rpc.auth import Authenticator
+from controlplane.core.tenants.records import hash_token
+from controlplane.rpc.auth import Authenticator, bearer
 from controlplane.rpc.errors import unary
 from controlplane.store.base import AuditWriter, Store
 from controlplane.v1 import audit_pb2, audit_pb2_grpc
@@ -25,7 +29,9 @@ class AuditService(audit_pb2_grpc.AuditServiceServicer):
             await self._sessions.get(tenant.name, request.session_id)  # another tenant's: NOT_FOUND
         # Entries are written in batches: the caller sees what happened up to its request.
         await self._writer.flush()
-        entries = await self._store.audit_entries(tenant.name, request.session_id)
+        _, _, record = self._auth.directory.lookup(hash_token(bearer(context.invocation_metadata())))
+        since = record.created_at if record is not None else 0.0
+        entries = [e for e in await self._store.audit_entries(tenant.name, request.session_id) if e.time >= since]
         if request.limit:
             entries = entries[-request.limit:]
         return audit_pb2.ListAuditResponse(entries=[

@@ -32,8 +32,27 @@ class Scope:
     """A file's load-time lines, kept for the load's reply; None for a call, whose lines are sent."""
     chars: int = 0
     dropped: int = 0
-    partial: dict[str, str] = field(default_factory=dict)
+    partial: dict[str, Pending] = field(default_factory=dict)
     """Text written to a stream since its last newline, by level."""
+
+
+@dataclass
+class Pending:
+    """The unfinished line of one stream, as the pieces written, never longer than MAX_LINE_CHARS: a tool
+    writing one character at a time, or 50 MiB with no newline, costs a constant amount per character."""
+
+    pieces: list[str] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, piece: str) -> None:
+        self.pieces.append(piece)
+        self.size += len(piece)
+
+    def take(self) -> str:
+        text = "".join(self.pieces)
+        self.pieces.clear()
+        self.size = 0
+        return text
 
 
 SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("pyhost_log_scope", default=None)
@@ -67,9 +86,9 @@ def emit(scope: Scope, level: str, text: str) -> None:
 def finish(scope: Scope) -> list[Message]:
     """Ends a scope: its unfinished lines go out, and a last line tells how many were dropped. Returns the
     load-time lines of a file's scope."""
-    for level, text in list(scope.partial.items()):
-        if text:
-            emit(scope, level, text)
+    for level, pending in list(scope.partial.items()):
+        if pending.size:
+            emit(scope, level, pending.take())
     scope.partial.clear()
     if scope.dropped:
         told = {**_line(scope, "warn", f"[{scope.dropped} more log lines dropped]")}
@@ -95,15 +114,25 @@ class _Stream(io.TextIOBase):
         scope = SCOPE.get()
         if scope is None:
             return int(self._fallback.write(text))
-        pending = scope.partial.get(self._level, "") + str(text)
-        *lines, rest = pending.split("\n")
-        for line in lines:
-            emit(scope, self._level, line)
-        # A line that never ends is still bounded: cut into pieces as it grows.
-        while len(rest) > MAX_LINE_CHARS:
-            emit(scope, self._level, rest[:MAX_LINE_CHARS])
-            rest = rest[MAX_LINE_CHARS:]
-        scope.partial[self._level] = rest
+        text = str(text)
+        pending = scope.partial.setdefault(self._level, Pending())
+        # Walked by index: slicing off what was handled would copy the rest each time (quadratic in a long
+        # write). A line that never ends is cut into pieces of MAX_LINE_CHARS as it grows; once the call's
+        # budget is spent each piece only counts as dropped.
+        pos, end = 0, len(text)
+        while pos < end:
+            newline = text.find("\n", pos)
+            stop = end if newline < 0 else newline
+            while pos < stop:
+                if pending.size >= MAX_LINE_CHARS:
+                    emit(scope, self._level, pending.take())
+                step = min(stop - pos, MAX_LINE_CHARS - pending.size)
+                pending.add(text[pos:pos + step])
+                pos += step
+            if newline < 0:
+                break
+            emit(scope, self._level, pending.take())
+            pos = newline + 1
         return len(text)
 
     def flush(self) -> None:

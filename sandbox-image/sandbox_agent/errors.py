@@ -17,6 +17,7 @@ AgentError
 ├── SnapshotError           the session's custom code could not be snapshotted (custom/snapshot.py)
 ├── FrontmatterError        a frontmatter outside the supported YAML subset (custom/frontmatter.py)
 ├── ArchiveTooLargeError    a workspace archive expands past its limit (tario.py)
+├── DestinationError        an archive's destination is not a directory inside the workspace (tario.py)
 ├── FileRefusedError        a files API call refused, with its gRPC status (fileops.py)
 ├── ServerIdentityError     a server did not reach its protected identity (server_identity.py)
 ├── SyscallFilterError      the syscall filter the control plane asked for is not in force (syscall_filter.py)

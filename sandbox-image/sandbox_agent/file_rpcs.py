@@ -100,18 +100,8 @@ class FileRpcs:
         return written
 
     async def read(self, request: agent_pb2.ReadFileRequest, context: Any) -> AsyncIterator[agent_pb2.ReadFileResponse]:
-        helper = await self._start(["read", self._workspace, request.path])
-        err = bytearray()
-        try:
-            async for item in helper.events():
-                if isinstance(item, Chunk) and item.stream == "stdout":
-                    yield agent_pb2.ReadFileResponse(chunk=item.data)
-                elif isinstance(item, Chunk):
-                    err += item.data
-                elif item.exit_code != 0:
-                    await _refuse(context, bytes(err), item)
-        finally:
-            self._done(helper)
+        async for chunk in self._streamed(["read", self._workspace, request.path], context):
+            yield agent_pb2.ReadFileResponse(chunk=chunk)
 
     async def listing(self, request: agent_pb2.ListFilesRequest, context: Any) -> agent_pb2.ListFilesResponse:
         helper = await self._start(
@@ -130,12 +120,17 @@ class FileRpcs:
         )
 
     async def pack(self, paths: list[str], context: Any) -> AsyncIterator[agent_pb2.DownloadWorkspaceResponse]:
-        helper = await self._start(["pack", self._workspace, *paths])
+        async for chunk in self._streamed(["pack", self._workspace, *paths], context):
+            yield agent_pb2.DownloadWorkspaceResponse(chunk=chunk)
+
+    async def _streamed(self, argv: list[str], context: Any) -> AsyncIterator[bytes]:
+        """The helper's stdout as it comes; its stderr becomes the refusal's text if it fails."""
+        helper = await self._start(argv)
         err = bytearray()
         try:
             async for item in helper.events():
                 if isinstance(item, Chunk) and item.stream == "stdout":
-                    yield agent_pb2.DownloadWorkspaceResponse(chunk=item.data)
+                    yield item.data
                 elif isinstance(item, Chunk):
                     err += item.data
                 elif item.exit_code != 0:

@@ -31,6 +31,8 @@ from sandbox_agent.workspace import resolve_cwd, resolve_inside
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELPER_GRACE_S = 5.0
+"""SIGTERM to SIGKILL for the agent's own helpers, which are quick to clean up but may be starved of CPU."""
 
 
 class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
@@ -72,18 +74,22 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def run_tool(self, argv: list[str], *, stdin: bool = False, env: dict[str, str] | None = None) -> Execution:
+    async def run_tool(self, argv: list[str], *, stdin: bool = False, env: dict[str, str] | None = None,
+                       kill_grace_s: float | None = None) -> Execution:
         """Starts a process of the agent's own as the tool user, in the workspace."""
+        grace = self._config.kill_grace_ms / 1000 if kill_grace_s is None else kill_grace_s
         spec = ExecSpec(
             argv=argv, env=self.base_env() | (env or {}), cwd=self._config.workspace, timeout_s=None,
-            stdin=stdin, kill_grace_s=self._config.kill_grace_ms / 1000, merge_stderr=False,
+            stdin=stdin, kill_grace_s=grace, merge_stderr=False,
         )
         return await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
 
     async def run_helper(self, argv: list[str], stdin: bool = False) -> Execution:
         """Starts an agent helper module (python -m sandbox_agent.x) as the tool user."""
         env = {"PYTHONPATH": _AGENT_ROOT, "PYTHONDONTWRITEBYTECODE": "1"}
-        return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env)
+        # A helper cleans up on SIGTERM (an upload removes its half-written member): a command's 200 ms grace
+        # is too short for that on a busy machine, and the SIGKILL after it would leave the temporary file.
+        return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env, kill_grace_s=HELPER_GRACE_S)
 
     async def _start_helper(self, argv: list[str], stdin: bool) -> Execution:
         return await self.run_helper(argv, stdin=stdin)
@@ -238,7 +244,14 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             dest = resolve_inside(self._config.workspace, first.path if first else "")
         except WorkspacePathError as exc:
+            await _drain(iterator)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        except OSError as exc:
+            # realpath raced a tool process swapping a link and a directory on the way (readlink: EINVAL).
+            await _drain(iterator)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{first.path if first else ''!r} changed while it was resolved: {exc.strerror}")
             raise
         confine = [self._config.workspace] if first is not None and first.confine_links else []
         helper = await self.run_helper(
@@ -338,6 +351,14 @@ async def _feed(
         if request.chunk:
             await helper.write_stdin(request.chunk)
     helper.close_stdin()
+
+
+async def _drain(rest: AsyncIterator[agent_pb2.UploadWorkspaceRequest]) -> None:
+    """Reads a refused upload's stream to its end, as WriteFile does: a caller still writing when the call ends
+    would see its own write fail (INTERNAL) instead of the refusal."""
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        async for _ in rest:
+            pass
 
 
 async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:

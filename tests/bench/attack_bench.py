@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controlplane.client import AsyncClient, Session
+from controlplane.client import AsyncClient, Session, allow_once
 from sandbox_agent import event_loop
 from tests.planes import Plane, running_plane
 from tests.security.test_resources import HOLDING_BOMB, RunningCall, agent_health_latency, container_id
@@ -96,7 +96,9 @@ def p(values: list[float], q: float) -> float:
 
 async def neighbour_call_ms(client: AsyncClient, session_id: str) -> float:
     started = time.monotonic()
-    out = await client.execute_tool(session_id, "bash", {"command": "echo ok", "description": "Neighbour"})
+    # The neighbour repeats one call: its third meets the doom_loop ask, approved as a user would.
+    out = await client.execute_tool(session_id, "bash", {"command": "echo ok", "description": "Neighbour"},
+                                    on_permission=allow_once)
     assert out.output == "ok\n", out.output
     return (time.monotonic() - started) * 1000
 

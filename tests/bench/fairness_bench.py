@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from tests.bench.bench_common import IMAGE, Row, progress, scratch_dir
 from tests.bench.bench_plane import docker_cli, leftovers, remove_scratch
 from tests.bench.fairness_flood import KINDS
@@ -141,7 +141,8 @@ async def measure_b(client: AsyncClient, session_id: str, creates: int, bash_per
     for _ in range(creates):
         for _ in range(bash_per_create):
             started = time.perf_counter()
-            out = await client.execute_tool(session_id, "bash", {"command": "echo hi", "description": "Echo"})
+            out = await client.execute_tool(session_id, "bash", {"command": "echo hi", "description": "Echo"},
+                                            on_permission=allow_once)
             bash_ms.append((time.perf_counter() - started) * 1000)
             if out.output != "hi\n":
                 raise RuntimeError(f"B's bash call answered {out.output!r} {out.error!r}")
@@ -190,7 +191,8 @@ async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
     done: list[Phase] = []
     try:
         own = await b.create_session()
-        await b.execute_tool(own.id, "bash", {"command": "echo warm", "description": "Warm"})
+        await b.execute_tool(own.id, "bash", {"command": "echo warm", "description": "Warm"},
+                             on_permission=allow_once)
         for kind in (None, *kinds):
             title = "B alone" if kind is None else f"A floods {kind}"
             progress(f"fairness: {title}")

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from sandbox_agent import event_loop
 from tests.unit.test_archive_stream import gzip_of_zeros, header
 
@@ -90,7 +90,8 @@ async def flood(kind: str, target: str, token: str, args_limit: int) -> dict[str
         made += sessions
 
         def bash(i: int) -> Callable[[int], Awaitable[object]]:
-            return lambda _: client.execute_tool(sessions[i % 2], "bash", {"command": "echo flood", "description": "F"})
+            return lambda _: client.execute_tool(sessions[i % 2], "bash", {"command": "echo flood", "description": "F"},
+                                                     on_permission=allow_once)
         name, calls = "bash call", [bash(i) for i in range(CALL_WORKERS)]
     elif kind == "archive bombs":
         archives = await asyncio.to_thread(bombs)
@@ -102,7 +103,9 @@ async def flood(kind: str, target: str, token: str, args_limit: int) -> dict[str
         session = (await client.create_session()).id
         made.append(session)
         make = await asyncio.to_thread(huge_todos, args_limit)
-        name, calls = "todowrite", [lambda n: client.execute_tool(session, "todowrite", make(n))] * ARGS_WORKERS
+        def todowrite(n: int) -> Awaitable[object]:
+            return client.execute_tool(session, "todowrite", make(n), on_permission=allow_once)
+        name, calls = "todowrite", [todowrite] * ARGS_WORKERS
     else:
         raise SystemExit(f"unknown flood {kind!r}; one of {', '.join(KINDS)}")
     tasks = [asyncio.ensure_future(worker(name, call, i)) for i, call in enumerate(calls)]

@@ -4,6 +4,7 @@ project tools winning over global ones, a missing dir refused at start and a wri
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from controlplane import app
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from controlplane.config import load_settings
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError, HardeningError
@@ -127,7 +128,7 @@ async def test_global_dir_is_mounted_read_only_into_pooled_sandboxes() -> None:
             assert tools["shared"].description == "shared (project)"
             assert list(listing.load_errors) == []
 
-            call = plane.client.execute_tool
+            call = functools.partial(plane.client.execute_tool, on_permission=allow_once)
             assert (await call(session.id, "operator", {})).output == "global tool in /workspace"
             assert (await call(session.id, "shared", {})).output == "project wins"
             assert (await call(session.id, "operator_vandal", {})).output == "refused: EROFS"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from controlplane.client import ToolOutcome
+from controlplane.client import ToolOutcome, allow_once
 from tests.planes import Plane
 
 WS = "/workspace"
@@ -56,6 +56,8 @@ FILES: dict[str, str | bytes] = {
 
 
 async def call(plane: Plane, session: str, tool: str, args: dict[str, Any] | str, **kw: Any) -> ToolOutcome:
+    """One call; asks are approved once unless the test answers them (these tests check the limits past the ask)."""
+    kw.setdefault("on_permission", allow_once)
     return await plane.client.execute_tool(session, tool, args, **kw)
 
 

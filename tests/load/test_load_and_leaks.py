@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.client import AsyncClient
+from controlplane.client import AsyncClient, allow_once
 from tests.archives import tar_of
 from tests.load.leaks import LeakSnapshot, take
 from tests.planes import Plane, served_plane
@@ -53,7 +53,7 @@ async def _baseline(plane: Plane) -> LeakSnapshot:
     # One warm-up round first: channels, thread pools and the engine client open what they keep open.
     session = await plane.client.create_session(workspace_archive=tar_of(WORKSPACE))
     for tool, args in CALLS:
-        await plane.client.execute_tool(session.id, tool, args)
+        await plane.client.execute_tool(session.id, tool, args, on_permission=allow_once)
     await plane.client.delete_session(session.id)
     await _settled(plane)
     await asyncio.sleep(0.3)
@@ -86,7 +86,7 @@ async def _caller(client: AsyncClient, session_id: str, offset: int, until: floa
         tool, args = CALLS[n % len(CALLS)]
         n += 1
         started = time.perf_counter()
-        out = await asyncio.wait_for(client.execute_tool(session_id, tool, args), 30)
+        out = await asyncio.wait_for(client.execute_tool(session_id, tool, args, on_permission=allow_once), 30)
         latencies[tool].append((time.perf_counter() - started) * 1000)
         if out.error is not None or EXPECTED[tool] not in out.output:
             errors.append(f"{tool}: {out.error or out.output[:200]}")
@@ -131,9 +131,12 @@ async def test_create_delete_cycles_leak_nothing_and_do_not_slow_down(plane: Pla
     tenth = max(1, CYCLES // 10)
     deciles = [statistics.median(timings[i : i + tenth]) for i in range(0, tenth * 10, tenth)]
     print(f"\n{CYCLES} create/delete cycles, median ms per decile: " + " ".join(f"{d:.0f}" for d in deciles))
-    # Thirds, not deciles, are compared: a decile of a short run is a few cycles, and the engine's own
-    # periodic work makes single cycles of a few hundred ms. A growing cost shows as a multiple.
-    third = max(1, CYCLES // 3)
-    first, last = statistics.median(timings[:third]), statistics.median(timings[-third:])
+    # Thirds, not deciles, are compared, by their lower quartile: the engine's own periodic work (and a busy
+    # machine) makes runs of cycles of several hundred ms, enough to move a median of ten (a CI run saw deciles
+    # of 137 ... 732 ... 622 ms with no leak). A cost that grows with each cycle lifts every cycle, the fast
+    # quarter too, so it still shows as a multiple.
+    third = max(4, CYCLES // 3)
+    first = statistics.quantiles(timings[:third], n=4)[0]
+    last = statistics.quantiles(timings[-third:], n=4)[0]
     assert last <= 1.5 * first + 100, f"cycles slowed down: first third {first:.0f} ms, last third {last:.0f} ms"
     await _assert_no_leak(plane, before)

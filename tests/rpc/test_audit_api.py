@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from controlplane.admin_client import AsyncAdminClient
 from controlplane.client import AsyncClient
 from controlplane.v1 import audit_pb2, audit_pb2_grpc
 from tests.archives import tar_of
@@ -39,3 +40,24 @@ async def test_each_tenant_reads_only_its_own_record(plane: Plane, clients: dict
     with pytest.raises(grpc.aio.AioRpcError) as anonymous:
         await list_audit(plane, "not-a-token")
     assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_tenant_made_again_under_a_deleted_ones_name_reads_none_of_its_record(plane: Plane) -> None:
+    # The store keeps the deleted tenant's rows for the operator; the new tenant's record starts at its creation.
+    admin = AsyncAdminClient(plane.plane.address, plane.plane.settings.admin_token_file.read_text().strip())
+    async with admin:
+        first = await admin.create_tenant("carol")
+        async with AsyncClient(plane.plane.address, first.token) as old:
+            session = await old.create_session(workspace_archive=tar_of({"secret.txt": "old tenant\n"}))
+            done = await old.run(session.id, command="echo old-tenant-command-line")
+            assert done.exit_code == 0
+            assert (await old.execute_tool(session.id, "read", {"filePath": "secret.txt"})).result is not None
+        before = await list_audit(plane, first.token)
+        assert any("old-tenant-command-line" in e.detail + " ".join(e.patterns) for e in before), before
+        await admin.delete_tenant("carol")
+        again = await admin.create_tenant("carol")
+        assert await list_audit(plane, again.token) == []
+        async with AsyncClient(plane.plane.address, again.token) as new:
+            mine = await new.create_session(workspace_archive=tar_of({"a.txt": "a\n"}))
+            assert (await new.execute_tool(mine.id, "read", {"filePath": "a.txt"})).result is not None
+        assert {e.session_id for e in await list_audit(plane, again.token)} == {mine.id}

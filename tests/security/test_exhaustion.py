@@ -288,7 +288,8 @@ async def test_many_large_control_plane_results_share_the_output_budget(runtime_
         todos = [{"content": "t" * (1 << 20), "status": "pending", "priority": "high"}]
         paths = []
         for _ in range(40):
-            out = await client.execute_tool(victim.id, "todowrite", {"todos": todos})
+            out = await client.execute_tool(victim.id, "todowrite", {"todos": todos},
+                                            on_permission=allow_once)  # the third identical call asks (doom_loop)
             assert out.error is None, out.error
             assert NOT_SAVED not in out.output
             paths.append(out.metadata["outputPath"])

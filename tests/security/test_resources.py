@@ -302,7 +302,8 @@ async def test_cpu_hog_does_not_starve_a_neighbours_reads(
         took = []
         for _ in range(n):
             started = time.monotonic()
-            out = await client.execute_tool(neighbour.id, "read", {"filePath": "/workspace/lines.txt"})
+            out = await client.execute_tool(neighbour.id, "read", {"filePath": "/workspace/lines.txt"},
+                                            on_permission=allow_once)  # the third identical read asks (doom_loop)
             took.append(time.monotonic() - started)
             assert out.error is None
         return took

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from controlplane.client import Session
+from controlplane.client import Session, allow_once
 from tests.bench.attack_bench import ATTACKS, idle_baseline, p, under_attack
 from tests.planes import Plane
 
@@ -46,5 +46,6 @@ async def test_agent_and_neighbour_answer_under_attack(
     assert max(measured.abort_ms) < 5000, numbers
     assert p(measured.neighbour_ms, 0.99) < 2000, numbers
     # The session survives its own attack.
-    out = await docker_plane.client.execute_tool(victim.id, "bash", {"command": "echo alive", "description": "After"})
+    out = await docker_plane.client.execute_tool(victim.id, "bash", {"command": "echo alive", "description": "After"},
+                                                 on_permission=allow_once)
     assert out.output == "alive\n"

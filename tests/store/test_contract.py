@@ -84,7 +84,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 5
+    assert rows[-1][0] == LATEST == 6
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(

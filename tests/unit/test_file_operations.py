@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -190,5 +191,11 @@ def test_a_tree_too_deep_to_walk_is_refused_not_crashed(tmp_path: Path, capsys: 
         os.close(fd)
         fd = inner
     os.close(fd)
-    assert fileops.main(["list", str(root), "", "1", "0"]) == 1
-    assert capsys.readouterr().err.startswith("FAILED_PRECONDITION ")
+    try:
+        assert fileops.main(["list", str(root), "", "1", "0"]) == 1
+        assert capsys.readouterr().err.startswith("FAILED_PRECONDITION ")
+    finally:
+        # pytest's own clean-up of old temp dirs (shutil.rmtree) recurses and fails on a tree this deep,
+        # inside a directory scan it then leaves open: a ResourceWarning that fails a later run. GNU rm walks
+        # any depth.
+        subprocess.run(["rm", "-rf", str(root)], check=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_agent.tario import ArchiveTooLargeError, create, extract
+from sandbox_agent.tario import ArchiveTooLargeError, DestinationError, create, extract
 
 
 def archive(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:
@@ -77,6 +77,41 @@ def test_existing_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
 def test_size_bomb_is_stopped(tmp_path: Path) -> None:
     with pytest.raises(ArchiveTooLargeError):
         extract(archive(file("big", b"x" * 1000)), str(tmp_path), 999)
+
+
+def test_a_cut_archive_leaves_the_file_it_was_replacing(tmp_path: Path) -> None:
+    (tmp_path / "only.txt").write_text("old")
+    whole = archive(file("only.txt", b"N" * 100_000)).getvalue()
+    with pytest.raises(tarfile.ReadError):
+        extract(io.BytesIO(whole[:50_000]), str(tmp_path), 1 << 20)
+    assert (tmp_path / "only.txt").read_text() == "old"
+    assert os.listdir(tmp_path) == ["only.txt"]  # no temporary file left beside it
+
+
+def test_a_destination_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (ws / "q").symlink_to(outside)
+    with pytest.raises(DestinationError):
+        extract(archive(file("a.txt")), str(ws / "q"), 1 << 20, str(ws))
+    assert list(outside.iterdir()) == []
+
+
+def test_links_inside_and_replacements_are_kept(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "old").write_text("old")
+    summary = extract(
+        archive(file("d/a.txt", b"alpha"), entry("d/hard", tarfile.LNKTYPE, "d/a.txt"),
+                entry("old", tarfile.SYMTYPE, "d/a.txt"), file("d", b"a file over a directory")),
+        str(tmp_path), 1 << 20, str(tmp_path),
+    )
+    assert (tmp_path / "d/hard").read_bytes() == b"alpha"
+    assert os.stat(tmp_path / "d/hard").st_ino == os.stat(tmp_path / "d/a.txt").st_ino
+    assert os.readlink(tmp_path / "old") == "d/a.txt"
+    assert (tmp_path / "d").is_dir()
+    assert [s.split(":")[0] for s in summary.skipped] == ["d"]
+    assert sorted(os.listdir(tmp_path)) == ["d", "old"]
 
 
 def test_create_round_trips(tmp_path: Path) -> None:

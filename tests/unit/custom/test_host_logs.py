@@ -59,6 +59,17 @@ def default(args, ctx):
     logging.info("below the root logger's level")
     return "done"
 """
+NONL_PY = """
+import time
+from opencode_tool import tool
+
+
+@tool(description="Writes 50 MiB with no newline", args={"type": "object", "properties": {}})
+async def default(args, ctx):
+    started = time.monotonic()
+    print("x" * (50 * 1024 * 1024), end="")
+    return f"{time.monotonic() - started:.3f}"
+"""
 
 
 async def _call(
@@ -118,6 +129,16 @@ async def test_python_print_stderr_and_logging(sandbox: Sandbox, py_host: ToolHo
     assert [(line.level, line.text) for line in lines] == [
         ("info", "working"), ("error", "to stderr"), ("warn", "a warning"), ("info", "partial"),
     ]
+
+
+async def test_python_line_with_no_newline_is_cut_as_it_grows(sandbox: Sandbox, py_host: ToolHost) -> None:
+    tool = sandbox.tool("nonl.py", NONL_PY)
+    await py_host.load([HostFile(tool, "tool")], str(sandbox.project), str(sandbox.project))
+    output, lines = await _call(sandbox, py_host, "nonl", {})
+    # The write itself is linear: well under the seconds a quadratic cut of 50 MiB takes.
+    assert float(output) < 5.0
+    assert [len(line.text) for line in lines[:-1]] == [8192] * 8  # the call's 64 Ki characters, in pieces
+    assert lines[-1].text == f"[{50 * 1024 * 1024 // 8192 - 8} more log lines dropped]"
 
 
 def test_the_agent_bounds_what_a_host_sends_whatever_it_claims() -> None:
