@@ -12,8 +12,9 @@ session's `pids` as the host limit ended sandboxes that never had more than a do
 On gVisor the session's `pids` is therefore enforced inside the guest, by gVisor's own kernel: RLIMIT_NPROC
 (docker's `nproc` ulimit, which runsc sets on the sandbox's first process and every process inherits) gives a
 tool process EAGAIN at fork, as the pids cgroup does on runc. The count is per uid of the sandbox's own kernel,
-so no other sandbox shares it. The host pids limit stays, HOST_TASKS_PER_PROCESS times larger: it is what keeps
-one sandbox from taking the host's pid space, and ordinary work stays far below it. runc is left as it was.
+so no other sandbox shares it. The host pids limit stays, sized for what the Sentry needs at that guest limit
+(HOST_TASKS_PER_PROCESS per process above a base): it is what keeps one sandbox from taking the host's pid
+space. runc is left as it was.
 """
 
 from __future__ import annotations
@@ -24,15 +25,19 @@ import docker.types
 
 GVISOR = "runsc"
 
-HOST_TASKS_PER_PROCESS = 8
-"""Host pids per guest process allowed to a gVisor sandbox: 4,096 host tasks for the default 512 processes.
-A sandbox that ran the escape suite used 340; a fork bomb at the guest limit goes past it and ends only its
-own sandbox (docs/security.md), while the host keeps most of its pid space (32,768 on the build machine)."""
+HOST_TASKS_PER_PROCESS = 16
+"""Host pids per guest process allowed to a gVisor sandbox. Measured: 64 sleeping processes (the guest limit of
+a `pids = 64` session) held 914 host tasks, 14 each; with 8 each the Sentry hit the host limit and the sandbox
+was lost. A bomb that keeps forking at the guest limit still grows past any such bound (27,000 host tasks in
+60 s) and then ends its own sandbox only (docs/security.md)."""
+
+HOST_TASKS_BASE = 256
+"""Host pids for the Sentry's own threads, the gofer and the stubs of the agent and the tool hosts."""
 
 
 def host_pids(pids: int, runtime: str | None) -> int:
     """The pids limit the engine puts on the container's host cgroup for a session allowed `pids` processes."""
-    return pids * HOST_TASKS_PER_PROCESS if runtime == GVISOR else pids
+    return HOST_TASKS_BASE + pids * HOST_TASKS_PER_PROCESS if runtime == GVISOR else pids
 
 
 def ulimits(pids: int, runtime: str | None) -> list[docker.types.Ulimit]:
