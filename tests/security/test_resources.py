@@ -53,9 +53,9 @@ def bomb_processes(cid: str, runtime: str) -> list[str]:
 
 
 FORK_BOMB_ENDS_GVISOR = (
-    "gVisor (Debian's runsc 2022, ptrace platform) backs guest processes with host ones inside the container's "
-    "host pids cgroup: a fork bomb at the limit ends the whole sandbox (the session is lost, its neighbours are "
-    "not): docs/security.md, gap 9"
+    "gVisor (Debian's runsc 2022, ptrace platform) backs guest processes with host tasks inside the container's "
+    "host pids cgroup: a bomb that keeps forking at the guest limit makes them outgrow the host limit, which ends "
+    "the whole sandbox (the session is lost, its neighbours are not): docs/security.md, gap 9"
 )
 OOM_ENDS_GVISOR = (
     "on gVisor the memory limit holds the Sentry itself: a memory bomb gets the sandbox killed, not the process "
@@ -152,7 +152,10 @@ async def test_fork_bomb_is_held_by_the_pids_limit_and_abort_clears_it(
 async def test_detached_fork_bomb_is_contained_and_removed_with_its_session(
     runtime_plane: Plane, neighbour: Session, runtime: str, request: pytest.FixtureRequest,
 ) -> None:
-    gvisor_gap(request, runtime, FORK_BOMB_ENDS_GVISOR)
+    if runtime == "runsc":
+        # Not strict: the guest limit holds this bomb, and whether the Sentry's host tasks outgrow the host limit
+        # before the session is deleted depends on the machine's speed (both were seen).
+        request.applymarker(pytest.mark.xfail(strict=False, reason=FORK_BOMB_ENDS_GVISOR))
     client = runtime_plane.client
     session = await client.create_session()
     cid = container_id(runtime_plane, session.sandbox_id)
