@@ -35,7 +35,7 @@ from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import cgroup_cpu, code_mount, confinement
+from controlplane.sandbox import cgroup_cpu, code_mount, confinement, gvisor_limits
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -333,7 +333,7 @@ class DockerSandboxProvider(SandboxProvider):
                 *confinement.account_mounts(self._dirs.path(sandbox_id), self._accounts, tool_uid),
                 *self._global_mount(),
             ],
-            "pids_limit": resources.pids,
+            **gvisor_limits.container_limits(resources.pids, runtime),
             "mem_limit": resources.memory_mb * 1024 * 1024,
             "memswap_limit": resources.memory_mb * 1024 * 1024,
             "nano_cpus": int(resources.cpu * 1e9),
@@ -482,7 +482,8 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
         problems.append("root filesystem is writable")
     if host.get("Privileged"):
         problems.append("container is privileged")
-    problems += limit_problems(host.get("PidsLimit"), host.get("Memory"), host.get("NanoCpus"), resources)
+    problems += limit_problems(resources.pids, host.get("Memory"), host.get("NanoCpus"), resources)
+    problems += gvisor_limits.problems(host, resources.pids, runtime)
     if runtime and host.get("Runtime") != runtime:
         problems.append(f"runtime is {host.get('Runtime')}, wanted {runtime}")
     mounts = [str(m.get("Source", "")) for m in attrs.get("Mounts") or []] + list(host.get("Binds") or [])

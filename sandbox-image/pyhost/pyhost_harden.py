@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyhost_identity
@@ -26,6 +26,21 @@ SETPRIV = "/usr/bin/setpriv"
 
 def _drop_in_child(uid: int) -> None:
     os.setresuid(uid, uid, uid)
+
+
+def _lent(uid: int, spawn: Callable[[], int]) -> int:
+    """`spawn` with the host's real uid lent to the tool user: where an exec sets the effective uid to the real
+    one (gVisor), `setpriv --ruid` cannot start a child, which must be the tool user's before its exec. A tool
+    process could signal the host for that moment, never ptrace it (its saved uid stays its own)."""
+    server = os.getresuid()[2]
+    os.setresuid(uid, -1, -1)
+    try:
+        return spawn()
+    finally:
+        try:
+            os.setresuid(server, -1, -1)
+        except OSError:
+            os._exit(70)  # a host left with the tool user's real uid must not go on
 
 
 def _patch_children(uid: int) -> None:
@@ -50,6 +65,8 @@ def _patch_children(uid: int) -> None:
 
         def spawn(path: str, argv: Sequence[str], env: Any, *rest: Any, _original: Any = original,
                   **kwargs: Any) -> int:
+            if pyhost_identity.ROOT_STARTED:
+                return _lent(uid, lambda: int(_original(path, argv, env, *rest, **kwargs)))
             through = [SETPRIV, f"--ruid={uid}", "--", path, *list(argv)[1:]]
             return int(_original(SETPRIV, through, env, *rest, **kwargs))
 

@@ -6,6 +6,10 @@ execve copied the effective uid into the saved uid, and a process may signal ano
 uid equals its own real or effective uid: until the saved uid is the server's uid again, any tool process
 could SIGKILL or SIGSTOP it. ptrace and /proc/PID/mem already fail (the exec changed identity, so the
 process is not dumpable, and its real uid is not the caller's); the prctl keeps it so explicitly.
+
+On gVisor, whose execve resets the effective uid to the real one, the agent starts the server as root with
+CAP_SETUID alone and the two uids in AGENT_SERVER_UIDS ("S:T"); `_take_server_uids` takes them with
+setresuid(S, T, S), which drops the capability and makes the process non-dumpable, and the rest is as on runc.
 """
 
 from __future__ import annotations
@@ -14,10 +18,31 @@ import ctypes
 import os
 
 PR_SET_DUMPABLE = 4
+SERVER_UIDS_ENV = "AGENT_SERVER_UIDS"
+ROOT_STARTED = False
+"""Whether the server took its uids itself (gVisor): then an exec keeps no split identity, so a child must be
+the tool user's before its exec (pyhost_harden)."""
+
+
+def _take_server_uids() -> None:
+    global ROOT_STARTED
+    given = os.environ.pop(SERVER_UIDS_ENV, None)  # not for the server's children
+    # Started with its uids already (runc), or a test run of the agent without a tool user (as root or not).
+    # A root server the agent meant to separate but that got no uids stays root: verify_server refuses it.
+    if os.getuid() != 0 or given is None:
+        return
+    server, sep, tool = given.partition(":")
+    if not (sep and server.isdigit() and tool.isdigit()):
+        raise SystemExit(f'{SERVER_UIDS_ENV} is not "server:tool"')
+    if int(server) == 0 or int(tool) == 0:
+        raise SystemExit(f"{SERVER_UIDS_ENV} names root")
+    os.setresuid(int(server), int(tool), int(server))  # every thread (glibc); the agent checks each task
+    ROOT_STARTED = True
 
 
 def protect() -> int | None:
     """Restores the saved uid; the tool user's uid, or None when there is no separate identity (test runs)."""
+    _take_server_uids()
     ruid, euid, _ = os.getresuid()
     if ruid == euid:
         return None

@@ -18,6 +18,15 @@ the effective uid into the saved one, so the server restores its saved uid itsel
 step (toolhost/harden.ts; pyhost/pyhost_harden.py, which the Python language server imports too);
 `verify_server` waits for that, checks every
 thread, and resumes a server that a tool process stopped in the moment before it.
+
+gVisor's execve (Debian's runsc 2022) does not keep that split: it resets the effective uid to the real one
+(`setpriv --ruid=S --euid=T` then exec gives S, S, S), and nothing unprivileged gets from there to the tool
+user. Where a probe finds that (`exec_keeps_split_uid`), the server is started as root with CAP_SETUID alone
+(every other capability out of its bounding set, its gids already the tool user's) and the uids in
+`SERVER_UIDS_ENV`; its first step calls setresuid(S, T, S) itself, which drops the capability and, as the
+effective uid changed, makes it non-dumpable: the same identity, checked by the same `verify_server`. While
+it is root no tool process can signal or trace it (they hold no capability and their uid is not 0), and a
+server that never takes the identity stays root, fails the check and is stopped.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import sys
 from dataclasses import replace
 
 from sandbox_agent.errors import AgentError, SpawnError
-from sandbox_agent.process import ExecSpec, Execution, Identity
+from sandbox_agent.process import Chunk, ExecSpec, Execution, Identity
 
 BUN_SERVER = 1
 PY_SERVER = 2
@@ -39,6 +48,10 @@ MCP_SERVER = 4
 """Each kind of server's uid is the tool uid plus its number: the control plane hands every sandbox a block of
 ids (controlplane/sandbox/tool_ids.py), so a server's uid is as much the sandbox's own as the tool uid."""
 SETPRIV = "/usr/bin/setpriv"
+ENV = "/usr/bin/env"
+ID = "/usr/bin/id"
+SERVER_UIDS_ENV = "AGENT_SERVER_UIDS"
+"""`S:T`, the server uid and the tool uid a root-started server takes itself (toolhost/harden.ts, pyhost_identity)."""
 NICE = "/usr/bin/nice"
 SERVER_NICENESS = 10
 """As the spawner's tool processes: the agent's health and abort answers stay ahead of a busy host."""
@@ -53,8 +66,8 @@ the rest."""
 VERIFY_TIMEOUT_S = 10.0
 _POLL_S = 0.002
 
-__all__ = ["BUN_SERVER", "LSP_SERVER", "MCP_SERVER", "PY_SERVER", "ServerIdentityError",
-           "is_bun_server", "server_argv", "server_uid", "start_bun_server", "verify_server"]
+__all__ = ["BUN_SERVER", "LSP_SERVER", "MCP_SERVER", "PY_SERVER", "SERVER_UIDS_ENV", "ServerIdentityError",
+           "exec_keeps_split_uid", "is_bun_server", "server_argv", "server_uid", "start_bun_server", "verify_server"]
 TOOLHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolhost")
 
 
@@ -67,11 +80,40 @@ def server_uid(tool_uid: int, kind: int) -> int:
     return tool_uid + kind
 
 
-def server_argv(argv: list[str], server_uid: int, uid: int, gid: int) -> list[str]:
+def server_argv(argv: list[str], server_uid: int, uid: int, gid: int, *, split_exec: bool = True) -> list[str]:
     """`argv` run with real uid `server_uid`, effective uid `uid`, all gids `gid` and no other groups, unable to
-    write under /proc (proc_guard: the tool code it runs, and what that starts, cannot lower its OOM score)."""
-    return [*GUARD, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}",
-            f"--rgid={gid}", f"--egid={gid}", "--clear-groups", "--", *argv]
+    write under /proc (proc_guard: the tool code it runs, and what that starts, cannot lower its OOM score).
+
+    `split_exec=False` (a kernel whose execve does not keep real != effective uid): started as root with only
+    CAP_SETUID, and the server takes its uids itself (module docstring)."""
+    if split_exec:
+        return [*GUARD, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}",
+                f"--rgid={gid}", f"--egid={gid}", "--clear-groups", "--", *argv]
+    return [*GUARD, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--rgid={gid}", f"--egid={gid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all,+setuid", "--", ENV, f"{SERVER_UIDS_ENV}={server_uid}:{uid}",
+            *argv]
+
+
+_split_exec: bool | None = None
+
+
+async def exec_keeps_split_uid(server_uid: int, uid: int, buffer_limit: int) -> bool:
+    """Whether an exec under real uid `server_uid` and effective uid `uid` keeps the effective uid (Linux
+    does, gVisor's Debian build does not). Probed once: the kernel does not change under a running agent."""
+    global _split_exec
+    if _split_exec is None:
+        spec = ExecSpec(argv=[SETPRIV, f"--ruid={server_uid}", f"--euid={uid}", "--", ID, "-u"], env={}, cwd="/",
+                        timeout_s=VERIFY_TIMEOUT_S, stdin=False, kill_grace_s=0.2, merge_stderr=True)
+        execution = await Execution.start(spec, Identity(uid=None, gid=None), buffer_limit)
+        out = bytearray()
+        async for item in execution.events():
+            if isinstance(item, Chunk):
+                out.extend(item.data)
+            else:
+                break
+        # Anything but the tool uid (a failed probe included) takes the path that holds on both kernels.
+        _split_exec = out.decode(errors="replace").strip() == str(uid)
+    return _split_exec
 
 
 def _threads_protected(pid: int, server_uid: int) -> bool:
@@ -117,8 +159,8 @@ async def verify_server(pid: int, server_uid: int, label: str) -> None:
         raise ServerIdentityError(f"{label} ended while starting") from exc
     except PermissionError as exc:
         # The agent (root without DAC_OVERRIDE) writes a server's /proc files only once they are root's, i.e. once
-        # it is not dumpable: on gVisor a server may never get there (docs/security.md, gap 8). A refused server,
-        # not a failed call: the tools it would have served are reported as not loaded.
+        # it is not dumpable: a server that never takes its identity never gets there. A refused server, not a
+        # failed call: the tools it would have served are reported as not loaded.
         raise ServerIdentityError(f"{label} is still dumpable") from exc
 
 
@@ -141,7 +183,8 @@ async def start_bun_server(spec: ExecSpec, identity: Identity, buffer_limit: int
     argv = [bun, f"--preload={os.path.join(TOOLHOST_DIR, 'harden.ts')}",
             f"--config={os.path.join(TOOLHOST_DIR, 'bunfig.toml')}", *rest]
     mcp_uid = server_uid(identity.uid, MCP_SERVER)
-    wrapped = replace(spec, argv=server_argv(argv, mcp_uid, identity.uid, gid))
+    split = await exec_keeps_split_uid(mcp_uid, identity.uid, buffer_limit)
+    wrapped = replace(spec, argv=server_argv(argv, mcp_uid, identity.uid, gid, split_exec=split))
     execution = await Execution.start(wrapped, Identity(uid=None, gid=None), buffer_limit)
     try:
         await verify_server(execution.pid, mcp_uid, f"the local MCP server {bun!r}")

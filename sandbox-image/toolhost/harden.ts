@@ -12,13 +12,40 @@
 // to the host uid and /workspace would refuse them. Every child started through Bun.spawn / spawnSync
 // (node:child_process goes through them too) is therefore started via `setpriv --ruid=<tool uid>`, which
 // needs no privilege (a process may set its real uid to its effective one).
+//
+// On gVisor, whose execve resets the effective uid to the real one, the agent starts the host as root with
+// CAP_SETUID alone and the two uids in AGENT_SERVER_UIDS ("S:T"): the first step below takes them with
+// setresuid(S, T, S), which drops the capability and makes the host non-dumpable; from there on it is the
+// same host as on runc (sandbox_agent/server_identity.py). For the same reason `setpriv --ruid` cannot start
+// a child there (after its exec setpriv is S, S, S): a child must already have the tool user's real uid when
+// it is forked. So the host lends its real uid to the tool user for the spawn call alone (`lent`): a tool
+// process could signal the host during that call (for a spawnSync, the child's whole run), never ptrace it
+// or read its memory (its saved uid stays its own and it stays non-dumpable) — docs/security.md, gap 8.
 import { dlopen, FFIType } from "bun:ffi"
 import { track } from "./children.ts"
 
 const PR_SET_DUMPABLE = 4
 const SETPRIV = "/usr/bin/setpriv"
 
-type Ids = { ruid: number; euid: number }
+type Ids = { ruid: number; euid: number; rootStarted: boolean }
+
+const SERVER_UIDS_ENV = "AGENT_SERVER_UIDS"
+
+/** Whether the host was started as root and took its uids itself (gVisor). */
+function takeServerUids(ruid: number, setresuid: (r: number, e: number, s: number) => number): boolean {
+  const given = process.env[SERVER_UIDS_ENV]
+  delete process.env[SERVER_UIDS_ENV] // not for the host's children
+  // Started with its uids already (runc), or a test run of the agent without a tool user (as root or not).
+  // A root host the agent meant to separate but that got no uids stays root: verify_server refuses it.
+  if (ruid !== 0 || given === undefined) return false
+  const match = /^(\d+):(\d+)$/.exec(given)
+  if (match === null) throw new Error(`${SERVER_UIDS_ENV} is not "server:tool"`)
+  const [server, tool] = [Number(match[1]), Number(match[2])]
+  if (server === 0 || tool === 0) throw new Error(`${SERVER_UIDS_ENV} names root`)
+  // glibc applies it to every thread of the process; the agent checks each task afterwards.
+  if (setresuid(server, tool, server) !== 0) throw new Error("setresuid to the server uids failed")
+  return true
+}
 
 function harden(): Ids | undefined {
   const libc = dlopen("libc.so.6", {
@@ -28,6 +55,7 @@ function harden(): Ids | undefined {
     prctl: { args: [FFIType.i32, FFIType.u64, FFIType.u64, FFIType.u64, FFIType.u64], returns: FFIType.i32 },
   })
   try {
+    const rootStarted = takeServerUids(libc.symbols.getuid(), libc.symbols.setresuid)
     const ruid = libc.symbols.getuid()
     const euid = libc.symbols.geteuid()
     if (ruid === euid) return undefined // an unprivileged test run: nothing to separate from
@@ -35,7 +63,7 @@ function harden(): Ids | undefined {
     // glibc applies setresuid to every thread of the process; the agent checks each task afterwards.
     if (libc.symbols.setresuid(keep, keep, ruid) !== 0) throw new Error("setresuid failed")
     if (libc.symbols.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) !== 0) throw new Error("prctl(PR_SET_DUMPABLE) failed")
-    return { ruid, euid }
+    return { ruid, euid, rootStarted }
   } finally {
     libc.close()
   }
@@ -53,21 +81,45 @@ function dropped(cmd: string[], options: SpawnOptions | undefined, toolUid: numb
   return [SETPRIV, `--ruid=${toolUid}`, "--", program, ...rest] // setpriv looks it up as execvp would
 }
 
+/** `spawn` run with the host's real uid lent to the tool user, so the child is the tool user's after its exec
+ * on a kernel whose exec sets the effective uid to the real one (gVisor). glibc applies each change to every
+ * thread; the saved uid stays the host's, which is what lets it take its real uid back. */
+function lent(ids: Ids): (spawn: () => unknown) => unknown {
+  const libc = dlopen("libc.so.6", {
+    setresuid: { args: [FFIType.u32, FFIType.u32, FFIType.u32], returns: FFIType.i32 },
+    prctl: { args: [FFIType.i32, FFIType.u64, FFIType.u64, FFIType.u64, FFIType.u64], returns: FFIType.i32 },
+  })
+  const keep = 0xffffffff
+  return (spawn) => {
+    if (libc.symbols.setresuid(ids.euid, keep, keep) !== 0) throw new Error("setresuid (lend the real uid) failed")
+    try {
+      return spawn()
+    } finally {
+      // A host left with the tool user's real uid could be signalled by any tool process: it must not go on.
+      if (libc.symbols.setresuid(ids.ruid, keep, keep) !== 0 || libc.symbols.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) !== 0) {
+        process.exit(70)
+      }
+    }
+  }
+}
+
 /** Bun.spawn / spawnSync: children recorded for their call (children.ts), and started as the tool user
- * when the host runs under its own uid (`toolUid`). */
-function patchSpawn(toolUid: number | undefined): void {
+ * when the host runs under its own uid (`ids`): through setpriv, or with its real uid lent (`lent`). */
+function patchSpawn(ids: Ids | undefined): void {
+  const viaSetpriv = ids !== undefined && !ids.rootStarted
+  const around = ids !== undefined && ids.rootStarted ? lent(ids) : (spawn: () => unknown) => spawn()
   const rewrite = (cmd: string[], options: SpawnOptions | undefined) =>
-    toolUid === undefined ? cmd : dropped(cmd, options, toolUid)
+    viaSetpriv ? dropped(cmd, options, ids!.euid) : cmd
   for (const name of ["spawn", "spawnSync"] as const) {
     const original = Bun[name] as (...args: unknown[]) => unknown
-    const start = (first: unknown, second?: unknown) => {
+    const start = (first: unknown, second?: unknown) => around(() => {
       if (Array.isArray(first)) return original(rewrite(first as string[], second as SpawnOptions | undefined), second)
       if (typeof first === "object" && first !== null && Array.isArray((first as SpawnOptions).cmd)) {
         const options = first as SpawnOptions
         return original({ ...options, cmd: rewrite(options.cmd!, options) }, second)
       }
       return original(first, second)
-    }
+    })
     const wrapped = name === "spawnSync" ? start : (first: unknown, second?: unknown) => {
       const child = start(first, second) as { pid: number; exited: Promise<unknown> }
       track(child)
@@ -78,7 +130,7 @@ function patchSpawn(toolUid: number | undefined): void {
 }
 
 const ids = harden()
-patchSpawn(ids?.euid)
+patchSpawn(ids)
 if (ids !== undefined) {
   // Code here is the tool user for every purpose but signals and ptrace: it says so, as it did before.
   const toolUid = ids.euid

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -184,18 +183,9 @@ if os.environ.get("OCSB_ATTACK_VECTORS"):
     VECTORS = [v for v in VECTORS if v.name in os.environ["OCSB_ATTACK_VECTORS"].split(",")]
 
 
-GVISOR_CUSTOM_TOOLS = (
-    "custom tools do not load on gVisor (Debian's runsc 2022): its execve resets the effective uid to the real "
-    "one, so a tool host cannot start with the server identity the agent verifies (docs/security.md, gap 8; "
-    "test_escape_gvisor.py keeps a strict xfail)"
-)
-
-
 @pytest.fixture(params=VECTORS, ids=[v.name for v in VECTORS])
 def vector(request: pytest.FixtureRequest) -> Vector:
     chosen: Vector = request.param
-    if chosen is not BASH and "runtime" in request.fixturenames and request.getfixturevalue("runtime") == "runsc":
-        pytest.skip(GVISOR_CUSTOM_TOOLS)
     return chosen
 
 
@@ -246,19 +236,3 @@ async def pair(runtime_plane: Plane) -> AsyncIterator[Pair]:
     yield Pair(a.id, a.sandbox_id, b.id, b.sandbox_id)
     for session in (a, b):
         await runtime_plane.client.delete_session(session.id)
-
-
-GVISOR_LOSS = "is not answering (UNAVAILABLE"
-"""How a call reports its gVisor sandbox lost (docs/security.md gap 9)."""
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """An escape probe on gVisor whose sandbox was lost under it is reported as the known gap 9, not as a
-    pass: every other failure, and every runc run, is reported as it is."""
-    outcome = yield
-    report = outcome.get_result()
-    if (report.when == "call" and report.failed and item.path.name == "test_escape.py"
-            and "[runsc-" in item.nodeid and GVISOR_LOSS in str(report.longrepr)):
-        report.outcome = "skipped"
-        report.wasxfail = "docs/security.md gap 9: the gVisor sandbox was lost during the probe"

@@ -182,13 +182,14 @@ async def test_what_gvisor_shows_of_the_agents_environment_holds_nothing(
     assert names == str(CONTAINER_ENV)
 
 
-@pytest.mark.xfail(strict=True, reason="custom tools do not load on gVisor (runsc 2022): its execve resets the "
-                                       "effective uid to the real one, so a tool host cannot start with the server "
-                                       "identity the agent verifies (docs/security.md, gap 8)")
 async def test_custom_tools_load_on_gvisor(gvisor_plane: Plane) -> None:
+    """Gap 8, closed: gVisor's execve drops the split identity a tool host starts with, so the host is started
+    as root with CAP_SETUID alone and takes its uids itself (sandbox_agent/server_identity.py)."""
     session = await new_session(gvisor_plane.client)
     try:
         outcome = await gvisor_plane.client.execute_tool(session.id, "probe", {"script": "echo from bun"})
         assert outcome.output == "from bun\n"
+        outcome = await gvisor_plane.client.execute_tool(session.id, "pyprobe", {"script": "echo from python"})
+        assert outcome.output == "from python\n"
     finally:
         await gvisor_plane.client.delete_session(session.id)

@@ -6,7 +6,8 @@ a `bash` call that could ptrace one, read or write its memory, stop or kill it, 
 runs from, could change what later custom-tool calls and plugin hooks return. Each attack runs through
 every vector of the suite (the bash tool; a process a TypeScript custom tool spawns; one a Python custom
 tool spawns), and once more from custom-tool code itself, inside the Bun host, against the other servers.
-Afterwards every server is the same process with the same module state, and still answers.
+Afterwards every server is the same process with the same module state, and still answers. All of it on runc
+and on gVisor, whose execve does not keep a split identity (sandbox_agent/server_identity.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from controlplane.client import AsyncClient
 from controlplane.v1 import tool_pb2
 from tests.archives import tar_of
-from tests.planes import Plane
+from tests.planes import Plane, running_plane
 from tests.security.conftest import PROBE_FILES, Vector, python_probe
 from tests.tool_uids import tool_uid
 
@@ -172,8 +173,18 @@ done
 
 
 @pytest.fixture(scope="module")
-def plane(lsp_plane: Plane) -> Plane:
-    return lsp_plane
+async def gvisor_lsp_plane(lsp_flag: None) -> AsyncIterator[Plane]:
+    """An `lsp` plane whose sandboxes run on gVisor, where a server takes its identity after the exec."""
+    async with running_plane("docker", provider_options={"runtime": "runsc"},
+                             pool={"size": 1, "refill_concurrency": 1}) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def plane(runtime: str, request: pytest.FixtureRequest) -> Plane:
+    """runc (the shared `lsp` plane), then gVisor: every server keeps the same identity on both."""
+    found: Plane = request.getfixturevalue("lsp_plane" if runtime == "runc" else "gvisor_lsp_plane")
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -146,11 +146,14 @@ def full_filesystems(paths: list[str]) -> list[tuple[str, int]]:
     for path in paths:
         try:
             fs = os.statvfs(path)
+            device = os.stat(path).st_dev
         except OSError:
             continue
-        if fs.f_fsid in seen:  # the workspace may itself be under /tmp (local runs)
+        # The workspace may itself be under /tmp (local runs). By device, not f_fsid: gVisor gives every
+        # filesystem the fsid 0, so /tmp was taken for the workspace and its filling went unreported.
+        if device in seen:
             continue
-        seen.add(fs.f_fsid)
+        seen.add(device)
         if fs.f_blocks and fs.f_bavail * fs.f_frsize < max(FULL_BELOW_BYTES, fs.f_blocks * fs.f_frsize // 1000):
             full.append((path, fs.f_blocks * fs.f_frsize >> 20))
     return full

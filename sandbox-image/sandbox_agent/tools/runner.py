@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Identity
-from sandbox_agent.server_identity import server_argv, server_uid
+from sandbox_agent.server_identity import exec_keeps_split_uid, server_argv, server_uid
 from sandbox_agent.tools.base import ProcessResult
 
 T = TypeVar("T")
@@ -155,7 +155,8 @@ class ToolRunner:
             return await self.start(argv, cwd=cwd, env=env, timeout_s=None, merge_stderr=False, stdin=True)
         uid = self._identity.uid
         gid = self._identity.gid if self._identity.gid is not None else uid
-        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid(uid, kind), uid, gid)
+        split = await exec_keeps_split_uid(server_uid(uid, kind), uid, self._buffer_limit)
+        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid(uid, kind), uid, gid, split_exec=split)
         spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=None, stdin=True, kill_grace_s=0.2,
                         merge_stderr=False)
         # Started by the agent itself (the spawner runs as the tool user and cannot set another uid).
