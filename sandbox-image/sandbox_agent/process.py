@@ -147,6 +147,8 @@ class Execution:
         theirs = [fd for fd in (stdout_w, stderr_w, stdin_r) if fd is not None]
         outputs = {stdout_r: "stdout"} | ({stderr_r: "stderr"} if stderr_r is not None else {})
         try:
+            if identity.uid is not None and identity.uid != os.geteuid():
+                _shareable(theirs)
             if identity.uid is not None and identity.via_spawner:
                 gid = identity.gid if identity.gid is not None else identity.uid
                 helper = spawner.shared(identity.uid, gid)
@@ -487,6 +489,15 @@ def _spawn_error(program: str, exc: OSError) -> SpawnError:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return SpawnError(f"cannot run {program!r}: permission denied")
     return SpawnError(f"cannot run {program!r}: {exc.strerror or exc}")
+
+
+def _shareable(fds: list[int]) -> None:
+    """Lets the tool user reopen its own stdio pipes: the agent makes them, so they belong to root with mode 0600,
+    and `echo x > /dev/stdout`, `tee /dev/stderr` or `/dev/fd/1` (a reopen through /proc/self/fd) were refused
+    with EACCES, where upstream's shell, which owns its pipes, writes them. Only the holders of a pipe can reach it
+    that way (another process's /proc/PID/fd is closed to tool processes), so the mode opens nothing else."""
+    for fd in fds:
+        os.fchmod(fd, 0o666)
 
 
 def _close_fds(fds: Iterable[int]) -> None:

@@ -355,3 +355,12 @@ async def test_helper_exits_when_the_agent_side_closes_without_a_loop() -> None:
 def test_helper_interpreter_is_reachable() -> None:
     assert HOST_PYTHON is not None
     assert os.stat(HOST_PYTHON).st_mode & stat.S_IXOTH
+
+
+@pytest.mark.parametrize("identity", [NOBODY, OLD_PATH], ids=["spawner", "popen"])
+async def test_a_tool_user_reopens_its_own_stdio(identity: Identity) -> None:
+    """`> /dev/stdout`, `tee /dev/stderr` and `/dev/fd/1` reopen the process's pipes through /proc/self/fd, which
+    needs the pipe's own permission: the agent's pipes (root, 0600) refused the tool user (EACCES)."""
+    out, err, exit_ = await run("echo A > /dev/stdout; echo B | tee /dev/stderr > /dev/null; echo C > /dev/fd/1",
+                                identity)
+    assert (out, err, exit_.exit_code) == (b"A\nC\n", b"B\n", 0)
