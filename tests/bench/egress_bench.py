@@ -14,6 +14,10 @@ straight to 127.0.0.1 (`--noproxy '*'`, `--resolve bench.test:PORT:127.0.0.1`, s
 certificate's name are the same). Host and sandbox samples alternate in small blocks, so a change in the
 machine's load falls on both. Rows: the 10 MiB download's median throughput (ratio proxied / direct) and a
 small request's p50/p99 latency (the added ms), for HTTP and for HTTPS (CONNECT, tunnelled untouched).
+
+Diagnostic rows split the path: a raw-socket Python client (a process of its own) GETs the same files from the
+session proxy's Unix socket on the host (no container, no forwarder) and from the server directly, alternating;
+its ratio is the proxy's own share, the rest of the curl rows' loss is the forwarder and the container's hop.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from controlplane.sandbox.layout import SandboxDirs
 from tests.bench.bench import cleanup
 from tests.bench.bench_common import IMAGE, percentile, progress, scratch_dir
 from tests.bench.bench_plane import Plane
@@ -60,6 +65,32 @@ if cert:
     server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
+"""
+
+
+# The diagnostic client: raw HTTP/1.1 GETs, alternating between the session proxy's Unix socket (absolute-URI,
+# no forwarder, no container) and the server itself (origin-form), each timed to the last byte; prints
+# "proxy SECONDS BYTES" and "direct SECONDS BYTES" lines. A process of its own, as the server is.
+RAW_CLIENT = """
+import socket, sys, time
+sock, port, path, count = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+host = "bench.test:%d" % port
+def get(family, address, target):
+    start = time.perf_counter()
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.connect(address)
+    s.sendall(("GET %s HTTP/1.1\\r\\nHost: %s\\r\\nConnection: close\\r\\n\\r\\n" % (target, host)).encode())
+    got = 0
+    while True:
+        chunk = s.recv(262144)
+        if not chunk:
+            break
+        got += len(chunk)
+    s.close()
+    return time.perf_counter() - start, got
+for _ in range(count):
+    print("direct %f %d" % get(socket.AF_INET, ("127.0.0.1", port), path))
+    print("proxy %f %d" % get(socket.AF_UNIX, sock, "http://" + host + path))
 """
 
 
@@ -146,6 +177,32 @@ def image() -> str:
     return os.environ.get("OCSB_TEST_IMAGE", IMAGE)
 
 
+async def proxy_alone(socket_path: Path, port: int, path: str, count: int,
+                      size: int) -> tuple[list[float], list[float]]:
+    """(via the proxy's socket, direct) seconds of the raw client's GETs of `path`."""
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", RAW_CLIENT, str(socket_path), str(port),
+                                                    path, str(count)], capture_output=True, timeout=180, check=False)
+    seconds: dict[str, list[float]] = {"proxy": [], "direct": []}
+    for line in done.stdout.decode().splitlines():
+        side, took, got = line.split()
+        if int(got) < size:  # headers and the whole body, or the proxy refused
+            raise RuntimeError(f"raw client: {side} GET of {path} got {got} bytes")
+        seconds[side].append(float(took))
+    if len(seconds["proxy"]) != count or len(seconds["direct"]) != count:
+        raise RuntimeError(f"raw client failed: {done.stderr.decode(errors='replace')[-300:]}")
+    return seconds["proxy"], seconds["direct"]
+
+
+def diag_lines(big: tuple[list[float], list[float]], small: tuple[list[float], list[float]]) -> list[str]:
+    through, host = mib_s(big[0]), mib_s(big[1])
+    p, d = percentile(small[0], 50) * 1000, percentile(small[1], 50) * 1000
+    return [
+        f"{'diag: proxy alone, 10 MiB, http':44} {len(big[0]):>4} {through:>10.1f} {host:>10.1f}"
+        f"   {through / host:.2f} (python raw GET to the proxy's socket)",
+        f"{'diag: proxy alone, small request p50 ms':44} {len(small[0]):>4} {p:>10.2f} {d:>10.2f}   +{p - d:.2f} ms",
+    ]
+
+
 def mib_s(seconds: list[float]) -> float:
     return BIG / (1024 * 1024) / statistics.median(seconds)
 
@@ -213,7 +270,16 @@ async def section(quick: bool) -> list[str]:
                 try:
                     lines += await measure(p.client, session.id, scheme, port, trust, quick)
                 except Exception as exc:  # the HTTP rows stand even if the HTTPS ones fail
-                    lines.append(f"{scheme}: the measurement failed: {exc!r}")
+                    lines.append(f"{scheme}: the measurement failed: {exc!r} (the image, {image()}, needs the "
+                                 "sandbox's egress forwarder and curl)")
+            try:
+                sock = SandboxDirs(p.data_dir).egress_socket_path(session.sandbox_id)
+                downloads, small = (DOWNLOADS_QUICK, SMALL_QUICK) if quick else (DOWNLOADS, SMALL)
+                progress(f"egress diag: the proxy alone, 10 MiB x{downloads}, small x{small} per side")
+                lines += diag_lines(await proxy_alone(sock, http_port, f"/{BIG_FILE}", downloads, BIG),
+                                    await proxy_alone(sock, http_port, f"/{SMALL_FILE}", small, len(small_text())))
+            except Exception as exc:
+                lines.append(f"diag: the proxy-alone measurement failed: {exc!r}")
             await p.client.delete_session(session.id)
     finally:
         await cleanup([instance], planes, [], notes)
