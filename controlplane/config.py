@@ -284,6 +284,17 @@ class StoreConfig(_Closed):
             raise ValueError(str(exc)) from exc
 
 
+class SnapshotsConfig(_Closed):
+    """Where session snapshots are kept (docs/snapshots.md)."""
+
+    path: Path | None = None
+    """A directory; unset: `snapshots` in the data dir. Control planes sharing a store give the same (shared)
+    directory, so that a snapshot taken through one restores through any."""
+
+    def root(self, data_dir: Path) -> Path:
+        return self.path if self.path is not None else data_dir / "snapshots"
+
+
 class LimitsConfig(_Closed):
     """Bounds on what a request may make the control plane and a sandbox do."""
 
@@ -396,6 +407,7 @@ class Settings(BaseSettings):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    snapshots: SnapshotsConfig = Field(default_factory=SnapshotsConfig)
 
     @model_validator(mode="after")
     def _templates_known(self) -> Settings:
