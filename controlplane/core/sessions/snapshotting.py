@@ -9,6 +9,8 @@ taking a snapshot or a fork is the caller's act (these RPCs are not tools), neve
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -17,6 +19,7 @@ from controlplane.core.permissions.asks import ApprovalStore
 from controlplane.core.sessions.admission import CreateSpec
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.sessions.portable_tar import portable
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.sessions.snapshots import SessionState as SnapshotState
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotStorage, checked_id
@@ -24,6 +27,8 @@ from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
 MIB = 1024 * 1024
+PIECE = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class SessionSnapshots:
@@ -39,7 +44,8 @@ class SessionSnapshots:
         session, state = await self._source(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         snapshot_id = "snap_" + secrets.token_hex(12)
-        taken = await self._storage.write(tenant, snapshot_id, session.id, state, sandbox.agent.download())
+        tar = await self._portable(session.id, sandbox.agent.download())
+        taken = await self._storage.write(tenant, snapshot_id, session.id, state, _pieces(tar))
         try:
             await self._within_disk_quota(tenant)
         except ResourceExhaustedError:
@@ -70,10 +76,11 @@ class SessionSnapshots:
 
     async def fork(self, tenant: str, session_id: str) -> Session:
         """A new session with a copy of the workspace and state, streamed from the source's agent into memory
-        (nothing stored on disk); the copy is bounded by the expanded-size limit any workspace archive has."""
+        (nothing stored on disk); the copy is bounded by the expanded-size limit any workspace archive has. Both
+        this and a snapshot leave out what no new session could take (portable_tar.py)."""
         _, state = await self._source(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        archive = await _collect(sandbox.agent.download(), self._sessions.policy.max_archive_expanded_bytes)
+        archive = await self._portable(session_id, sandbox.agent.download())
         return await self._create(tenant, state, archive, state.resources)
 
     # -- internals ----------------------------------------------------------------------------------
@@ -91,6 +98,13 @@ class SessionSnapshots:
         todos = await self._todos.get_todos(session.id)
         approvals = await self._approvals.load_approvals(session.id)
         return session, SnapshotState.of(session, todos, approvals)
+
+    async def _portable(self, session_id: str, download: AsyncIterator[bytes]) -> bytes:
+        tar = await _collect(download, self._sessions.policy.max_archive_expanded_bytes)
+        made = await asyncio.to_thread(portable, tar)
+        if made.dropped:
+            log.warning("session %s: the copy of its workspace leaves out %s", session_id, "; ".join(made.dropped))
+        return made.tar
 
     async def _owned(self, tenant: str, snapshot_id: str) -> Snapshot:
         snapshot = await self._storage.get(tenant, checked_id(snapshot_id))
@@ -122,6 +136,12 @@ class SessionSnapshots:
             raise ResourceExhaustedError(
                 f"tenant {tenant}'s disk quota of {limit} MiB would be exceeded: {live_mb} MiB reserved by live "
                 f"sessions and {stored / MIB:.1f} MiB of snapshots with this one; delete a snapshot or a session")
+
+
+async def _pieces(data: bytes) -> AsyncIterator[bytes]:
+    view = memoryview(data)
+    for offset in range(0, len(view), PIECE):
+        yield bytes(view[offset : offset + PIECE])
 
 
 async def _collect(chunks: AsyncIterator[bytes], limit: int) -> bytes:
