@@ -23,6 +23,11 @@ class Portable:
 
 
 def portable(tar: bytes) -> Portable:
+    # Headers first, seeking over the file data: almost every workspace has nothing to leave out, and then its
+    # tar is used as it came, not copied.
+    with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as headers:
+        if not any(_unportable(member) for member in headers):
+            return Portable(tar, [])
     out = io.BytesIO()
     dropped: list[str] = []
     with tarfile.open(fileobj=io.BytesIO(tar), mode="r|") as source, \
