@@ -290,6 +290,9 @@ class SnapshotsConfig(_Closed):
     path: Path | None = None
     """A directory; unset: `snapshots` in the data dir. Control planes sharing a store give the same (shared)
     directory, so that a snapshot taken through one restores through any."""
+    max_per_tenant: int = Field(default=50, ge=0)
+    """Most snapshots a tenant may keep (0: none may be taken); the next is RESOURCE_EXHAUSTED. Bytes count
+    toward the tenant's `quota.disk_mb` when it has one."""
 
     def root(self, data_dir: Path) -> Path:
         return self.path if self.path is not None else data_dir / "snapshots"

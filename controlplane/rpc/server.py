@@ -85,7 +85,8 @@ def build_server(
                  *METADATA_OPTIONS],
     )
     snapshots = None if audit is None else SessionSnapshots(
-        sessions, FsSnapshotStorage(settings.snapshots.root(settings.data_dir)), audit[0], audit[0], quotas)
+        sessions, FsSnapshotStorage(settings.snapshots.root(settings.data_dir)), audit[0], audit[0], quotas,
+        settings.snapshots.max_per_tenant)
     session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas, snapshots), server)
     sandbox = SandboxService(sessions, auth, settings.exec, exec_gate)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandbox, server)

@@ -20,14 +20,17 @@ class Portable:
     tar: bytes
     dropped: list[str]
     """Each left-out entry with the reason."""
+    entries: int
+    """In the source tar."""
 
 
 def portable(tar: bytes) -> Portable:
     # Headers first, seeking over the file data: almost every workspace has nothing to leave out, and then its
     # tar is used as it came, not copied.
     with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as headers:
-        if not any(_unportable(member) for member in headers):
-            return Portable(tar, [])
+        members = headers.getmembers()
+        if not any(_unportable(member) for member in members):
+            return Portable(tar, [], len(members))
     out = io.BytesIO()
     dropped: list[str] = []
     with tarfile.open(fileobj=io.BytesIO(tar), mode="r|") as source, \
@@ -38,7 +41,7 @@ def portable(tar: bytes) -> Portable:
                 dropped.append(f"{member.name}: {why}")
                 continue
             copy.addfile(member, source.extractfile(member) if member.isreg() else None)
-    return Portable(out.getvalue(), dropped)
+    return Portable(out.getvalue(), dropped, len(members))
 
 
 def _unportable(member: tarfile.TarInfo) -> str:

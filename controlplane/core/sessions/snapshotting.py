@@ -33,15 +33,27 @@ log = logging.getLogger(__name__)
 
 class SessionSnapshots:
     def __init__(self, sessions: SessionManager, storage: SnapshotStorage, todos: TodoStore,
-                 approvals: ApprovalStore, quotas: TenantQuotas | None = None) -> None:
+                 approvals: ApprovalStore, quotas: TenantQuotas | None = None, max_per_tenant: int = 50) -> None:
         self._sessions = sessions
         self._storage = storage
         self._todos = todos
         self._approvals = approvals
         self._quotas = quotas or TenantQuotas.unlimited()
+        self._max_per_tenant = max_per_tenant
+        self._taking: dict[str, asyncio.Lock] = {}
+        """One snapshot at a time per tenant (in this plane), so that the count and quota checks hold."""
 
     async def snapshot(self, tenant: str, session_id: str) -> Snapshot:
+        async with self._taking.setdefault(tenant, asyncio.Lock()):
+            return await self._snapshot(tenant, session_id)
+
+    async def _snapshot(self, tenant: str, session_id: str) -> Snapshot:
         session, state = await self._source(tenant, session_id)
+        kept = len(await self._storage.list(tenant))
+        if kept >= self._max_per_tenant:
+            raise ResourceExhaustedError(
+                f"tenant {tenant} keeps {kept} snapshots, the most allowed (snapshots.max_per_tenant = "
+                f"{self._max_per_tenant}); delete one first")
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         snapshot_id = "snap_" + secrets.token_hex(12)
         tar = await self._portable(session.id, sandbox.agent.download())
@@ -102,6 +114,11 @@ class SessionSnapshots:
     async def _portable(self, session_id: str, download: AsyncIterator[bytes]) -> bytes:
         tar = await _collect(download, self._sessions.policy.max_archive_expanded_bytes)
         made = await asyncio.to_thread(portable, tar)
+        limit = self._sessions.policy.max_archive_entries
+        if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
+            raise ResourceExhaustedError(
+                f"session {session_id}'s workspace has {made.entries} entries; a session can be created from at most "
+                f"{limit} (limits.max_archive_entries)")
         if made.dropped:
             log.warning("session %s: the copy of its workspace leaves out %s", session_id, "; ".join(made.dropped))
         return made.tar
