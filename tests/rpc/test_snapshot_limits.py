@@ -12,8 +12,8 @@ import pytest
 from controlplane.client import AsyncClient
 from tests.planes import Plane, served_plane, tenant_clients
 
-TENANTS = [{"name": "alpha", "token": "snaplim-alpha"},
-           {"name": "beta", "token": "snaplim-beta", "quota": {"disk_mb": 1026}}]
+TENANTS: list[dict[str, Any]] = [{"name": "alpha", "token": "snaplim-alpha"},
+                               {"name": "beta", "token": "snaplim-beta", "quota": {"disk_mb": 1026}}]
 plane = served_plane("local", tenants=TENANTS, pool={"size": 0}, snapshots={"max_per_tenant": 2},
                      resources={"disk_mb": 1024})
 clients = tenant_clients(TENANTS)
