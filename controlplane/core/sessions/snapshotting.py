@@ -136,11 +136,15 @@ class SessionSnapshots:
             archive_limit_bytes=max(len(archive), 1),
         )
         session = await self._sessions.create(tenant, spec)
-        if state.todos:
-            await self._todos.put_todos(session.id, state.todos)
-        if state.approvals:
-            await self._approvals.add_approvals(session.id, state.rules())
+        # Shielded: a caller gone now still leaves a session with all of its state, not a READY one without it.
+        await asyncio.shield(self._restore_state(session.id, state))
         return replace(session)
+
+    async def _restore_state(self, session_id: str, state: SnapshotState) -> None:
+        if state.todos:
+            await self._todos.put_todos(session_id, state.todos)
+        if state.approvals:
+            await self._approvals.add_approvals(session_id, state.rules())
 
     async def _within_disk_quota(self, tenant: str) -> None:
         """A tenant's snapshots count toward its `disk_mb` quota beside its live sessions' workspaces."""
