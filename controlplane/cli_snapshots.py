@@ -18,7 +18,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     actions = snapshot.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[common], help="id, session, size, time and template")
     listing.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
-    actions.add_parser("delete", parents=[common]).add_argument("snapshot")
+    delete = actions.add_parser("delete", parents=[common])
+    delete.add_argument("snapshot")
+    delete.add_argument("-q", "--quiet", action="store_true", help="print only the deleted snapshot's id")
 
 
 def print_snapshots(snapshots: Sequence[session_pb2.Snapshot], args: argparse.Namespace) -> None:
