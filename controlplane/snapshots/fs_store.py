@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO
 
-from controlplane.core.sessions.snapshots import SessionState, Snapshot, checked_id
+from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, checked_id
 from controlplane.errors import FailedPreconditionError
 
 GZIP_LEVEL = 3
@@ -50,7 +50,7 @@ class FsSnapshotStorage:
 
     # -- the port -----------------------------------------------------------------------------------
 
-    async def write(self, tenant: str, snapshot_id: str, session_id: str, state: SessionState,
+    async def write(self, tenant: str, snapshot_id: str, session_id: str, state: SnapshotState,
                     tar: AsyncIterator[bytes]) -> Snapshot:
         content, record = self._paths(tenant, snapshot_id)
         await asyncio.to_thread(self._prepare, content.parent)
@@ -140,7 +140,7 @@ class FsSnapshotStorage:
         return Snapshot(
             id=data["id"], tenant=data["tenant"], session_id=data["session_id"], created_at=data["created_at"],
             size_bytes=data["size_bytes"], sha256=data["sha256"], compression=data["compression"],
-            state=SessionState.from_dict(data["state"]),
+            state=SnapshotState.from_dict(data["state"]),
         )
 
 

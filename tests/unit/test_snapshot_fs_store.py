@@ -15,7 +15,7 @@ import pytest
 
 from controlplane.core.permissions.permission import Rule
 from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState
-from controlplane.core.sessions.snapshots import SessionState as SnapshotState
+from controlplane.core.sessions.snapshots import SnapshotState
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
 from controlplane.snapshots.fs_store import STALE_TEMP_S, FsSnapshotStorage
 

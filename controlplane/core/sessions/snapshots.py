@@ -30,7 +30,7 @@ def checked_id(snapshot_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class SessionState:
+class SnapshotState:
     """What a restored session is created with, besides its workspace."""
 
     agent: str
@@ -45,7 +45,7 @@ class SessionState:
     """"always" approvals as (permission, pattern, action)."""
 
     @classmethod
-    def of(cls, session: Session, todos: list[dict[str, Any]], approvals: list[Rule]) -> SessionState:
+    def of(cls, session: Session, todos: list[dict[str, Any]], approvals: list[Rule]) -> SnapshotState:
         caller = session.config_json if session.caller_config_json is None else session.caller_config_json
         return cls(session.agent, caller, session.template, dict(session.labels), session.resources,
                    session.network, list(todos), [(r.permission, r.pattern, r.action) for r in approvals])
@@ -59,7 +59,7 @@ class SessionState:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SessionState:
+    def from_dict(cls, data: dict[str, Any]) -> SnapshotState:
         network = data.get("network")
         return cls(
             agent=data["agent"], config_json=data["config_json"], template=data["template"],
@@ -81,7 +81,7 @@ class Snapshot:
     """Over the stored bytes, checked before any restore."""
     compression: str
     """"gzip" (the agent extracts it as it comes) or "zstd"."""
-    state: SessionState
+    state: SnapshotState
 
     @property
     def template(self) -> str:
@@ -91,7 +91,7 @@ class Snapshot:
 class SnapshotStorage(Protocol):
     """Where snapshots are kept. A tenant sees only its own: every call names the tenant."""
 
-    async def write(self, tenant: str, snapshot_id: str, session_id: str, state: SessionState,
+    async def write(self, tenant: str, snapshot_id: str, session_id: str, state: SnapshotState,
                     tar: AsyncIterator[bytes]) -> Snapshot:
         """Compresses and stores `tar`; the snapshot lists only once all of it is stored."""
         ...

@@ -21,8 +21,7 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.core.sessions.portable_tar import portable
 from controlplane.core.sessions.services import TodoStore
-from controlplane.core.sessions.snapshots import SessionState as SnapshotState
-from controlplane.core.sessions.snapshots import Snapshot, SnapshotStorage, checked_id
+from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, SnapshotStorage, checked_id
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
