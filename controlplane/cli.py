@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 COMMAND_MODULES = (
     "controlplane.cli_calls", "controlplane.cli_tenants", "controlplane.cli_files", "controlplane.cli_logs",
-    "controlplane.cli_templates",
+    "controlplane.cli_templates", "controlplane.cli_snapshots",
 )
 """Modules adding commands: each has `add_parser(sub, common)` and `run(args) -> int` (a coroutine), and
 dispatches on `args.command`; they import what their commands need when those run, not at parse time."""
@@ -108,7 +108,7 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
             session = await client.create_session(
                 agent=args.agent, workspace_archive=archive, labels=labels, config_json=config_json,
                 cpu=args.cpu, memory_mb=args.memory_mb, pids=args.pids, template=args.template,
-                network_allow=[*args.allow_host, *args.allow_cidr],
+                network_allow=[*args.allow_host, *args.allow_cidr], from_snapshot=args.from_snapshot,
             )
             _print_sessions([session], args)
         elif args.action == "list":
@@ -117,6 +117,12 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
             _print_sessions([await client.get_session(args.session)], args)
         elif args.action == "delete":
             _print_sessions([await client.delete_session(args.session)], args)
+        elif args.action == "fork":
+            _print_sessions([await client.fork(args.session)], args)
+        elif args.action == "snapshot":
+            from controlplane.cli_snapshots import print_snapshots
+
+            print_snapshots([await client.snapshot(args.session)], args)
     return 0
 
 
@@ -224,12 +230,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
                              "repeatable; within the tenant's egress cap")
     create.add_argument("--allow-cidr", action="append", default=[], metavar="CIDR",
                         help="and to these addresses (IP literals in this range); repeatable")
+    create.add_argument("--from-snapshot", default="", metavar="ID",
+                        help="restore this snapshot (`snapshot list`): its workspace, config and state")
     create.add_argument("-q", "--quiet", action="store_true", help="print only the new session's id")
     listing = actions.add_parser("list", parents=[common])
     listing.add_argument("--all", action="store_true", help="include deleted sessions")
     listing.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
-    for name in ("get", "delete"):
+    for name in ("get", "delete", "fork", "snapshot"):
         actions.add_parser(name, parents=[common]).add_argument("session")
+        if name in ("fork", "snapshot"):
+            actions.choices[name].add_argument("-q", "--quiet", action="store_true", help="print only the new id")
     run = sub.add_parser("exec", parents=[common], help="run a command in a session's sandbox")
     run.add_argument("session")
     run.add_argument("--cwd", default="")

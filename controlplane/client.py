@@ -14,6 +14,7 @@ import grpc
 from opentelemetry import propagate, trace
 
 from controlplane.client_files import AsyncFiles
+from controlplane.client_snapshots import AsyncSnapshots
 from controlplane.client_types import (
     Completed,
     EventHandler,
@@ -102,7 +103,7 @@ def sendable_token(token: str) -> str:
     return token
 
 
-class AsyncClient(AsyncFiles):
+class AsyncClient(AsyncFiles, AsyncSnapshots):
     """`target` is host:port; `token` the tenant's bearer token."""
 
     def __init__(self, target: str, token: str, *, root_certificates: bytes | None = None) -> None:
@@ -145,16 +146,18 @@ class AsyncClient(AsyncFiles):
         config_json: str = "", labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0,
         pids: int = 0, deadline_s: float | None = 120, max_workspace_bytes: int = DEFAULT_MAX_BYTES,
         template: str = "",
-        network_allow: Iterable[str] = (),
+        network_allow: Iterable[str] = (), from_snapshot: str = "",
     ) -> Session:
         """`workspace` is a directory (archived without following its symlinks, at most `max_workspace_bytes`),
         a tar(.gz) file, or archive bytes; `workspace_archive` (bytes) is the older spelling of the last.
         `template` names one of `list_templates()` (empty: the default sandbox image). `network_allow` gives the
         session's tools a network through the plane's proxy: host patterns (`host`, `*.domain`, optionally
-        `:port`) and CIDRs (an entry with a `/`), within the tenant's cap."""
+        `:port`) and CIDRs (an entry with a `/`), within the tenant's cap. `from_snapshot` restores a snapshot
+        (`snapshot()`): its workspace and state, so only the resources may be given beside it."""
         archive = workspace_bytes(workspace, workspace_archive, max_workspace_bytes)
         request = session_pb2.CreateSessionRequest(
             agent=agent, workspace_archive=archive, config_json=config_json, labels=labels or {}, template=template,
+            from_snapshot=from_snapshot,
         )
         if cpu or memory_mb or pids:
             request.resources.CopyFrom(session_pb2.Resources(cpu=cpu, memory_mb=memory_mb, pids=pids))

@@ -45,6 +45,7 @@ from pydantic_settings import (
 
 from controlplane.config_base import _Closed
 from controlplane.config_egress import EgressConfig
+from controlplane.config_lifecycle import SnapshotsConfig, TemplateConfig
 from controlplane.discovery import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_LISTEN, TOKEN_FILE
 from controlplane.errors import ConfigError
 from controlplane.tenant_egress import TenantEgressConfig
@@ -347,27 +348,6 @@ class TenantConfig(_Closed):
     """The `[[templates]]` (and `default`, the sandbox image itself) this tenant may use; unset: all of them."""
 
 
-class TemplateConfig(_Closed):
-    """A sandbox image of the operator's own, for sessions that name it (docs/templates.md)."""
-
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
-    dockerfile: Path | None = None
-    """A Dockerfile whose directory is the build context; its first FROM is the sandbox image (`provider.image`,
-    or `${SANDBOX_IMAGE}`, a build argument the platform fills), so the agent and the hardening are inherited."""
-    image: str | None = None
-    """Instead of `dockerfile`: a prebuilt image on the engine that carries the platform's agent."""
-    pool: int | None = Field(default=None, ge=0)
-    """Ready sandboxes of this template kept warm; unset: 0."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> TemplateConfig:
-        if (self.dockerfile is None) == (self.image is None):
-            raise ValueError(f"template {self.name!r}: set exactly one of dockerfile and image")
-        if self.name == "default":
-            raise ValueError('template name "default" is reserved for the sandbox image itself (provider.image)')
-        return self
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CONTROLPLANE_", env_nested_delimiter="__", extra="forbid")
 
@@ -396,6 +376,7 @@ class Settings(BaseSettings):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    snapshots: SnapshotsConfig = Field(default_factory=SnapshotsConfig)
 
     @model_validator(mode="after")
     def _templates_known(self) -> Settings:

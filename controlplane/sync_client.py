@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from controlplane.client_files import Files
+from controlplane.client_snapshots import Snapshots
 from controlplane.client_types import (
     Completed,
     EventHandler,
@@ -98,7 +99,7 @@ async def _from_thread(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-class Client(Files):
+class Client(Files, Snapshots):
     """Synchronous client. With no `target`/`token`, they are found as `connect()` finds them."""
 
     def __init__(self, target: str | None = None, token: str | None = None, *, config: Path | None = None,
@@ -128,12 +129,13 @@ class Client(Files):
         config_json: str = "", labels: dict[str, str] | None = None, cpu: float = 0, memory_mb: int = 0,
         pids: int = 0, deadline_s: float | None = 120, max_workspace_bytes: int = DEFAULT_MAX_BYTES,
         template: str = "",
-        network_allow: Iterable[str] = (),
+        network_allow: Iterable[str] = (), from_snapshot: str = "",
     ) -> session_pb2.Session:
         return self._call(self._async.create_session(
             agent=agent, workspace=workspace, workspace_archive=workspace_archive, config_json=config_json,
             labels=labels, cpu=cpu, memory_mb=memory_mb, pids=pids, deadline_s=deadline_s,
             max_workspace_bytes=max_workspace_bytes, template=template, network_allow=network_allow,
+            from_snapshot=from_snapshot,
         ))
 
     def get_session(self, session_id: str) -> session_pb2.Session:

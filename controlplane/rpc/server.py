@@ -11,6 +11,7 @@ from controlplane.core.calls.tool_runtime import ToolRuntime
 from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.recent_logs import RecentLogs
+from controlplane.core.sessions.snapshotting import SessionSnapshots
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.rpc.admin_service import AdminService
@@ -23,6 +24,7 @@ from controlplane.rpc.question_service import QuestionService
 from controlplane.rpc.sandbox_service import SandboxService
 from controlplane.rpc.session_service import SessionService
 from controlplane.rpc.tool_service import ToolService
+from controlplane.snapshots.fs_store import FsSnapshotStorage
 from controlplane.store.base import AuditWriter, Store
 from controlplane.telemetry.grpc_server import server_interceptors
 from controlplane.v1 import (
@@ -82,7 +84,10 @@ def build_server(
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
                  *METADATA_OPTIONS],
     )
-    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas), server)
+    snapshots = None if audit is None else SessionSnapshots(
+        sessions, FsSnapshotStorage(settings.snapshots.root(settings.data_dir)), audit[0], audit[0], quotas,
+        settings.snapshots.max_per_tenant)
+    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas, snapshots), server)
     sandbox = SandboxService(sessions, auth, settings.exec, exec_gate)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandbox, server)
     tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)

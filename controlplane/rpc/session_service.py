@@ -5,18 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.snapshotting import SessionSnapshots
 from controlplane.core.tenants.quota import TenantQuotas, with_defaults
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary
+from controlplane.rpc.snapshot_rpcs import SnapshotRpcs
 from controlplane.v1 import session_pb2, session_pb2_grpc
 
 
-class SessionService(session_pb2_grpc.SessionServiceServicer):
-    def __init__(self, sessions: SessionManager, auth: Authenticator, quotas: TenantQuotas | None = None) -> None:
+class SessionService(SnapshotRpcs, session_pb2_grpc.SessionServiceServicer):
+    def __init__(self, sessions: SessionManager, auth: Authenticator, quotas: TenantQuotas | None = None,
+                 snapshots: SessionSnapshots | None = None) -> None:
         self._sessions = sessions
         self._auth = auth
         self._quotas = quotas or TenantQuotas.unlimited()
+        self._snapshots = snapshots
 
     def _proto(self, session: Any) -> session_pb2.Session:
         return convert.session_to_proto(session, self._sessions.expires_at(session))
@@ -24,6 +28,8 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
     @unary
     async def CreateSession(self, request: session_pb2.CreateSessionRequest, context: Any) -> session_pb2.Session:
         tenant = self._auth.tenant_of(context)
+        if request.from_snapshot:
+            return self._proto(await self._restore(tenant.name, request))
         spec = convert.create_spec(request)
         async with self._quotas.creating(tenant.name, with_defaults(spec.resources, self._sessions.policy.defaults)):
             return self._proto(await self._sessions.create(tenant.name, spec))

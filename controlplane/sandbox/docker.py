@@ -20,7 +20,8 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import Mount
 
-from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig, TemplateConfig
+from controlplane.config import DockerProviderConfig, PoolConfig, ResourcesConfig
+from controlplane.config_lifecycle import TemplateConfig
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import (
     PoolStats,
@@ -143,7 +144,7 @@ class DockerSandboxProvider(SandboxProvider):
             ) from exc
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
-        await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by them
+        await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by tag
         report = await self._reconcile(live)
         self._pools.start(DEFAULT_TEMPLATE, *self._templates.ready())
         return report
@@ -180,7 +181,7 @@ class DockerSandboxProvider(SandboxProvider):
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
                     labels = self._labels(sandbox.id, session_id, template) | {LABEL_TENANT: tenant}
                     await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
-                except BaseException:  # out of the pool and in no session: nothing else would remove it
+                except BaseException:  # out of the pool, in no session: nothing else would remove it
                     await self._cleanups.run(self.destroy(sandbox.id))
                     raise
                 sandbox.from_pool = True
@@ -204,7 +205,7 @@ class DockerSandboxProvider(SandboxProvider):
         if attached is not None and self._socket_left(sandbox_id):
             return attached
         # A new attachment: first drop those whose owners removed their sandboxes (the socket went with the
-        # agent dir), so that channels do not pile up over the life of the process.
+        # agent dir), so that channels do not pile up over the process's life.
         for gone_id in [i for i in self._attached if not self._socket_left(i)]:
             await self._attached.pop(gone_id).agent.close()
             self._attached_sockets.pop(gone_id, None)

@@ -37,7 +37,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from controlplane.config import TemplateConfig
+from controlplane.config_lifecycle import TemplateConfig
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo, TemplateState
 from controlplane.errors import FailedPreconditionError
 from controlplane.sandbox.layout import LABEL_INSTANCE, LABEL_TEMPLATE

@@ -81,6 +81,7 @@ class CreateSessionRequest(_message.Message):
     RESOURCES_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
     NETWORK_FIELD_NUMBER: _builtins.int
+    FROM_SNAPSHOT_FIELD_NUMBER: _builtins.int
     agent: _builtins.str
     """The OpenCode agent the session runs as ("build" when empty)."""
     workspace_archive: _builtins.bytes
@@ -91,6 +92,12 @@ class CreateSessionRequest(_message.Message):
     """The operator's template to run on (ListTemplates); empty: "default", the sandbox image itself. An
     unknown name is INVALID_ARGUMENT, one this tenant may not use PERMISSION_DENIED, one whose build failed
     FAILED_PRECONDITION; a template still building makes the call wait for its build.
+    """
+    from_snapshot: _builtins.str
+    """A snapshot of this tenant's (SnapshotSession) restored into the new session: its workspace, config,
+    agent, template, labels, resources, network, todos and approvals. The request's other fields must then
+    be empty (resources may still be given). Another tenant's id is NOT_FOUND; a snapshot whose stored
+    bytes fail their checksum is FAILED_PRECONDITION.
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -113,10 +120,11 @@ class CreateSessionRequest(_message.Message):
         resources: Global___Resources | None = ...,
         template: _builtins.str = ...,
         network: Global___NetworkPolicy | None = ...,
+        from_snapshot: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["network", b"network", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "config_json", b"config_json", "labels", b"labels", "network", b"network", "resources", b"resources", "template", b"template", "workspace_archive", b"workspace_archive"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "config_json", b"config_json", "from_snapshot", b"from_snapshot", "labels", b"labels", "network", b"network", "resources", b"resources", "template", b"template", "workspace_archive", b"workspace_archive"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -455,3 +463,149 @@ class ListTemplatesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTemplatesResponse: _TypeAlias = ListTemplatesResponse  # noqa: Y015
+
+@_typing.final
+class Snapshot(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    session_id: _builtins.str
+    """The session it was taken from."""
+    size_bytes: _builtins.int
+    """The stored (compressed) workspace's size."""
+    template: _builtins.str
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        template: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "session_id", b"session_id", "size_bytes", b"size_bytes", "template", b"template"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Snapshot: _TypeAlias = Snapshot  # noqa: Y015
+
+@_typing.final
+class SnapshotSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotSessionRequest: _TypeAlias = SnapshotSessionRequest  # noqa: Y015
+
+@_typing.final
+class ListSnapshotsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSnapshotsRequest: _TypeAlias = ListSnapshotsRequest  # noqa: Y015
+
+@_typing.final
+class ListSnapshotsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshots(self) -> _containers.RepeatedCompositeFieldContainer[Global___Snapshot]: ...
+    def __init__(
+        self,
+        *,
+        snapshots: _abc.Iterable[Global___Snapshot] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshots", b"snapshots"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSnapshotsResponse: _TypeAlias = ListSnapshotsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        snapshot_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot_id", b"snapshot_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSnapshotRequest: _TypeAlias = DeleteSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot(self) -> Global___Snapshot: ...
+    def __init__(
+        self,
+        *,
+        snapshot: Global___Snapshot | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSnapshotResponse: _TypeAlias = DeleteSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class ForkSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015

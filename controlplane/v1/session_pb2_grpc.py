@@ -59,6 +59,26 @@ class SessionServiceStub:
                 request_serializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesRequest.SerializeToString,
                 response_deserializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesResponse.FromString,
                 _registered_method=True)
+        self.SnapshotSession = channel.unary_unary(
+                '/controlplane.v1.SessionService/SnapshotSession',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.SnapshotSessionRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.Snapshot.FromString,
+                _registered_method=True)
+        self.ListSnapshots = channel.unary_unary(
+                '/controlplane.v1.SessionService/ListSnapshots',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.ListSnapshotsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSnapshot = channel.unary_unary(
+                '/controlplane.v1.SessionService/DeleteSnapshot',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.DeleteSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ForkSession = channel.unary_unary(
+                '/controlplane.v1.SessionService/ForkSession',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -99,6 +119,36 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SnapshotSession(self, request, context):
+        """Stores the READY session's workspace (compressed, checksummed) and what the session owns in the store
+        (config, agent, template, labels, resources, network, todos, "always" approvals). The session goes on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """This tenant's snapshots, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """Removes a snapshot; deleting an unknown one is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSession(self, request, context):
+        """A new, independent session with a copy of the READY session's workspace and state (admitted and
+        counted against quotas as a CreateSession is).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +176,26 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ListTemplates,
                     request_deserializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesRequest.FromString,
                     response_serializer=controlplane_dot_v1_dot_session__pb2.ListTemplatesResponse.SerializeToString,
+            ),
+            'SnapshotSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.SnapshotSession,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.SnapshotSessionRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.Snapshot.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'ForkSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSession,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.ForkSessionRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.Session.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +333,114 @@ class SessionService:
             '/controlplane.v1.SessionService/ListTemplates',
             controlplane_dot_v1_dot_session__pb2.ListTemplatesRequest.SerializeToString,
             controlplane_dot_v1_dot_session__pb2.ListTemplatesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/SnapshotSession',
+            controlplane_dot_v1_dot_session__pb2.SnapshotSessionRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.Snapshot.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/ListSnapshots',
+            controlplane_dot_v1_dot_session__pb2.ListSnapshotsRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.ListSnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/DeleteSnapshot',
+            controlplane_dot_v1_dot_session__pb2.DeleteSnapshotRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.DeleteSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/ForkSession',
+            controlplane_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,

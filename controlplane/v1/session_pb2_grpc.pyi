@@ -44,6 +44,18 @@ class SessionServiceStub:
     """Idempotent: deleting a deleted or unknown-but-once-owned session is not an error."""
     ListTemplates: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListTemplatesRequest, _session_pb2.ListTemplatesResponse]
     """The templates this tenant may name in CreateSession, with their states."""
+    SnapshotSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.SnapshotSessionRequest, _session_pb2.Snapshot]
+    """Stores the READY session's workspace (compressed, checksummed) and what the session owns in the store
+    (config, agent, template, labels, resources, network, todos, "always" approvals). The session goes on.
+    """
+    ListSnapshots: _grpc.UnaryUnaryMultiCallable[_session_pb2.ListSnapshotsRequest, _session_pb2.ListSnapshotsResponse]
+    """This tenant's snapshots, oldest first."""
+    DeleteSnapshot: _grpc.UnaryUnaryMultiCallable[_session_pb2.DeleteSnapshotRequest, _session_pb2.DeleteSnapshotResponse]
+    """Removes a snapshot; deleting an unknown one is NOT_FOUND."""
+    ForkSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.Session]
+    """A new, independent session with a copy of the READY session's workspace and state (admitted and
+    counted against quotas as a CreateSession is).
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -59,6 +71,18 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """Idempotent: deleting a deleted or unknown-but-once-owned session is not an error."""
     ListTemplates: _aio.UnaryUnaryMultiCallable[_session_pb2.ListTemplatesRequest, _session_pb2.ListTemplatesResponse]  # type: ignore[assignment]
     """The templates this tenant may name in CreateSession, with their states."""
+    SnapshotSession: _aio.UnaryUnaryMultiCallable[_session_pb2.SnapshotSessionRequest, _session_pb2.Snapshot]  # type: ignore[assignment]
+    """Stores the READY session's workspace (compressed, checksummed) and what the session owns in the store
+    (config, agent, template, labels, resources, network, todos, "always" approvals). The session goes on.
+    """
+    ListSnapshots: _aio.UnaryUnaryMultiCallable[_session_pb2.ListSnapshotsRequest, _session_pb2.ListSnapshotsResponse]  # type: ignore[assignment]
+    """This tenant's snapshots, oldest first."""
+    DeleteSnapshot: _aio.UnaryUnaryMultiCallable[_session_pb2.DeleteSnapshotRequest, _session_pb2.DeleteSnapshotResponse]  # type: ignore[assignment]
+    """Removes a snapshot; deleting an unknown one is NOT_FOUND."""
+    ForkSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
+    """A new, independent session with a copy of the READY session's workspace and state (admitted and
+    counted against quotas as a CreateSession is).
+    """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -101,5 +125,41 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.ListTemplatesResponse, _abc.Awaitable[_session_pb2.ListTemplatesResponse]]:
         """The templates this tenant may name in CreateSession, with their states."""
+
+    @_abc_1.abstractmethod
+    def SnapshotSession(
+        self,
+        request: _session_pb2.SnapshotSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Snapshot, _abc.Awaitable[_session_pb2.Snapshot]]:
+        """Stores the READY session's workspace (compressed, checksummed) and what the session owns in the store
+        (config, agent, template, labels, resources, network, todos, "always" approvals). The session goes on.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSnapshots(
+        self,
+        request: _session_pb2.ListSnapshotsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.ListSnapshotsResponse, _abc.Awaitable[_session_pb2.ListSnapshotsResponse]]:
+        """This tenant's snapshots, oldest first."""
+
+    @_abc_1.abstractmethod
+    def DeleteSnapshot(
+        self,
+        request: _session_pb2.DeleteSnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.DeleteSnapshotResponse, _abc.Awaitable[_session_pb2.DeleteSnapshotResponse]]:
+        """Removes a snapshot; deleting an unknown one is NOT_FOUND."""
+
+    @_abc_1.abstractmethod
+    def ForkSession(
+        self,
+        request: _session_pb2.ForkSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
+        """A new, independent session with a copy of the READY session's workspace and state (admitted and
+        counted against quotas as a CreateSession is).
+        """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

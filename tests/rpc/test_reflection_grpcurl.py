@@ -92,11 +92,17 @@ async def test_describe_a_service(plane: Plane) -> None:
         "  rpc CreateSession ( .controlplane.v1.CreateSessionRequest ) returns ( .controlplane.v1.Session );\n"
         "  rpc DeleteSession ( .controlplane.v1.DeleteSessionRequest ) returns"
         " ( .controlplane.v1.DeleteSessionResponse );\n"
+        "  rpc DeleteSnapshot ( .controlplane.v1.DeleteSnapshotRequest ) returns"
+        " ( .controlplane.v1.DeleteSnapshotResponse );\n"
+        "  rpc ForkSession ( .controlplane.v1.ForkSessionRequest ) returns ( .controlplane.v1.Session );\n"
         "  rpc GetSession ( .controlplane.v1.GetSessionRequest ) returns ( .controlplane.v1.Session );\n"
         "  rpc ListSessions ( .controlplane.v1.ListSessionsRequest ) returns"
         " ( .controlplane.v1.ListSessionsResponse );\n"
+        "  rpc ListSnapshots ( .controlplane.v1.ListSnapshotsRequest ) returns"
+        " ( .controlplane.v1.ListSnapshotsResponse );\n"
         "  rpc ListTemplates ( .controlplane.v1.ListTemplatesRequest ) returns"
         " ( .controlplane.v1.ListTemplatesResponse );\n"
+        "  rpc SnapshotSession ( .controlplane.v1.SnapshotSessionRequest ) returns ( .controlplane.v1.Snapshot );\n"
         "}\n"
     ), "")
 

@@ -1,8 +1,8 @@
 """Escape attempts from inside a real session sandbox: every one must fail or stay inside the container.
 
-Each test runs its attack through every vector (see conftest.py) and compares what the attack printed
-with the exact refusal this engine and image give. Addresses probed: only listeners the test opened on
-this machine's loopback and docker0 bridge address.
+Each test runs its attack through every vector (conftest.py) and compares what it printed with the exact
+refusal this engine and image give. Addresses probed: only listeners the test opened on this machine's
+loopback and docker0 bridge address.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ async def test_runtime_facts_of_a_tool_process(
         "Uid:\t0\t0\t0\t0\nCapEff:\t00000000000000e0\n"
     )
     if runtime == "runsc":
-        # gVisor's status has no CapAmb or NoNewPrivs line: the flag and the ambient set are asked with prctl.
+        # gVisor's status lacks CapAmb and NoNewPrivs: the flag and the ambient set are asked with prctl.
         expected = expected.replace("CapAmb:\t0000000000000000\nNoNewPrivs:\t1\n", "")
         flags = await vector.run(runtime_plane.client, pair.a, python_probe(
             "import ctypes; libc = ctypes.CDLL(None)\n"
@@ -134,7 +134,7 @@ async def test_another_sessions_workspace_and_socket_are_unreachable(
         f" grep -c -e {pair.b_sandbox} -e {pair.b} /proc/self/mountinfo; ls {b_socket_dir}; ls /run/agent;"
         " awk 'NR > 1 && $8 != \"\" { print $8 }' /proc/net/unix"
     ))
-    # The positive control (our own marker is found) shows the search can see what there is to see.
+    # The positive control (our own marker is found) shows the search sees what there is to see.
     expected = (
         "/workspace/own.txt\n--\n--\n--\n0\n"
         f"ls: cannot access '{b_socket_dir}': No such file or directory\n"
@@ -186,7 +186,7 @@ async def test_network_reaches_nothing_outside(
         "resolve EAI_AGAIN\n"
         "getent=2\n"
     )
-    if runtime == "runsc":  # gVisor's netstack words "no route" as host unreachable; nothing arrives either way
+    if runtime == "runsc":  # gVisor's netstack says host unreachable for no route; nothing arrives either way
         expected = expected.replace("docker0 ENETUNREACH", "docker0 EHOSTUNREACH")
     assert out == expected
     await asyncio.sleep(0.2)
@@ -256,9 +256,9 @@ report("setns", libc.syscall(308, os.open(ns, os.O_RDONLY), 0))
 
 
 async def test_privileged_syscalls_fail(runtime_plane: Plane, pair: Pair, vector: Vector) -> None:
-    # The same answers on gVisor: there the platform's filter refuses namespaces, mounts and chroot (gVisor does
-    # not apply the engine's profile; before the filter did, `unshare user` succeeded and the calls after it
-    # ran as root of that namespace: ENOSYS for modules, EINVAL for setuid 0, chroot SUCCEEDED).
+    # The same answers on gVisor: the platform's filter refuses namespaces, mounts and chroot there (gVisor does
+    # not apply the engine's profile; before, `unshare user` succeeded and the later calls ran as root of that
+    # namespace: ENOSYS for modules, EINVAL for setuid 0, chroot SUCCEEDED).
     out = await vector.run(runtime_plane.client, pair.a, python_probe(SYSCALL_PROBE, AGENT_PID, SPAWNER_PID))
     names = [line.partition(":")[0] for line in SYSCALL_PROBE.splitlines() if line.startswith("report(")]
     assert len(names) == 17

@@ -42,6 +42,9 @@ class CreateSpec:
     """A template's name; empty: the default (the sandbox image itself)."""
     network: NetworkPolicy | None = None
     """The network asked for (None: none); checked against the tenant's cap before anything exists."""
+    archive_limit_bytes: int = 0
+    """0: the policy's `max_archive_bytes` (a request's size). A restored snapshot or a fork sets its own (the
+    workspace is the platform's copy, not a request); the expanded-size limit holds for every archive."""
 
 
 def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:
@@ -61,14 +64,13 @@ def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:
     return r
 
 
-async def check_archive(policy: SessionPolicy, archive: bytes) -> dict[str, bytes]:
+async def check_archive(policy: SessionPolicy, archive: bytes, limit_bytes: int = 0) -> dict[str, bytes]:
     """The archive's project config files (project_files), once it is known to be acceptable."""
     if not archive:
         return {}
-    if len(archive) > policy.max_archive_bytes:
-        raise ResourceExhaustedError(
-            f"workspace archive is {len(archive)} bytes; the limit is {policy.max_archive_bytes}"
-        )
+    limit = limit_bytes or policy.max_archive_bytes
+    if len(archive) > limit:
+        raise ResourceExhaustedError(f"workspace archive is {len(archive)} bytes; the limit is {limit}")
     check = functools.partial(
         workspace_archive.check, archive, policy.max_archive_entries, policy.max_archive_expanded_bytes,
         keep=project_files.wanted, keep_bytes=project_files.MAX_FILE_BYTES,
@@ -92,7 +94,7 @@ async def _archive_pass(archive: bytes, check: Callable[[], workspace_archive.Ar
 async def session_config(policy: SessionPolicy, spec: CreateSpec) -> tuple[str, str | None, str]:
     """The session's merged config, the caller's own (when the project added to it) and its agent, from the
     checked archive's project files: refused (INVALID_ARGUMENT) before anything exists."""
-    project = await check_archive(policy, spec.workspace_archive)
+    project = await check_archive(policy, spec.workspace_archive, spec.archive_limit_bytes)
     read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
     # Small files can still expand (aliases, {file:}): any project file is read off the loop.
     inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES

@@ -1,0 +1,1 @@
+"""Snapshot storages (core/sessions/snapshots.py is the port they implement)."""

@@ -1,0 +1,142 @@
+"""The filesystem snapshot storage: what lists is whole, what is stored is what comes back, and a damaged file is
+refused before it could be restored."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.core.permissions.permission import Rule
+from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState
+from controlplane.core.sessions.snapshots import SnapshotState
+from controlplane.errors import FailedPreconditionError, InvalidArgumentError
+from controlplane.snapshots.fs_store import STALE_TEMP_S, FsSnapshotStorage
+
+ID = "snap_" + "ab" * 12
+OTHER = "snap_" + "cd" * 12
+
+
+def _state() -> SnapshotState:
+    session = Session(
+        id="ses_1", tenant="acme", agent="plan", state=SessionState.READY, resources=Resources(0.5, 256, 64),
+        created_at=1.0, last_active_at=1.0, labels={"k": "v"}, config_json='{"merged": true}',
+        caller_config_json='{"caller": true}', template="node", network=NetworkPolicy(("example.test",), ()),
+    )
+    return SnapshotState.of(session, [{"content": "x", "status": "pending"}], [Rule("bash", "ls *", "allow")])
+
+
+def _tar() -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        data = os.urandom(300_000) + b"text " * 50_000
+        info = tarfile.TarInfo("dir/file.bin")
+        info.size, info.mode = len(data), 0o751
+        tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+async def _chunks(data: bytes, fail_after: int | None = None) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), 65536):
+        if fail_after is not None and i >= fail_after:
+            raise OSError("the agent went away mid-download")
+        yield data[i : i + 65536]
+
+
+async def test_written_snapshot_reads_back_with_its_state(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    tar = _tar()
+    written = await store.write("acme", ID, "ses_1", _state(), _chunks(tar))
+    assert written.size_bytes == (tmp_path / "acme" / f"{ID}.tar.gz").stat().st_size < len(tar)
+    assert gzip.decompress(await store.read("acme", ID)) == tar
+    got = await store.get("acme", ID)
+    assert got == written
+    assert got is not None
+    assert got.state == _state()
+    assert got.state.rules() == [Rule("bash", "ls *", "allow")]
+    assert got.state.config_json == '{"caller": true}'  # the caller's own: the project's merges in at restore
+    assert [s.id for s in await store.list("acme")] == [ID]
+
+
+async def test_another_tenant_neither_lists_nor_reads_it(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    await store.write("acme", ID, "ses_1", _state(), _chunks(_tar()))
+    assert await store.get("globex", ID) is None
+    assert await store.list("globex") == []
+    assert not await store.delete("globex", ID)
+    with pytest.raises(FailedPreconditionError):
+        await store.read("globex", ID)
+    assert await store.get("acme", ID) is not None
+
+
+async def test_a_write_that_fails_midway_leaves_nothing(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    with pytest.raises(OSError, match="mid-download"):
+        await store.write("acme", ID, "ses_1", _state(), _chunks(_tar(), fail_after=200_000))
+    assert await store.list("acme") == []
+    assert await store.get("acme", ID) is None
+    assert list((tmp_path / "acme").iterdir()) == []
+
+
+async def test_a_crash_before_the_record_leaves_nothing_listed(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    await store.write("acme", ID, "ses_1", _state(), _chunks(_tar()))
+    folder = tmp_path / "acme"
+    # What a crash leaves: a workspace written without its record, and temporaries of both kinds.
+    (folder / f"{OTHER}.tar.gz").write_bytes(b"half")
+    (folder / f".{OTHER}.tar.gz.0000.tmp").write_bytes(b"half")
+    (folder / f".{OTHER}.json.0000.tmp").write_bytes(b"{")
+    assert [s.id for s in await store.list("acme")] == [ID]
+    assert await store.get("acme", OTHER) is None
+    old = time.time() - STALE_TEMP_S - 10
+    for temp in folder.glob(".*.tmp"):
+        os.utime(temp, (old, old))
+    await store.write("acme", "snap_" + "ef" * 12, "ses_1", _state(), _chunks(b"x" * 10))
+    assert list(folder.glob(".*.tmp")) == []  # stale temporaries are swept by the next write
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "remove"])
+async def test_a_damaged_snapshot_is_refused_naming_the_problem(tmp_path: Path, damage: str) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    await store.write("acme", ID, "ses_1", _state(), _chunks(_tar()))
+    path = tmp_path / "acme" / f"{ID}.tar.gz"
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[:-1]))
+    else:
+        path.unlink()
+    with pytest.raises(FailedPreconditionError, match=f"snapshot {ID} is (corrupt|damaged)"):
+        await store.read("acme", ID)
+
+
+@pytest.mark.parametrize("bad", ["../acme/" + ID, "snap_../../etc", "", ID + "/x", ID.upper()])
+async def test_ids_that_are_not_snapshot_ids_are_refused(tmp_path: Path, bad: str) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    for call in (store.get("acme", bad), store.read("acme", bad), store.delete("acme", bad)):
+        with pytest.raises(InvalidArgumentError, match="is not a snapshot id"):
+            await call
+
+
+async def test_a_tenant_name_cannot_leave_the_root(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path / "root")
+    await store.write("../escape", ID, "ses_1", _state(), _chunks(b"x"))
+    assert not (tmp_path / "escape").exists()
+    assert [p.parent.parent for p in (tmp_path / "root").rglob("*.json")] == [tmp_path / "root"]
+
+
+async def test_delete_removes_it(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    await store.write("acme", ID, "ses_1", _state(), _chunks(_tar()))
+    assert await store.delete("acme", ID)
+    assert not await store.delete("acme", ID)
+    assert await store.list("acme") == []
+    assert list((tmp_path / "acme").iterdir()) == []
