@@ -210,7 +210,7 @@ except OSError as e:
     print(type(e).__name__, e.errno)
 """)
     ))
-    # No TCP listener exists inside either, so nothing can be relayed over loopback.
+    # No TCP listener exists inside either: nothing can be relayed over loopback.
     expected = (
         "700 root:root\n"
         "stat: cannot statx '/run/agent/agent.sock': Permission denied\n"
