@@ -446,7 +446,7 @@ async def test_container_is_gone_after_delete(runtime_plane: Plane, vector: Vect
 async def test_javascript_attempts_from_a_custom_tool(
     runtime_plane: Plane, pair: Pair, listeners: dict[str, Listener], host_marker: Path, runtime: str,  # noqa: F811
 ) -> None:
-    # Bun's own APIs, not a shell: fetch, Bun.connect, node:fs, process.kill, process.setuid.
+    # Bun's own APIs, no shell: fetch, Bun.connect, node:fs, process.kill, process.setuid.
     bridge = listeners["docker0"]
     out = await runtime_plane.client.execute_tool(
         pair.a, "probe_js", {"host": bridge.host, "port": bridge.tcp_port, "marker": str(host_marker)}
