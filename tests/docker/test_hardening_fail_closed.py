@@ -123,8 +123,9 @@ def test_verify_hardening_refuses_what_the_engine_really_reports(soft_container:
     assert str(info.value) == (
         "sandbox hardening could not be applied: network is 'bridge', not none; "
         "capabilities not all dropped (None); unexpected capabilities ['SYS_ADMIN']; "
-        "no-new-privileges is not set; root filesystem is writable; pids limit is 100, wanted 512; "
-        "memory limit is 0, wanted 1024 MiB; cpu limit is 0, wanted 1.0; runtime is runc, wanted runsc; "
+        "no-new-privileges is not set; root filesystem is writable; memory limit is 0, wanted 1024 MiB; "
+        "cpu limit is 0, wanted 1.0; pids limit is 100, wanted 8448; the nproc limit is unset, wanted 512 (the "
+        "session's processes on gVisor); runtime is runc, wanted runsc; "
         "the Docker socket is mounted; the code snapshot dir /run/code is not a tmpfs of its own"
     )
 
@@ -135,7 +136,11 @@ async def test_verify_hardening_accepts_a_real_hardened_sandbox(docker_plane: Pl
     verify_hardening(container.attrs, Resources(1.0, 1024, 512), None)
     with pytest.raises(HardeningError) as info:
         verify_hardening(container.attrs, Resources(1.0, 1024, 512), "runsc")
-    assert str(info.value) == "sandbox hardening could not be applied: runtime is runc, wanted runsc"
+    # Checked as a gVisor sandbox: its host pids limit and guest process limit are gVisor's (gvisor_limits.py).
+    assert str(info.value) == (
+        "sandbox hardening could not be applied: pids limit is 512, wanted 8448; the nproc limit is unset, "
+        "wanted 512 (the session's processes on gVisor); runtime is runc, wanted runsc"
+    )
     await docker_plane.client.delete_session(session.id)
 
 
