@@ -497,7 +497,8 @@ def _shareable(fds: list[int]) -> None:
     with EACCES, where upstream's shell, which owns its pipes, writes them. Only the holders of a pipe can reach it
     that way (another process's /proc/PID/fd is closed to tool processes), so the mode opens nothing else."""
     for fd in fds:
-        os.fchmod(fd, 0o666)
+        with contextlib.suppress(OSError):  # gVisor refuses a pipe's mode change (EPERM): its pipes stay as made
+            os.fchmod(fd, 0o666)
 
 
 def _close_fds(fds: Iterable[int]) -> None:
