@@ -10,6 +10,7 @@ it is not reached); `[egress] hosts` maps the test's names to 127.0.0.1.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -18,11 +19,14 @@ from typing import Any
 
 import pytest
 
+from controlplane import app
 from controlplane.client import AsyncClient
-from tests.cluster.support import TOKENS, Cluster, SwarmPlane, swarm_plane
+from controlplane.config import load_settings
+from controlplane.v1 import session_pb2
+from tests.cluster.support import TENANT_CONSTRAINTS, TOKENS, Cluster, SwarmPlane, free_port, swarm_plane
 from tests.cluster.test_swarm import node_of
 from tests.docker import egress_servers
-from tests.planes import short_tmp
+from tests.planes import new_instance, short_tmp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -194,3 +198,40 @@ async def test_the_proxy_goes_with_the_session(cluster: Cluster, net_plane: Swar
     await client.delete_session(session.id)
     assert not sock.exists()
     assert not proxy_sock.exists()
+
+
+async def test_a_restarted_plane_carries_an_adopted_sessions_network_again(
+    cluster: Cluster, web: tuple[int, list[str]],
+) -> None:
+    """The plane stops (the sandbox lives on; its proxy and link go), a plane with the same data dir adopts the
+    session: its proxy and its link to the relay start again, and the sandbox reaches the test host as before."""
+    port, _ = web
+    data_dir = short_tmp()
+    options = {
+        "data_dir": data_dir, "instance": new_instance("c"), "server": {"listen": "127.0.0.1:0"},
+        "pool": {"size": 0}, "tenants": TENANTS, "egress": EGRESS,
+        "provider": {"type": "swarm", "relay_port": free_port(), "watch_interval_s": 0.5,
+                     "tenant_constraints": TENANT_CONSTRAINTS,
+                     **({"image": os.environ["OCSB_TEST_IMAGE"]} if os.environ.get("OCSB_TEST_IMAGE") else {})},
+    }
+    plane = await app.start(load_settings(None, **options))
+    client = AsyncClient(plane.address, TOKENS["beta"])
+    session = await client.create_session(network_allow=ALLOW)
+    fetch = f"curl -sS --max-time 30 http://web.test:{port}/hello.txt"
+    assert await sh(client, session.id, fetch) == (0, "hello from the test host\n")
+    await client.close()
+    await app.stop(plane)
+    plane = await app.start(load_settings(None, **options))
+    client = AsyncClient(plane.address, TOKENS["beta"])
+    provider = plane.sessions._provider
+    try:
+        assert (await client.get_session(session.id)).state == session_pb2.Session.READY
+        assert await sh(client, session.id, fetch) == (0, "hello from the test host\n")
+        await client.delete_session(session.id)
+    finally:
+        await client.close()
+        await app.stop(plane)
+        remove_relay = getattr(provider, "remove_relay", None)
+        if remove_relay is not None:
+            await remove_relay()
+        shutil.rmtree(data_dir, ignore_errors=True)
