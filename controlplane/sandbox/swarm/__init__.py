@@ -5,4 +5,5 @@ service:  a sandbox's task template and the fail-closed check of what the engine
 fleet:    the relay service of one control plane and its per-node clients.
 relay:    the relay program itself (stdlib only), shipped to every node as a Swarm config.
 channel:  the control plane's side of the agent channel: relay PKI, relay client, local forwarders.
+egress_link: a session's way out, from the relay's egress.sock on the node back to its proxy here.
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import ssl
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.errors import ConfigError, SandboxError
+from controlplane.sandbox.swarm.egress_link import EgressLink
 from controlplane.sandbox.swarm.relay import splice
 
 _MAX_UNIX_PATH = 107
@@ -107,10 +109,12 @@ class RelayClient:
             raise SandboxError(f"relay {self.host}:{self.port} refused {message.get('op')}: {reply.get('error')}")
         return reply
 
-    async def connect(self, instance: str, sandbox_id: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A byte stream to the sandbox's agent socket on that node."""
+    async def connect(self, instance: str, sandbox_id: str, op: str = "connect"
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to the sandbox's agent socket on that node; with op `egress`, a stream the relay hands
+        the sandbox's next connection to its egress.sock (egress_link)."""
         reader, writer = await self._open()
-        writer.write(json.dumps({"op": "connect", "instance": instance, "sandbox": sandbox_id}).encode() + b"\n")
+        writer.write(json.dumps({"op": op, "instance": instance, "sandbox": sandbox_id}).encode() + b"\n")
         line = await asyncio.wait_for(reader.readline(), CONNECT_TIMEOUT_S)
         reply = json.loads(line) if line else {}
         if not isinstance(reply, dict) or reply.get("ok") is not True:
@@ -131,6 +135,19 @@ class LocalForward:
         self._sandbox_id = sandbox_id
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._egress: EgressLink | None = None
+
+    def carry_egress(self) -> Path:
+        """Starts (once) carrying the sandbox's connections to its egress.sock back here; the Unix socket they
+        arrive at, where the session's proxy is to listen."""
+        if self._egress is None:
+            path = self.path.with_name(f"{self._sandbox_id}.egress.sock")
+            if len(str(path)) > _MAX_UNIX_PATH:
+                raise ConfigError(f"{path} is too long for a Unix socket path; choose a shorter data_dir")
+            self._egress = EgressLink(functools.partial(self.relay.connect, self._instance, self._sandbox_id,
+                                                        "egress"), path)
+            self._egress.start()
+        return self._egress.proxy_path
 
     async def start(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -152,6 +169,8 @@ class LocalForward:
             self._writers -= {writer, upstream[1]}
 
     async def close(self) -> None:
+        if self._egress is not None:
+            await self._egress.close()
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):

@@ -56,12 +56,13 @@ from controlplane.sandbox.layout import (
 )
 from controlplane.sandbox.pool import WarmPool
 from controlplane.sandbox.swarm.channel import LocalForward
+from controlplane.sandbox.swarm.egress_link import SwarmNetworks
 from controlplane.sandbox.swarm.fleet import RelayFleet
 from controlplane.sandbox.swarm.service import sandbox_template, verify_service_hardening
 from controlplane.sandbox.swarm.tool_blocks import create_with_block
 from controlplane.sandbox.tool_ids import ToolIds
 
-# The package's logger, as before the split: operators (and tests) read the Swarm provider's story there.
+# The package's logger (as before the split): operators and tests read the provider's story.
 log = logging.getLogger("controlplane.sandbox.swarm")
 
 _FAILED_TASK_STATES = {"failed", "rejected", "shutdown", "complete", "orphaned", "remove"}
@@ -85,7 +86,7 @@ class _Placement:
     node: str
 
 
-class SwarmSandboxProvider(SandboxProvider):
+class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
     def __init__(
         self,
         config: SwarmProviderConfig,
@@ -117,8 +118,8 @@ class SwarmSandboxProvider(SandboxProvider):
         self._lost: dict[str, str] = {}
         self._lost_listeners: list[LostListener] = []
         self._reporting = TrackedTasks()
-        """Loss reports being handled: apart from the watcher, whose rounds must not wait for a session to end
-        (that removes the sandbox's service and network, which can take a while on a dead node)."""
+        """Loss reports being handled apart from the watcher, whose rounds must not wait for a session's end
+        (slow on a dead node)."""
         self._watcher: asyncio.Task[None] | None = None
         self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
 

@@ -8,12 +8,18 @@ as a Swarm config and run by the sandbox image's Python). One request line (JSON
   {"op": "retain", "instance": I, "keep": [S...]}   removes the instance's other dirs
   {"op": "connect", "instance": I, "sandbox": S}    -> {"ok": true}, then the connection is spliced
                                                        to that dir's agent.sock
+  {"op": "egress", "instance": I, "sandbox": S}     -> {"ok": true}; the relay listens on that dir's
+                                                       egress.sock, and this connection waits there: when
+                                                       the sandbox's agent connects, the relay sends
+                                                       {"accepted": true} and splices the two
 Only a client whose certificate the cluster CA signed gets this far (the control plane).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import os
 import re
@@ -24,6 +30,11 @@ from pathlib import Path
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 SOCKET_NAME = "agent.sock"  # layout.SOCKET_NAME: this file ships alone and imports only the stdlib
+EGRESS_NAME = "egress.sock"  # layout.EGRESS_SOCKET_NAME
+EGRESS_MAX = 256
+"""A sandbox's connections to egress.sock at once: its agent caps its own, but the relay does not trust it."""
+EGRESS_WAIT_S = 10.0
+"""How long a sandbox's connection waits for one of the control plane's streams (it keeps a few waiting)."""
 MAX_LINE = 64 * 1024
 CHUNK = 256 * 1024
 
@@ -56,10 +67,99 @@ async def splice(
     await asyncio.gather(pipe(a[0], b[1]), pipe(b[0], a[1]))
 
 
+class _Waiting:
+    """One control-plane stream waiting for a connection of the sandbox. It never sends before it is handed one,
+    so anything its reader returns meanwhile (an end) means the control plane let it go."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.watch = asyncio.ensure_future(reader.read(1))
+        self.finished: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.taken = False
+
+
+class EgressPoint:
+    """A sandbox's way back to its session's proxy: egress.sock in its dir on this node (where its agent's
+    forwarder connects), each connection carried over a stream the control plane opened to this relay. The
+    sandbox's overlay stays without a route out: it reaches only this socket, and only its own session's proxy."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+        self._idle: collections.deque[_Waiting] = collections.deque()
+        self._available = asyncio.Event()
+        self._active = 0
+
+    async def listen(self) -> None:
+        if self._server is not None and self.path.exists():
+            return
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self._server = await asyncio.start_unix_server(self._accept, str(self.path), limit=MAX_LINE)
+        os.chmod(self.path, 0o600)  # the agent (root in the sandbox) connects; its dir is 0700 anyway
+
+    async def wait(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Holds a control-plane stream until the sandbox connects (then until that connection ends) or the
+        control plane closes it."""
+        waiting = _Waiting(reader, writer)
+        self._idle.append(waiting)
+        self._available.set()
+        try:
+            await asyncio.wait({waiting.watch, waiting.finished}, return_when=asyncio.FIRST_COMPLETED)
+            if waiting.taken:
+                await waiting.finished
+        finally:
+            waiting.watch.cancel()
+            with contextlib.suppress(ValueError):
+                self._idle.remove(waiting)
+
+    async def _take(self) -> _Waiting:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + EGRESS_WAIT_S
+        while True:
+            while self._idle:
+                waiting = self._idle.popleft()
+                if not waiting.watch.done():
+                    waiting.taken = True
+                    waiting.watch.cancel()
+                    return waiting
+            self._available.clear()
+            await asyncio.wait_for(self._available.wait(), max(0.0, deadline - loop.time()))
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._active >= EGRESS_MAX:
+            writer.close()
+            return
+        self._active += 1
+        waiting: _Waiting | None = None
+        try:
+            waiting = await self._take()
+            waiting.writer.write(b'{"accepted": true}\n')
+            await waiting.writer.drain()
+            await splice((reader, writer), (waiting.reader, waiting.writer))
+        except (TimeoutError, ConnectionError, OSError):
+            pass  # no stream came (the control plane is away): the sandbox's client sees a closed connection
+        finally:
+            self._active -= 1
+            writer.close()
+            if waiting is not None and not waiting.finished.done():
+                waiting.finished.set_result(b"")
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for waiting in self._idle:
+            waiting.writer.close()
+        self._idle.clear()
+
+
 class Relay:
     def __init__(self, root: Path, node: str) -> None:
         self.root = root
         self.node = node
+        self.egress: dict[Path, EgressPoint] = {}
 
     def _dir(self, request: dict[str, object]) -> Path:
         instance, sandbox = request.get("instance"), request.get("sandbox")
@@ -86,6 +186,15 @@ class Relay:
                 await self._reply(writer, {"ok": True})
                 await splice((reader, writer), upstream)
                 return
+            if op == "egress":
+                directory = self._dir(request)
+                if not directory.is_dir():
+                    raise ValueError(f"sandbox dir {directory.name} is not prepared on this node")
+                point = self.egress.setdefault(directory, EgressPoint(directory / EGRESS_NAME))
+                await point.listen()
+                await self._reply(writer, {"ok": True})
+                await point.wait(reader, writer)
+                return
             await self._reply(writer, self._control(op, request))
         except (TimeoutError, ValueError, ConnectionError, OSError) as exc:
             await self._reply(writer, {"ok": False, "error": str(exc) or type(exc).__name__})
@@ -101,6 +210,7 @@ class Relay:
             path.mkdir(mode=0o700, exist_ok=True)
             return {"ok": True, "node": self.node}
         if op == "remove":
+            self._close_egress(self._dir(request))
             shutil.rmtree(self._dir(request), ignore_errors=True)
             return {"ok": True}
         if op == "retain":
@@ -112,10 +222,16 @@ class Relay:
             if base.is_dir():
                 for child in base.iterdir():
                     if child.name not in keep:
+                        self._close_egress(child)
                         shutil.rmtree(child, ignore_errors=True)
                         removed.append(child.name)
             return {"ok": True, "removed": removed}
         raise ValueError(f"unknown op {op!r}")
+
+    def _close_egress(self, directory: Path) -> None:
+        point = self.egress.pop(directory, None)
+        if point is not None:
+            point.close()
 
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, message: dict[str, object]) -> None:
