@@ -29,18 +29,18 @@ class Seen:
 Route = Callable[[Seen], Awaitable[bytes]]
 
 
-class HttpUpstream:
-    """A small HTTP/1.1 origin server on 127.0.0.1 that keeps connections alive and records requests."""
+class _Loopback:
+    """A TCP server of the test's own on 127.0.0.1 (an ephemeral port); subclasses serve its connections."""
 
     def __init__(self) -> None:
-        self.seen: list[Seen] = []
         self.connections = 0
-        self.routes: dict[str, Route] = {"/": self._hello}
         self._server: asyncio.Server | None = None
 
-    async def start(self) -> HttpUpstream:
+    async def _listen(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
 
     @property
     def port(self) -> int:
@@ -51,6 +51,19 @@ class HttpUpstream:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+
+class HttpUpstream(_Loopback):
+    """A small HTTP/1.1 origin server on 127.0.0.1 that keeps connections alive and records requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Seen] = []
+        self.routes: dict[str, Route] = {"/": self._hello}
+
+    async def start(self) -> HttpUpstream:
+        await self._listen()
+        return self
 
     async def _hello(self, seen: Seen) -> bytes:
         return response(200, b"hello from upstream")
@@ -93,27 +106,16 @@ def response(status: int, body: bytes, *headers: tuple[str, str]) -> bytes:
     return "\r\n".join(head).encode() + body
 
 
-class EchoServer:
+class EchoServer(_Loopback):
     """A TCP server on 127.0.0.1 that sends back whatever it receives, and keeps it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.received = bytearray()
-        self.connections = 0
-        self._server: asyncio.Server | None = None
 
     async def start(self) -> EchoServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        await self._listen()
         return self
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
