@@ -122,9 +122,12 @@ async def test_fuzzed_rpc_gives_a_clear_answer_and_changes_nothing(fplane: FuzzP
             code, details = await subscribe(fplane, stub_method(fplane, method, grpc_module), request)
         else:
             code, details, response = await unary(fplane, stub_method(fplane, method, grpc_module), request)
-            if name == "SessionService.CreateSession" and code == grpc.StatusCode.OK:
+            # The calls that make a session (a fork is a create) or a snapshot: what an OK one made is removed.
+            if name in ("SessionService.CreateSession", "SessionService.ForkSession") and code == grpc.StatusCode.OK:
                 created = response.id
                 await fplane.client.delete_session(created)
+            if name == "SessionService.SnapshotSession" and code == grpc.StatusCode.OK:
+                await fplane.client.delete_snapshot(response.id)
         assert code in CLEAR, f"{name}: {code.name}: {details}"
         assert code == grpc.StatusCode.OK or details.strip(), f"{name}: {code.name} without a message"
         after = await snapshot(fplane)
