@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import shutil
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from controlplane.app import FRONT_END_SOCKET
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from tests.archives import tar_of
-from tests.planes import new_instance, short_tmp
+from tests.planes import new_instance, remove_instance_leftovers, short_tmp
 
 TENANT = {"name": "tls", "token": "tls-tenant-token"}
 
@@ -51,7 +52,8 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 @pytest.fixture(name="tls_plane")
 async def tls_plane_fixture(tmp_path: Path) -> AsyncIterator[tuple[app.ControlPlane, bytes]]:
     cert, key = _self_signed(tmp_path)
-    settings = load_settings(None, data_dir=short_tmp(), instance=new_instance(), provider={"type": "local"},
+    data_dir, instance = short_tmp(), new_instance()
+    settings = load_settings(None, data_dir=data_dir, instance=instance, provider={"type": "local"},
                              tenants=[TENANT], server={"listen": "127.0.0.1:0", "tls_cert": str(cert),
                                                        "tls_key": str(key), "mcp_listen": "127.0.0.1:0"})
     plane = await app.start(settings)
@@ -59,6 +61,8 @@ async def tls_plane_fixture(tmp_path: Path) -> AsyncIterator[tuple[app.ControlPl
         yield plane, cert.read_bytes()
     finally:
         await app.stop(plane)
+        remove_instance_leftovers(instance)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def test_the_front_end_works_when_the_public_port_is_tls(tls_plane: tuple[app.ControlPlane, bytes]) -> None:
