@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -37,6 +38,8 @@ from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_age
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
+
+T = TypeVar("T")
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -220,14 +223,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         return str(r.path)
 
     async def list_custom_tools(self, config_json: str, env: dict[str, str]) -> CustomListing:
-        traced = AgentCallSpan("ListCustomTools", self.sandbox_id)
-        try:
-            r = await self._stub.ListCustomTools(agent_pb2.ListCustomToolsRequest(config_json=config_json, env=env),
-                                                 metadata=traced.metadata)
-        except grpc.aio.AioRpcError as exc:
-            traced.finish(error=exc)
-            raise map_agent_error(exc, self.sandbox_id) from exc
-        traced.finish(r.spans)
+        request = agent_pb2.ListCustomToolsRequest(config_json=config_json, env=env)
+        r = await self._traced("ListCustomTools", lambda md: self._stub.ListCustomTools(request, metadata=md))
         return CustomListing(
             tools=[
                 CustomToolSpec(t.id, t.description, _json(t.parameters_json_schema), t.source, t.origin, t.init_ms)
@@ -243,27 +240,26 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         )
 
     async def snapshot_code(self, config_json: str, env: dict[str, str]) -> CodeChanges:
-        traced = AgentCallSpan("SnapshotCustomCode", self.sandbox_id)
-        try:
-            r = await self._stub.SnapshotCustomCode(
-                agent_pb2.SnapshotCustomCodeRequest(config_json=config_json, env=env), metadata=traced.metadata,
-            )
-        except grpc.aio.AioRpcError as exc:
-            traced.finish(error=exc)
-            raise map_agent_error(exc, self.sandbox_id) from exc
-        traced.finish([])
+        request = agent_pb2.SnapshotCustomCodeRequest(config_json=config_json, env=env)
+        r = await self._traced("SnapshotCustomCode", lambda md: self._stub.SnapshotCustomCode(request, metadata=md))
         return CodeChanges(list(r.added), list(r.changed), list(r.removed))
 
     async def start_network(self, port: int, ca_pem: bytes) -> dict[str, str]:
-        traced = AgentCallSpan("StartNetwork", self.sandbox_id)
+        request = agent_pb2.StartNetworkRequest(port=port, ca_pem=ca_pem)
+        r = await self._traced("StartNetwork", lambda md: self._stub.StartNetwork(request, metadata=md))
+        return dict(r.env)
+
+    async def _traced(self, method: str, call: Callable[[Any], Awaitable[T]]) -> T:
+        """One unary agent call under its trace span (the agent's own spans, when it sends them, join it);
+        a failure maps to the platform's error for this sandbox."""
+        traced = AgentCallSpan(method, self.sandbox_id)
         try:
-            r = await self._stub.StartNetwork(agent_pb2.StartNetworkRequest(port=port, ca_pem=ca_pem),
-                                              metadata=traced.metadata)
+            r = await call(traced.metadata)
         except grpc.aio.AioRpcError as exc:
             traced.finish(error=exc)
             raise map_agent_error(exc, self.sandbox_id) from exc
-        traced.finish([])
-        return dict(r.env)
+        traced.finish(getattr(r, "spans", []))
+        return r
 
     async def run_plugin_hook(
         self, name: str, input_: dict[str, object], output: dict[str, object], timeout_s: float,
