@@ -36,7 +36,7 @@ from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import cgroup_cpu, code_mount, confinement, gvisor_limits
+from controlplane.sandbox import cgroup_cpu, code_mount, confinement, container_removal, gvisor_limits
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -257,20 +257,11 @@ class DockerSandboxProvider(SandboxProvider):
         self._retained.update(sandbox_ids)
 
     def _remove_container(self, sandbox_id: str) -> None:
-        try:
-            self._client.api.remove_container(self._name(sandbox_id), force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: removal already in progress
-                raise
+        container_removal.remove_container(self._client.api, self._name(sandbox_id))
 
     def _remove_everything(self, sandbox_id: str) -> None:
         self._remove_container(sandbox_id)
-        try:
-            self._client.api.remove_volume(self._volume(sandbox_id), force=True)
-        except docker.errors.NotFound:
-            pass
+        container_removal.remove_volume(self._client.api, self._volume(sandbox_id))
         if self._disks is not None:
             self._disks.release(sandbox_id)
         self._dirs.remove(sandbox_id)
