@@ -239,7 +239,9 @@ class DockerSandboxProvider(SandboxProvider):
         sandbox = self._live.pop(sandbox_id, None)
         if sandbox is not None:
             await sandbox.agent.close()
-        await asyncio.to_thread(self._remove_everything, sandbox_id)
+        await container_removal.remove_container(self._client.api, self._name(sandbox_id))
+        await container_removal.remove_volume(self._client.api, self._volume(sandbox_id))
+        await asyncio.to_thread(self._release_storage, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
         self._retained.discard(sandbox_id)
 
@@ -249,19 +251,14 @@ class DockerSandboxProvider(SandboxProvider):
         if sandbox is not None:
             await sandbox.agent.close()
         self._retained.add(sandbox_id)
-        await asyncio.to_thread(self._remove_container, sandbox_id)
+        await container_removal.remove_container(self._client.api, self._name(sandbox_id))
         await asyncio.to_thread(self._dirs.remove, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
 
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         self._retained.update(sandbox_ids)
 
-    def _remove_container(self, sandbox_id: str) -> None:
-        container_removal.remove_container(self._client.api, self._name(sandbox_id))
-
-    def _remove_everything(self, sandbox_id: str) -> None:
-        self._remove_container(sandbox_id)
-        container_removal.remove_volume(self._client.api, self._volume(sandbox_id))
+    def _release_storage(self, sandbox_id: str) -> None:
         if self._disks is not None:
             self._disks.release(sandbox_id)
         self._dirs.remove(sandbox_id)
