@@ -140,6 +140,7 @@ def _replace(dir_fd: int, name: str, target: Target, mode: int | None, max_bytes
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     except OSError as exc:
+        announce(None)  # not made: whatever holds the name (EEXIST) is not ours
         raise _os_refusal(exc, target.path) from None
     try:
         written = 0

@@ -17,15 +17,18 @@ process swapped in cannot point it elsewhere. What it removes, a tool process co
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
 
+from sandbox_agent.errors import AgentError
 from sandbox_agent.process import Chunk, Execution, Exit
 
 MARK = "@"
+REMOVER_TIMEOUT_S = 10.0
 TEMP_NAMES = re.compile(r"\.ocsb-upload-[0-9]+-[0-9]+|\..+\.ocsb-[0-9]+", re.DOTALL)
 """tario's and fileops' temporary names: nothing else is ever removed."""
 Helper = Callable[[list[str], bool], Awaitable[Execution]]
@@ -33,8 +36,9 @@ Helper = Callable[[list[str], bool], Awaitable[Execution]]
 _WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def announce(path: str) -> None:
-    """Helper side: says where the next temporary entry is made, before making it."""
+def announce(path: str | None) -> None:
+    """Helper side: says where the next temporary entry is made, before making it; None once a name could not be
+    made because it was taken (a tool process can guess it): that entry is someone else's, never removed."""
     sys.stdout.write(MARK + json.dumps(path) + "\n")
     sys.stdout.flush()
 
@@ -50,14 +54,19 @@ class Announced:
 
     def feed(self, data: bytes) -> None:
         self._pending += data
+        if b"\n" not in data:
+            # The result is one line without an end (a summary, a listing): appending alone keeps a long one
+            # linear; looking through all of it again for each piece would be quadratic.
+            return
         start = 0
         while (end := self._pending.find(b"\n", start)) >= 0:
             line = bytes(self._pending[start:end])
             if line.startswith(MARK.encode()):
                 try:
-                    self.temp = str(json.loads(line[1:]))
+                    said = json.loads(line[1:])
                 except ValueError:
-                    self.temp = None
+                    said = None
+                self.temp = said if isinstance(said, str) else None
             else:
                 self._result += line + b"\n"
             start = end + 1
@@ -68,13 +77,26 @@ class Announced:
 
     async def remove_left(self, start: Helper) -> None:
         """Removes the last announced temporary entry if it is still there, through a helper of its own: the
-        directories are the tool user's, and the agent, root without CAP_DAC_OVERRIDE, may not write in them."""
+        directories are the tool user's, and the agent, root without CAP_DAC_OVERRIDE, may not write in them.
+        Bounded in time, and stopped with its caller: a tool process can SIGSTOP it (same uid)."""
         if self.temp is None:
             return
         temp, self.temp = self.temp, None
-        remover = await start(["sandbox_agent.helper_temps", "remove", self._workspace, temp], False)
-        async for _ in remover.events():
+        try:
+            remover = await start(["sandbox_agent.helper_temps", "remove", self._workspace, temp], False)
+        except (AgentError, OSError):
+            return  # out of processes: the caller's own answer (the refusal) matters more than the leftover
+        ended = False
+        try:
+            async with asyncio.timeout(REMOVER_TIMEOUT_S):
+                async for _ in remover.events():
+                    pass
+            ended = True
+        except TimeoutError:
             pass
+        finally:
+            if not ended:
+                remover.stop(reason="temporary entry removal overran or was cancelled")
 
 
 def remove_temp(workspace: str, path: str) -> bool:

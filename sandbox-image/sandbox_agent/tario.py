@@ -244,6 +244,14 @@ def _put(parent: int, name: str, make: Callable[[str], None]) -> None:
     announce(os.path.join(os.readlink(f"/proc/self/fd/{parent}"), temp))
     try:
         make(temp)
+    except FileExistsError:
+        announce(None)  # the name was taken (a tool process can guess it): that entry is not ours to remove
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+        raise
+    try:
         os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -7,6 +7,7 @@ uid) would do; tests/docker/test_file_upload_races.py does the same through the 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from sandbox_agent import fileops, helper_temps
+from sandbox_agent.fileops import FileRefusedError
 from sandbox_agent.helper_temps import Announced, remove_temp
+from sandbox_agent.process import ExecSpec, Execution, Exit, Identity
 
 AGENT_ROOT = str(Path(__file__).resolve().parents[2] / "sandbox-image")
 
@@ -121,3 +125,39 @@ def test_a_removal_never_follows_a_link_or_leaves_the_workspace(tmp_path: Path) 
     assert not remove_temp(str(ws), str(victim))
     assert not remove_temp(str(ws), str(ws / "d" / ".." / ".." / "outside" / ".ocsb-upload-1-1"))
     assert victim.exists()
+
+
+def test_a_taken_temporary_name_is_never_announced_for_removal(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # A tool process can guess the helper's next temporary name and make it first: the write is refused
+    # (EEXIST), and that entry, which the helper did not make, must not be removed for it.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    taken = ws / f".a.txt.ocsb-{os.getpid()}"
+    taken.write_bytes(b"a tool's own file")
+    with pytest.raises(FileRefusedError):
+        fileops.write(str(ws), "a.txt", None, False, 1000, io.BytesIO(fileops.frame(b"new") + fileops.frame(b"")))
+    announced = Announced(str(ws))
+    announced.feed(capsys.readouterr().out.encode())
+    assert announced.temp is None
+    assert taken.read_bytes() == b"a tool's own file"
+
+
+async def test_a_stuck_remover_is_stopped_when_its_time_is_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The remover runs as the tool user, who can SIGSTOP it: its caller does not wait past the bound, and the
+    # process is stopped, not left behind.
+    monkeypatch.setattr(helper_temps, "REMOVER_TIMEOUT_S", 0.5)
+    started: list[Execution] = []
+
+    async def start(argv: list[str], stdin: bool) -> Execution:
+        spec = ExecSpec(argv=["sh", "-c", "kill -STOP $$"], env=dict(os.environ), cwd="/", timeout_s=None,
+                        stdin=False, kill_grace_s=0.2, merge_stderr=False)
+        started.append(await Execution.start(spec, Identity(None, None), 1 << 20))
+        return started[0]
+
+    announced = Announced("/workspace")
+    announced.feed(b'@"/workspace/.ocsb-upload-1-1"\n')
+    await asyncio.wait_for(announced.remove_left(start), 10)
+    exit_ = [item async for item in started[0].events()][-1]
+    assert isinstance(exit_, Exit)
+    assert exit_.aborted
