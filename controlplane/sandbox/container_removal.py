@@ -71,3 +71,10 @@ async def remove_volume(api: docker.APIClient, name: str, patience_s: float = RE
             raise SandboxError(f"volume {name} was not removed within {patience_s:.0f} s ({last}); the session's"
                                " next delete or the reaper tries again")
         await asyncio.sleep(RETRY_PAUSE_S)
+
+
+async def remove_sandbox(api: docker.APIClient, container: str, volume: str) -> None:
+    """The container, then its workspace volume, within one patience: a delete is bounded as a whole."""
+    started = time.monotonic()
+    await remove_container(api, container)
+    await remove_volume(api, volume, patience_s=max(RETRY_PAUSE_S, REMOVAL_PATIENCE_S - (time.monotonic() - started)))

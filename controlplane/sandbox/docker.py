@@ -239,8 +239,7 @@ class DockerSandboxProvider(SandboxProvider):
         sandbox = self._live.pop(sandbox_id, None)
         if sandbox is not None:
             await sandbox.agent.close()
-        await container_removal.remove_container(self._client.api, self._name(sandbox_id))
-        await container_removal.remove_volume(self._client.api, self._volume(sandbox_id))
+        await container_removal.remove_sandbox(self._client.api, self._name(sandbox_id), self._volume(sandbox_id))
         await asyncio.to_thread(self._release_storage, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
         self._retained.discard(sandbox_id)

@@ -6,6 +6,7 @@ tests/docker remove real containers through the same functions on every session'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -89,3 +90,16 @@ async def test_a_volume_in_use_waits_for_its_container_to_go() -> None:
     stuck = ScriptedEngine([_conflict] * 1000)
     with pytest.raises(SandboxError, match=r"volume ocsb-x-1-ws was not removed within 0 s \(it is still in use"):
         await container_removal.remove_volume(stuck, "ocsb-x-1-ws", patience_s=0.0)  # type: ignore[arg-type]
+
+
+async def test_a_sandbox_removal_shares_one_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The container and the volume used to get the patience each, one after the other: a delete could take twice.
+    monkeypatch.setattr(container_removal, "REMOVAL_PATIENCE_S", 0.5)
+
+    class SlowEngine(ScriptedEngine):
+        def remove_container(self, name: str, **_: Any) -> None:
+            time.sleep(0.45)  # the container took nearly all of it
+
+    engine = SlowEngine([_conflict] * 1000)
+    with pytest.raises(SandboxError, match=r"volume v was not removed within 0 s"):
+        await container_removal.remove_sandbox(engine, "c", "v")  # type: ignore[arg-type]
