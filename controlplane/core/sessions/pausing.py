@@ -1,0 +1,242 @@
+"""Pausing and resuming sessions, and keeping an ending session's workspace (docs/lifecycle.md).
+
+A pause stores the session's workspace with the snapshot machinery (a snapshot of kind "paused", which only its
+session sees) and removes the sandbox; the session keeps its id and everything the store holds for it (config,
+todos, approvals, network policy), so a resume needs only a new sandbox and that workspace. Nothing of the pause
+depends on the provider keeping a volume on one host: a resume lands wherever the provider (or Swarm) places the
+new sandbox, and takes a warm one from the pool when the session's resources and template allow.
+
+The order of the writes is what makes a restart harmless. A pause writes the workspace first, then the PAUSED
+state, then removes the sandbox: a restart before the state leaves a READY session (adopted as any) and a
+stray "paused" snapshot, which `_round` removes; after it, a claimed sandbox of a session that is not live, which
+reconciliation removes. A resume claims a sandbox and only then stores READY: a restart in between leaves the
+session PAUSED, resumable, and the claimed sandbox to reconciliation.
+
+Resuming loads the workspace's custom tools and plugins as they are then, like ReloadTools: a resume is the
+caller's act (the platform pauses idle sessions by itself, but never resumes one), and the `session.resumed` event
+lists the code files the resumed session runs, so that a caller can see what a model may have written meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+
+from controlplane.core.sessions.expiry import EXPIRED
+from controlplane.core.sessions.liveness import still_answers
+from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.models import Session, SessionState
+from controlplane.core.sessions.snapshots import Snapshot, SnapshotStorage
+from controlplane.core.sessions.snapshotting import PAUSED, RETAINED, SessionSnapshots
+from controlplane.core.sessions.store_port import SessionStore
+from controlplane.errors import ControlPlaneError, FailedPreconditionError
+
+log = logging.getLogger(__name__)
+PAUSED_MESSAGE = "call ResumeSession to run it again"
+"""A paused session's status message: every refused call on it says so (`session X is PAUSED (...)`)."""
+STRAY_AFTER_S = 600.0
+"""A "paused" snapshot whose session is not PAUSED is removed after this long (a pause may be writing it)."""
+SALVAGE_TIMEOUT_S = 60.0
+"""How long an ending session's workspace may take to be stored before the session ends without it."""
+
+
+class SessionPauses:
+    def __init__(self, sessions: SessionManager, snapshots: SessionSnapshots, storage: SnapshotStorage,
+                 store: SessionStore, pause_after_idle_s: float = 0.0, retain_s: float = 0.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._sessions = sessions
+        self._snapshots = snapshots
+        self._storage = storage
+        self._store = store
+        self._pause_after_idle_s = pause_after_idle_s
+        self.retain_s = retain_s
+        self._clock = clock
+        self._busy: dict[str, asyncio.Lock] = {}
+        """One pause, resume or delete at a time per session (in this plane)."""
+        self._keeping: dict[str, Snapshot | None] = {}
+        """Sessions being deleted with keep_snapshot: their retained snapshot, once stored."""
+        sessions.before_removal = self._before_removal
+        sessions.reapers.append(self.round)
+
+    # -- API ----------------------------------------------------------------------------------------
+
+    async def pause(self, tenant: str, session_id: str) -> Session:
+        async with self._lock(session_id):
+            session = await self._sessions.get(tenant, session_id)  # NOT_FOUND for another tenant's
+            if session.state == SessionState.PAUSED:
+                return session
+            self._pausable(session)
+            sandbox = await self._sessions.sandbox_for(tenant, session_id)
+            kept = await self._snapshots.keep(session, sandbox.agent.download(), PAUSED)
+            try:
+                paused = await self._sessions.park(session, PAUSED_MESSAGE)
+            except BaseException:
+                held = self._sessions.live_session(session_id)
+                if held is not None and held.state == SessionState.READY:  # still running: its copy is stray
+                    await asyncio.shield(self._storage.delete(tenant, kept.id))
+                raise
+            log.info("session %s paused (workspace %s, %d bytes)", session_id, kept.id, kept.size_bytes)
+            return paused
+
+    async def get_paused(self, tenant: str, session_id: str) -> Session | None:
+        """The tenant's session if it is PAUSED (what a resume reserves), None if it is in another state."""
+        session = await self._sessions.get(tenant, session_id)
+        return session if session.state == SessionState.PAUSED else None
+
+    async def resume(self, tenant: str, session_id: str) -> Session:
+        async with self._lock(session_id):
+            session = await self._sessions.get(tenant, session_id)
+            if session.state == SessionState.READY:
+                return session
+            if session.state != SessionState.PAUSED:
+                raise FailedPreconditionError(
+                    f"session {session_id} is {session.state.value}: only a PAUSED session can be resumed")
+            kept = await self._own_workspace(tenant, session_id)
+            if kept is None:
+                raise FailedPreconditionError(
+                    f"session {session_id} is PAUSED but its stored workspace is missing; delete the session")
+            archive = await self._storage.read(tenant, kept.id)  # checksum checked: a damaged one is refused
+            async with self._sessions.host.admitting(len(archive)) as keep_reservation:
+                changes = await self._sessions.unpark(session, archive)
+                await keep_reservation(session.id)
+            with contextlib.suppress(ControlPlaneError, OSError):  # a leftover is removed by `round`
+                await self._storage.delete(tenant, kept.id)
+            self._sessions.bus.publish("session.resumed", tenant, session_id, id=session_id,
+                                       sandboxID=session.sandbox_id, codeLoaded=changes.added + changes.changed)
+            return await self._sessions.get(tenant, session_id)
+
+    async def delete(self, tenant: str, session_id: str, keep_snapshot: bool) -> tuple[Session, Snapshot | None]:
+        """DeleteSession; with `keep_snapshot`, the workspace and state are first kept as a retained snapshot
+        (a READY session's from its sandbox, a PAUSED one's from its stored workspace, a FAILED one's is the one
+        kept when it failed)."""
+        if keep_snapshot and self.retain_s <= 0:
+            raise FailedPreconditionError(
+                "this control plane keeps no workspace after a session ends (lifetime.retain_s = 0): take a "
+                "snapshot with SnapshotSession first, then delete")
+        async with self._lock(session_id):
+            session = await self._sessions.get(tenant, session_id)
+            kept: Snapshot | None = None
+            if keep_snapshot and session.parent_id:
+                raise FailedPreconditionError(f"session {session_id} is a child of {session.parent_id} and has no "
+                                              "workspace of its own: keep the parent's")
+            if keep_snapshot and session.state == SessionState.PAUSED:
+                kept = await self._retain_paused(session)
+            elif keep_snapshot and session.state != SessionState.READY:
+                kept = await self._retained_of(session)
+                if kept is None:
+                    raise FailedPreconditionError(f"session {session_id} is {session.state.value} and no "
+                                                  "workspace of it was kept")
+            elif keep_snapshot:
+                self._keeping[session_id] = None  # `_before_removal` stores it, the sandbox still up
+            try:
+                deleted = await self._sessions.delete(tenant, session_id)
+            finally:
+                stored = self._keeping.pop(session_id, None)
+            kept = kept or stored
+            if keep_snapshot and kept is None and session.state == SessionState.READY:
+                raise FailedPreconditionError(f"session {session_id} was deleted, but its workspace could not be "
+                                              "kept (see the control plane's log)")
+            if (own := await self._own_workspace(tenant, session_id)) is not None:
+                await self._storage.delete(tenant, own.id)
+            return deleted, kept
+
+    # -- the reaper's round ---------------------------------------------------------------------------
+
+    async def round(self) -> None:
+        """Pauses idle sessions (lifetime.pause_after_idle_s), purges retained snapshots past their time and
+        removes "paused" snapshots no PAUSED session owns (a crash mid-pause, a session deleted by a tenant's
+        deletion)."""
+        now = self._clock()
+        sessions = await self._store.list_sessions()
+        by_id = {s.id: s for s in sessions}
+        if self._pause_after_idle_s > 0:
+            for stored in sessions:
+                held = self._sessions.live_session(stored.id)
+                if held is None or held.parent_id or held.state != SessionState.READY:
+                    continue
+                if now >= held.last_active_at + self._pause_after_idle_s:
+                    try:
+                        await self.pause(held.tenant, held.id)
+                    except ControlPlaneError as exc:  # kept running; the idle timeout still ends it
+                        log.warning("pausing idle session %s failed: %s", held.id, exc)
+        for tenant in await self._storage.tenants():
+            for snapshot in await self._storage.list(tenant):
+                owner = by_id.get(snapshot.session_id)
+                if snapshot.kind == RETAINED and snapshot.state.purge_at and now >= snapshot.state.purge_at:
+                    await self._storage.delete(tenant, snapshot.id)
+                    log.info("retained snapshot %s of session %s purged", snapshot.id, snapshot.session_id)
+                elif (snapshot.kind == PAUSED and (owner is None or owner.state != SessionState.PAUSED)
+                      and now >= snapshot.created_at + STRAY_AFTER_S and not self._locked(snapshot.session_id)):
+                    await self._storage.delete(tenant, snapshot.id)
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        return self._busy.setdefault(session_id, asyncio.Lock())
+
+    def _locked(self, session_id: str) -> bool:
+        lock = self._busy.get(session_id)
+        return lock is not None and lock.locked()
+
+    def _pausable(self, session: Session) -> None:
+        if session.parent_id:
+            raise FailedPreconditionError(
+                f"session {session.id} is a child of {session.parent_id} and runs on its sandbox: pause the parent")
+        if session.state != SessionState.READY:
+            reason = f" ({session.status_message})" if session.status_message else ""
+            raise FailedPreconditionError(
+                f"session {session.id} is {session.state.value}{reason}: only a READY session can be paused")
+        if self._sessions.live_session(session.id) is None:
+            raise FailedPreconditionError(
+                f"session {session.id} runs on another control plane: pause it through that one")
+
+    async def _own_workspace(self, tenant: str, session_id: str) -> Snapshot | None:
+        mine = [s for s in await self._storage.list(tenant) if s.kind == PAUSED and s.session_id == session_id]
+        return mine[-1] if mine else None
+
+    async def _retained_of(self, session: Session) -> Snapshot | None:
+        mine = [s for s in await self._storage.list(session.tenant)
+                if s.kind == RETAINED and s.session_id == session.id]
+        return mine[-1] if mine else None
+
+    async def _retain_paused(self, session: Session) -> Snapshot:
+        own = await self._own_workspace(session.tenant, session.id)
+        if own is None:
+            raise FailedPreconditionError(f"session {session.id} is PAUSED but its stored workspace is missing")
+        tar = await asyncio.to_thread(gzip.decompress, await self._storage.read(session.tenant, own.id))
+        return await self._snapshots.keep(replace(session), _once(tar), RETAINED, self._purge_at())
+
+    def _purge_at(self) -> float:
+        return self._clock() + self.retain_s
+
+    async def _before_removal(self, session: Session, state: SessionState, message: str) -> None:
+        """An ending session's workspace, while its sandbox is still there: kept when it expired or failed (and
+        `lifetime.retain_s` says so), or when its delete asked. Never raised: the session ends either way, and a
+        workspace that cannot be read (the agent is gone) is said in the log."""
+        asked = session.id in self._keeping
+        ending = state == SessionState.FAILED or (state == SessionState.DELETED and message.startswith(EXPIRED))
+        if self.retain_s <= 0 or not (asked or ending):
+            return
+        try:
+            if not await still_answers(self._sessions.provider, session.sandbox_id):
+                raise FailedPreconditionError("its sandbox's agent does not answer")
+            sandbox = await self._sessions.provider.get(session.sandbox_id)
+            kept = await asyncio.wait_for(
+                self._snapshots.keep(session, sandbox.agent.download(), RETAINED, self._purge_at()),
+                SALVAGE_TIMEOUT_S)
+        except (ControlPlaneError, OSError, TimeoutError) as exc:
+            log.warning("session %s ends (%s) without its workspace kept: %s", session.id, message, exc)
+            return
+        if asked:
+            self._keeping[session.id] = kept
+        log.info("session %s ends (%s): workspace kept as %s until %.0f", session.id, message, kept.id,
+                 kept.state.purge_at)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
