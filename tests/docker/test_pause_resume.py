@@ -32,7 +32,7 @@ from tests.planes import (
 pytestmark = pytest.mark.docker
 
 # One default session (1 CPU, 1024 MiB) fills alpha's CPU quota; beta has none.
-TENANTS = [{"name": "alpha", "token": "pause-alpha", "quota": {"cpu": 1}},
+TENANTS: list[dict[str, Any]] = [{"name": "alpha", "token": "pause-alpha", "quota": {"cpu": 1}},
            {"name": "beta", "token": "pause-beta"}]
 plane = served_plane("docker", tenants=TENANTS, pool={"size": 0})
 clients = tenant_clients(TENANTS)
@@ -88,7 +88,8 @@ async def test_pause_frees_the_container_and_the_quota_and_resume_brings_everyth
     code, details = await _code(alpha.run(session.id, command="true"))
     assert "ResumeSession" in details, details
     code, details = await _code(alpha.execute_tool(session.id, "read", {"filePath": "notes.txt"}))
-    assert code == grpc.StatusCode.FAILED_PRECONDITION and "ResumeSession" in details, details
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert "ResumeSession" in details, details
 
     # Its CPU is free: another session fits now, and while that one holds it the resume is refused.
     other = await alpha.create_session()
@@ -100,12 +101,14 @@ async def test_pause_frees_the_container_and_the_quota_and_resume_brings_everyth
     resumed = await alpha.resume(session.id)
     assert resumed.state == session_pb2.Session.READY
     assert resumed.id == session.id
-    assert resumed.sandbox_id and resumed.sandbox_id != session.sandbox_id
+    assert resumed.sandbox_id
+    assert resumed.sandbox_id != session.sandbox_id
     out = await _sh(alpha, session.id, "cat /workspace/notes.txt /workspace/made.txt; stat -c %a /workspace/made.txt")
     assert out == "before the pause\nwritten-in-the-sandbox\n640\n"
     assert "echo" in custom_tools(await alpha.list_tools(session.id))
     echoed = await alpha.execute_tool(session.id, "echo", {"text": "again"})
-    assert echoed.result is not None and echoed.result.output == "echo: again", echoed.error
+    assert echoed.result is not None, echoed.error
+    assert echoed.result.output == "echo: again"
     assert json.loads((await alpha.execute_tool(session.id, "todoread", {})).output) == TODOS
     assert (await alpha.resume(session.id)).state == session_pb2.Session.READY  # resuming a running one: no-op
     code, details = await _code(alpha.create_session())
