@@ -222,13 +222,15 @@ class SessionPauses:
         ending = state == SessionState.FAILED or (state == SessionState.DELETED and message.startswith(EXPIRED))
         if self.retain_s <= 0 or not (asked or ending):
             return
+        provider = self._sessions.provider
         try:
-            if not await still_answers(self._sessions.provider, session.sandbox_id):
-                raise FailedPreconditionError("its sandbox's agent does not answer")
-            sandbox = await self._sessions.provider.get(session.sandbox_id)
+            if await still_answers(provider, session.sandbox_id):
+                download = (await provider.get(session.sandbox_id)).agent.download()
+            else:  # the agent is gone: the container goes first, then its kept volume is read without it
+                await provider.retire(session.sandbox_id)
+                download = _once(await provider.salvage(session.sandbox_id))
             kept = await asyncio.wait_for(
-                self._snapshots.keep(session, sandbox.agent.download(), RETAINED, self._purge_at()),
-                SALVAGE_TIMEOUT_S)
+                self._snapshots.keep(session, download, RETAINED, self._purge_at()), SALVAGE_TIMEOUT_S)
         except (ControlPlaneError, OSError, TimeoutError) as exc:
             log.warning("session %s ends (%s) without its workspace kept: %s", session.id, message, exc)
             return
