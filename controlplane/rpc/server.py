@@ -120,7 +120,8 @@ def build_server(
 
 def pausing(settings: Settings, sessions: SessionManager, snapshots: SessionSnapshots, store: Store) -> SessionPauses:
     lifetime = settings.lifetime
-    return SessionPauses(sessions, snapshots, snapshots.storage, store, lifetime.pause_after_idle_s, lifetime.retain_s)
+    return SessionPauses(sessions, snapshots, snapshots.storage, store, lifetime.pause_after_idle_s, lifetime.retain_s,
+                         settings.snapshots.max_per_tenant)
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:

@@ -180,3 +180,12 @@ async def test_a_paused_session_survives_a_killed_plane() -> None:
         await process.stop()
         remove_instance_leftovers(instance)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_keep_snapshot_is_refused_where_nothing_is_retained(clients: dict[str, AsyncClient]) -> None:
+    alpha = clients["alpha"]
+    session = await alpha.create_session()
+    code, details = await _code(alpha.delete_keeping(session.id))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert "lifetime.retain_s = 0" in details
+    assert (await alpha.get_session(session.id)).state == session_pb2.Session.READY  # nothing deleted

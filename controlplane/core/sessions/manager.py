@@ -65,8 +65,8 @@ class SessionManager:
         self._background = TrackedTasks()
         self._end_listeners: list[Callable[[str], None]] = []
         self._networks = networks
-        self.reapers: list[Callable[[], Awaitable[None]]] = []  # more work each round (pausing.py)
-        self.before_removal: Callable[[Session, SessionState, str], Awaitable[None]] | None = None  # pausing.py
+        self.reapers: list[Callable[[], Awaitable[None]]] = []  # pausing.py
+        self.before_removal: Callable[[Session, SessionState, str], Awaitable[None]] | None = None
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
         provider.on_lost(self._sandbox_lost)
 
@@ -255,11 +255,13 @@ class SessionManager:
         return await self._end(session, SessionState.DELETED, "deleted")
 
     async def park(self, session: Session, message: str) -> Session:
-        """Removes the session's sandbox, but the session stays, PAUSED (pausing.py stored its workspace)."""
-        return await self._end(self._live.get(session.id, session), SessionState.PAUSED, message)
+        """The sandbox goes, the session stays PAUSED (pausing.py)."""
+        if (held := self._live.get(session.id)) is None:
+            raise FailedPreconditionError(f"session {session.id} is not running")
+        return await self._end(held, SessionState.PAUSED, message)
 
     async def unpark(self, session: Session, archive: bytes) -> CodeChanges:
-        """A PAUSED session runs again on a new sandbox (pausing.py); a failure leaves it PAUSED, no sandbox."""
+        """A PAUSED session runs on a new sandbox (pausing.py); a failure leaves it PAUSED, no sandbox."""
         sandbox = await self._provider.acquire(session.id, session.tenant, session.resources, session.template)
         changes = await sandbox_setup.fill(self._networks, self._provider, session, sandbox, archive,
                                            session.config_json)
@@ -394,7 +396,7 @@ class SessionManager:
         session.status_message = message
         session.deleted_at = self._clock() if state == SessionState.DELETED else None
         if state == SessionState.PAUSED:
-            session.sandbox_id = ""  # removed; a resume gives it another
+            session.sandbox_id = ""  # a resume gives it another
         await self._store.put_session(session)
         for listener in self._end_listeners:
             listener(session.id)

@@ -6,11 +6,16 @@ todos, approvals, network policy), so a resume needs only a new sandbox and that
 depends on the provider keeping a volume on one host: a resume lands wherever the provider (or Swarm) places the
 new sandbox, and takes a warm one from the pool when the session's resources and template allow.
 
-The order of the writes is what makes a restart harmless. A pause writes the workspace first, then the PAUSED
-state, then removes the sandbox: a restart before the state leaves a READY session (adopted as any) and a
-stray "paused" snapshot, which `_round` removes; after it, a claimed sandbox of a session that is not live, which
-reconciliation removes. A resume claims a sandbox and only then stores READY: a restart in between leaves the
-session PAUSED, resumable, and the claimed sandbox to reconciliation.
+The order of the writes is what makes a restart harmless. A pause writes the workspace first, then removes the
+sandbox, then stores PAUSED: a restart before the removal leaves a READY session (adopted as any) and a stray
+"paused" snapshot, which `round` removes; one after it, a session whose sandbox is lost (FAILED on adoption),
+whose stray workspace `round` keeps as a retained snapshot. A resume claims a sandbox and only then stores READY:
+a restart in between leaves the session PAUSED and resumable, and the claimed sandbox of a session that is not
+live, which reconciliation removes.
+
+Paused and retained workspaces are bounded per tenant by `snapshots.max_per_tenant` each (beside the disk quota,
+which counts a paused session as a live one): a tenant cannot escape its session quota by pausing without end,
+nor fill the disk by deleting with keep_snapshot.
 
 Resuming loads the workspace's custom tools and plugins as they are then, like ReloadTools: a resume is the
 caller's act (the platform pauses idle sessions by itself, but never resumes one), and the `session.resumed` event
@@ -34,7 +39,7 @@ from controlplane.core.sessions.models import Session, SessionState
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotStorage
 from controlplane.core.sessions.snapshotting import PAUSED, RETAINED, SessionSnapshots
 from controlplane.core.sessions.store_port import SessionStore
-from controlplane.errors import ControlPlaneError, FailedPreconditionError
+from controlplane.errors import ControlPlaneError, FailedPreconditionError, ResourceExhaustedError
 
 log = logging.getLogger(__name__)
 PAUSED_MESSAGE = "call ResumeSession to run it again"
@@ -48,18 +53,17 @@ SALVAGE_TIMEOUT_S = 60.0
 class SessionPauses:
     def __init__(self, sessions: SessionManager, snapshots: SessionSnapshots, storage: SnapshotStorage,
                  store: SessionStore, pause_after_idle_s: float = 0.0, retain_s: float = 0.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time) -> None:
         self._sessions = sessions
         self._snapshots = snapshots
         self._storage = storage
         self._store = store
         self._pause_after_idle_s = pause_after_idle_s
         self.retain_s = retain_s
+        self._max_per_tenant = max_per_tenant
         self._clock = clock
         self._busy: dict[str, asyncio.Lock] = {}
         """One pause, resume or delete at a time per session (in this plane)."""
-        self._keeping: dict[str, Snapshot | None] = {}
-        """Sessions being deleted with keep_snapshot: their retained snapshot, once stored."""
         sessions.before_removal = self._before_removal
         sessions.reapers.append(self.round)
 
@@ -70,7 +74,11 @@ class SessionPauses:
             session = await self._sessions.get(tenant, session_id)  # NOT_FOUND for another tenant's
             if session.state == SessionState.PAUSED:
                 return session
-            self._pausable(session)
+            await self._pausable(session)
+            if len(await self._kept(tenant, PAUSED)) >= self._max_per_tenant:
+                raise ResourceExhaustedError(
+                    f"tenant {tenant} has {self._max_per_tenant} paused sessions, the most allowed "
+                    "(snapshots.max_per_tenant); resume or delete one first")
             sandbox = await self._sessions.sandbox_for(tenant, session_id)
             kept = await self._snapshots.keep(session, sandbox.agent.download(), PAUSED)
             try:
@@ -112,38 +120,47 @@ class SessionPauses:
 
     async def delete(self, tenant: str, session_id: str, keep_snapshot: bool) -> tuple[Session, Snapshot | None]:
         """DeleteSession; with `keep_snapshot`, the workspace and state are first kept as a retained snapshot
-        (a READY session's from its sandbox, a PAUSED one's from its stored workspace, a FAILED one's is the one
-        kept when it failed)."""
+        (a READY session's from its sandbox, a PAUSED one's from its stored workspace; a FAILED one's is the one
+        kept when it failed). A workspace that cannot be kept fails the call and deletes nothing."""
         if keep_snapshot and self.retain_s <= 0:
             raise FailedPreconditionError(
                 "this control plane keeps no workspace after a session ends (lifetime.retain_s = 0): take a "
                 "snapshot with SnapshotSession first, then delete")
         async with self._lock(session_id):
             session = await self._sessions.get(tenant, session_id)
-            kept: Snapshot | None = None
-            if keep_snapshot and session.parent_id:
-                raise FailedPreconditionError(f"session {session_id} is a child of {session.parent_id} and has no "
-                                              "workspace of its own: keep the parent's")
-            if keep_snapshot and session.state == SessionState.PAUSED:
-                kept = await self._retain_paused(session)
-            elif keep_snapshot and session.state != SessionState.READY:
-                kept = await self._retained_of(session)
-                if kept is None:
-                    raise FailedPreconditionError(f"session {session_id} is {session.state.value} and no "
-                                                  "workspace of it was kept")
-            elif keep_snapshot:
-                self._keeping[session_id] = None  # `_before_removal` stores it, the sandbox still up
+            kept = await self._keep_for_delete(session) if keep_snapshot else None
             try:
                 deleted = await self._sessions.delete(tenant, session_id)
-            finally:
-                stored = self._keeping.pop(session_id, None)
-            kept = kept or stored
-            if keep_snapshot and kept is None and session.state == SessionState.READY:
-                raise FailedPreconditionError(f"session {session_id} was deleted, but its workspace could not be "
-                                              "kept (see the control plane's log)")
+            except BaseException:
+                if kept is not None and session.state != SessionState.FAILED:  # not deleted: kept for nothing
+                    await asyncio.shield(self._storage.delete(tenant, kept.id))
+                raise
             if (own := await self._own_workspace(tenant, session_id)) is not None:
                 await self._storage.delete(tenant, own.id)
             return deleted, kept
+
+    async def _keep_for_delete(self, session: Session) -> Snapshot:
+        if session.parent_id:
+            raise FailedPreconditionError(f"session {session.id} is a child of {session.parent_id} and has no "
+                                          "workspace of its own: keep the parent's")
+        if session.state == SessionState.FAILED:
+            kept = await self._retained_of(session)
+            if kept is None:
+                raise FailedPreconditionError(f"session {session.id} is FAILED and no workspace of it was kept")
+            return kept
+        if session.state not in (SessionState.READY, SessionState.PAUSED):
+            raise FailedPreconditionError(f"session {session.id} is {session.state.value}: nothing to keep")
+        if len(await self._kept(session.tenant, RETAINED)) >= self._max_per_tenant:
+            raise ResourceExhaustedError(
+                f"tenant {session.tenant} keeps {self._max_per_tenant} retained snapshots, the most allowed "
+                "(snapshots.max_per_tenant); delete one first")
+        if session.state == SessionState.PAUSED:
+            return await self._retain_paused(session)
+        if self._sessions.live_session(session.id) is None:
+            raise FailedPreconditionError(
+                f"session {session.id} runs on another control plane: delete it through that one")
+        sandbox = await self._sessions.sandbox_for(session.tenant, session.id)
+        return await self._snapshots.keep(session, sandbox.agent.download(), RETAINED, self._purge_at())
 
     # -- the reaper's round ---------------------------------------------------------------------------
 
@@ -172,6 +189,9 @@ class SessionPauses:
                     log.info("retained snapshot %s of session %s purged", snapshot.id, snapshot.session_id)
                 elif (snapshot.kind == PAUSED and (owner is None or owner.state != SessionState.PAUSED)
                       and now >= snapshot.created_at + STRAY_AFTER_S and not self._locked(snapshot.session_id)):
+                    if owner is not None and owner.state == SessionState.FAILED and self.retain_s > 0:
+                        with contextlib.suppress(ControlPlaneError, OSError):  # failed mid-pause: its work stays
+                            await self._retain_paused(owner)
                     await self._storage.delete(tenant, snapshot.id)
 
     # -- internals ----------------------------------------------------------------------------------
@@ -183,7 +203,7 @@ class SessionPauses:
         lock = self._busy.get(session_id)
         return lock is not None and lock.locked()
 
-    def _pausable(self, session: Session) -> None:
+    async def _pausable(self, session: Session) -> None:
         if session.parent_id:
             raise FailedPreconditionError(
                 f"session {session.id} is a child of {session.parent_id} and runs on its sandbox: pause the parent")
@@ -194,10 +214,19 @@ class SessionPauses:
         if self._sessions.live_session(session.id) is None:
             raise FailedPreconditionError(
                 f"session {session.id} runs on another control plane: pause it through that one")
+        children = [s.id for s in await self._store.list_sessions(session.tenant, live_only=True)
+                    if s.parent_id == session.id]
+        if children:  # they run on its sandbox: a pause would end them
+            raise FailedPreconditionError(
+                f"session {session.id} has running subagent sessions ({', '.join(children)}): pause it when their "
+                "task calls are over")
 
     async def _own_workspace(self, tenant: str, session_id: str) -> Snapshot | None:
         mine = [s for s in await self._storage.list(tenant) if s.kind == PAUSED and s.session_id == session_id]
         return mine[-1] if mine else None
+
+    async def _kept(self, tenant: str, kind: str) -> list[Snapshot]:
+        return [s for s in await self._storage.list(tenant) if s.kind == kind]
 
     async def _retained_of(self, session: Session) -> Snapshot | None:
         mine = [s for s in await self._storage.list(session.tenant)
@@ -216,12 +245,16 @@ class SessionPauses:
 
     async def _before_removal(self, session: Session, state: SessionState, message: str) -> None:
         """An ending session's workspace, while its sandbox is still there: kept when it expired or failed (and
-        `lifetime.retain_s` says so), or when its delete asked. Never raised: the session ends either way, and a
-        workspace that cannot be read (the agent is gone) is said in the log."""
-        asked = session.id in self._keeping
+        `lifetime.retain_s` says so). Never raised: the session ends either way, and a workspace that cannot be
+        read is said in the log."""
         ending = state == SessionState.FAILED or (state == SessionState.DELETED and message.startswith(EXPIRED))
-        if self.retain_s <= 0 or not (asked or ending):
+        if self.retain_s <= 0 or not ending:
             return
+        retained = await self._kept(session.tenant, RETAINED)
+        for oldest in retained[: max(0, len(retained) - self._max_per_tenant + 1)]:  # the newest end is kept
+            await self._storage.delete(session.tenant, oldest.id)
+            log.info("retained snapshot %s purged early: tenant %s keeps at most %d", oldest.id, session.tenant,
+                     self._max_per_tenant)
         provider = self._sessions.provider
         try:
             if await still_answers(provider, session.sandbox_id):
@@ -234,8 +267,6 @@ class SessionPauses:
         except (ControlPlaneError, OSError, TimeoutError) as exc:
             log.warning("session %s ends (%s) without its workspace kept: %s", session.id, message, exc)
             return
-        if asked:
-            self._keeping[session.id] = kept
         log.info("session %s ends (%s): workspace kept as %s until %.0f", session.id, message, kept.id,
                  kept.state.purge_at)
 
