@@ -8,10 +8,10 @@ new sandbox, and takes a warm one from the pool when the session's resources and
 
 The order of the writes is what makes a restart harmless. A pause writes the workspace first, then removes the
 sandbox, then stores PAUSED: a restart before the removal leaves a READY session (adopted as any) and a stray
-"paused" snapshot, which `round` removes; one after it, a session whose sandbox is lost (FAILED on adoption),
-whose stray workspace `round` keeps as a retained snapshot. A resume claims a sandbox and only then stores READY:
-a restart in between leaves the session PAUSED and resumable, and the claimed sandbox of a session that is not
-live, which reconciliation removes.
+"paused" snapshot; one between the removal and the state write, a READY session without a sandbox. `round` keeps
+such a stray workspace as a retained snapshot (when `lifetime.retain_s` allows) before removing it. A resume claims
+a sandbox and only then stores READY: a restart in between leaves the session PAUSED and resumable, and the
+claimed sandbox of a session that is not live, which reconciliation removes.
 
 Paused and retained workspaces are bounded per tenant by `snapshots.max_per_tenant` each (beside the disk quota,
 which counts a paused session as a live one): a tenant cannot escape its session quota by pausing without end,
@@ -189,8 +189,11 @@ class SessionPauses:
                     log.info("retained snapshot %s of session %s purged", snapshot.id, snapshot.session_id)
                 elif (snapshot.kind == PAUSED and (owner is None or owner.state != SessionState.PAUSED)
                       and now >= snapshot.created_at + STRAY_AFTER_S and not self._locked(snapshot.session_id)):
-                    if owner is not None and owner.state == SessionState.FAILED and self.retain_s > 0:
-                        with contextlib.suppress(ControlPlaneError, OSError):  # failed mid-pause: its work stays
+                    # A crash mid-pause may have removed the sandbox before PAUSED was stored: the session is
+                    # then READY (or FAILED) without its workspace, which stays, as a retained snapshot.
+                    live = (SessionState.READY, SessionState.FAILED)
+                    if owner is not None and owner.state in live and self.retain_s > 0:
+                        with contextlib.suppress(ControlPlaneError, OSError):
                             await self._retain_paused(owner)
                     await self._storage.delete(tenant, snapshot.id)
 
