@@ -46,6 +46,9 @@ PAUSED_MESSAGE = "call ResumeSession to run it again"
 """A paused session's status message: every refused call on it says so (`session X is PAUSED (...)`)."""
 STRAY_AFTER_S = 600.0
 """A "paused" snapshot whose session is not PAUSED is removed after this long (a pause may be writing it)."""
+SCAN_INTERVAL_S = 60.0
+"""How often the reaper reads the snapshot storage for retained snapshots to purge and stray paused ones."""
+RETRY_PAUSE_S = 60.0
 SALVAGE_TIMEOUT_S = 60.0
 """How long an ending session's workspace may take to be stored before the session ends without it."""
 
@@ -62,8 +65,13 @@ class SessionPauses:
         self.retain_s = retain_s
         self._max_per_tenant = max_per_tenant
         self._clock = clock
-        self._busy: dict[str, asyncio.Lock] = {}
+        self._busy: dict[str, _Turn] = {}
         """One pause, resume or delete at a time per session (in this plane)."""
+        self._retry_at: dict[str, float] = {}
+        """Idle sessions whose pause failed: not tried again before then."""
+        # The snapshot storage is read whole each scan: often enough for retain_s, never more than every reap round.
+        self._scan_interval_s = min(SCAN_INTERVAL_S, retain_s) if retain_s > 0 else SCAN_INTERVAL_S
+        self._next_scan = 0.0
         sessions.before_removal = self._before_removal
         sessions.reapers.append(self.round)
 
@@ -165,46 +173,68 @@ class SessionPauses:
     # -- the reaper's round ---------------------------------------------------------------------------
 
     async def round(self) -> None:
-        """Pauses idle sessions (lifetime.pause_after_idle_s), purges retained snapshots past their time and
-        removes "paused" snapshots no PAUSED session owns (a crash mid-pause, a session deleted by a tenant's
-        deletion)."""
+        """Pauses idle sessions (lifetime.pause_after_idle_s); every `_scan_interval_s`, purges retained snapshots
+        past their time and removes "paused" snapshots no PAUSED session owns (a crash mid-pause, a session ended
+        by its tenant's deletion)."""
         now = self._clock()
-        sessions = await self._store.list_sessions()
-        by_id = {s.id: s for s in sessions}
         if self._pause_after_idle_s > 0:
-            for stored in sessions:
-                held = self._sessions.live_session(stored.id)
-                if held is None or held.parent_id or held.state != SessionState.READY:
-                    continue
-                if now >= held.last_active_at + self._pause_after_idle_s:
-                    try:
-                        await self.pause(held.tenant, held.id)
-                    except ControlPlaneError as exc:  # kept running; the idle timeout still ends it
-                        log.warning("pausing idle session %s failed: %s", held.id, exc)
+            await self._pause_idle(now)
+        if now >= self._next_scan:
+            self._next_scan = now + self._scan_interval_s
+            await self._scan(now)
+
+    async def _pause_idle(self, now: float) -> None:
+        for stored in await self._store.list_sessions(live_only=True):
+            held = self._sessions.live_session(stored.id)
+            if held is None or held.parent_id or held.state != SessionState.READY:
+                continue
+            if now < held.last_active_at + self._pause_after_idle_s or now < self._retry_at.get(held.id, 0.0):
+                continue
+            try:
+                await self.pause(held.tenant, held.id)
+            except ControlPlaneError as exc:  # it runs on; the idle timeout still ends it
+                self._retry_at[held.id] = now + RETRY_PAUSE_S  # not every round: a refusal would fill the log
+                log.warning("pausing idle session %s failed (again in %g s): %s", held.id, RETRY_PAUSE_S, exc)
+            else:
+                self._retry_at.pop(held.id, None)
+
+    async def _scan(self, now: float) -> None:
         for tenant in await self._storage.tenants():
             for snapshot in await self._storage.list(tenant):
-                owner = by_id.get(snapshot.session_id)
                 if snapshot.kind == RETAINED and snapshot.state.purge_at and now >= snapshot.state.purge_at:
                     await self._storage.delete(tenant, snapshot.id)
                     log.info("retained snapshot %s of session %s purged", snapshot.id, snapshot.session_id)
-                elif (snapshot.kind == PAUSED and (owner is None or owner.state != SessionState.PAUSED)
-                      and now >= snapshot.created_at + STRAY_AFTER_S and not self._locked(snapshot.session_id)):
-                    # A crash mid-pause may have removed the sandbox before PAUSED was stored: the session is
-                    # then READY (or FAILED) without its workspace, which stays, as a retained snapshot.
-                    live = (SessionState.READY, SessionState.FAILED)
-                    if owner is not None and owner.state in live and self.retain_s > 0:
-                        with contextlib.suppress(ControlPlaneError, OSError):
-                            await self._retain_paused(owner)
-                    await self._storage.delete(tenant, snapshot.id)
+                elif (snapshot.kind == PAUSED and now >= snapshot.created_at + STRAY_AFTER_S
+                      and not self._locked(snapshot.session_id)):
+                    owner = await self._store.get_session(snapshot.session_id)
+                    if owner is None or owner.state != SessionState.PAUSED:
+                        await self._stray(tenant, snapshot, owner)
+
+    async def _stray(self, tenant: str, snapshot: Snapshot, owner: Session | None) -> None:
+        # A crash mid-pause may have removed the sandbox before PAUSED was stored: the session is then READY (or
+        # FAILED) without its workspace, which stays, as a retained snapshot.
+        if owner is not None and owner.state in (SessionState.READY, SessionState.FAILED) and self.retain_s > 0:
+            with contextlib.suppress(ControlPlaneError, OSError):
+                await self._retain_paused(owner)
+        await self._storage.delete(tenant, snapshot.id)
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        return self._busy.setdefault(session_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _lock(self, session_id: str) -> AsyncIterator[None]:
+        # Dropped when no one holds or waits for it: every DeleteSession takes one, so they must not pile up.
+        turn = self._busy.setdefault(session_id, _Turn())
+        turn.users += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.users -= 1
+            if not turn.users and self._busy.get(session_id) is turn:
+                del self._busy[session_id]
 
     def _locked(self, session_id: str) -> bool:
-        lock = self._busy.get(session_id)
-        return lock is not None and lock.locked()
+        return session_id in self._busy
 
     async def _pausable(self, session: Session) -> None:
         if session.parent_id:
@@ -272,6 +302,12 @@ class SessionPauses:
             return
         log.info("session %s ends (%s): workspace kept as %s until %.0f", session.id, message, kept.id,
                  kept.state.purge_at)
+
+
+class _Turn:
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
