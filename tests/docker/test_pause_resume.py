@@ -115,6 +115,30 @@ async def test_pause_frees_the_container_and_the_quota_and_resume_brings_everyth
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details  # counted again
 
 
+async def test_the_bus_says_paused_and_resumed_with_the_code_a_resume_loaded(clients: dict[str, AsyncClient]) -> None:
+    beta = clients["beta"]
+    session = await beta.create_session(workspace_archive=tar_of(FILES))
+    subscription = beta.subscribe_events(session.id)
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def collect() -> None:
+        async for event in subscription:
+            seen.append((event.type, json.loads(event.properties_json)))
+            if event.type == "session.resumed":
+                return
+
+    collector = asyncio.ensure_future(collect())
+    await asyncio.sleep(0.1)
+    await beta.pause(session.id)
+    await beta.resume(session.id)
+    await asyncio.wait_for(collector, 30)
+    kinds = [kind for kind, _ in seen]
+    assert kinds.index("session.paused") < kinds.index("session.resumed")
+    resumed = seen[-1][1]
+    assert resumed["sandboxID"] == (await beta.get_session(session.id)).sandbox_id
+    assert any(path.endswith(".opencode/tool/echo.ts") for path in resumed["codeLoaded"]), resumed
+
+
 async def test_another_tenant_can_neither_pause_nor_resume(clients: dict[str, AsyncClient]) -> None:
     alpha, beta = clients["alpha"], clients["beta"]
     session = await alpha.create_session()

@@ -49,6 +49,7 @@ async def _restores(client: AsyncClient, snapshot_id: str, expected: str) -> Non
     restored = await client.create_session(from_snapshot=snapshot_id)
     try:
         assert await _sh(client, restored.id, "cat /workspace/work.txt") == expected
+        assert await client.read_file(restored.id, "work.txt") == expected.encode()  # through the files API
         assert json.loads((await client.execute_tool(restored.id, "todoread", {})).output) == TODOS
     finally:
         await client.delete_session(restored.id)
