@@ -276,6 +276,20 @@ class SessionPauses:
     def _purge_at(self) -> float:
         return self._clock() + self.retain_s
 
+    async def _keep_ending(self, session: Session) -> Snapshot:
+        retained = await self._kept(session.tenant, RETAINED)
+        for oldest in retained[: max(0, len(retained) - self._max_per_tenant + 1)]:  # the newest end is kept
+            await self._storage.delete(session.tenant, oldest.id)
+            log.info("retained snapshot %s purged early: tenant %s keeps at most %d", oldest.id, session.tenant,
+                     self._max_per_tenant)
+        provider = self._sessions.provider
+        if await still_answers(provider, session.sandbox_id):
+            download = (await provider.get(session.sandbox_id)).agent.download()
+        else:  # the agent is gone: the container goes first, then its kept volume is read without it
+            await provider.retire(session.sandbox_id)
+            download = _once(await provider.salvage(session.sandbox_id))
+        return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
+
     async def _before_removal(self, session: Session, state: SessionState, message: str) -> None:
         """An ending session's workspace, while its sandbox is still there: kept when it expired or failed (and
         `lifetime.retain_s` says so). Never raised: the session ends either way, and a workspace that cannot be
@@ -283,21 +297,9 @@ class SessionPauses:
         ending = state == SessionState.FAILED or (state == SessionState.DELETED and message.startswith(EXPIRED))
         if self.retain_s <= 0 or not ending:
             return
-        retained = await self._kept(session.tenant, RETAINED)
-        for oldest in retained[: max(0, len(retained) - self._max_per_tenant + 1)]:  # the newest end is kept
-            await self._storage.delete(session.tenant, oldest.id)
-            log.info("retained snapshot %s purged early: tenant %s keeps at most %d", oldest.id, session.tenant,
-                     self._max_per_tenant)
-        provider = self._sessions.provider
-        try:
-            if await still_answers(provider, session.sandbox_id):
-                download = (await provider.get(session.sandbox_id)).agent.download()
-            else:  # the agent is gone: the container goes first, then its kept volume is read without it
-                await provider.retire(session.sandbox_id)
-                download = _once(await provider.salvage(session.sandbox_id))
-            kept = await asyncio.wait_for(
-                self._snapshots.keep(session, download, RETAINED, self._purge_at()), SALVAGE_TIMEOUT_S)
-        except (ControlPlaneError, OSError, TimeoutError) as exc:
+        try:  # bounded: a stuck engine must not hold the session's end
+            kept = await asyncio.wait_for(self._keep_ending(session), SALVAGE_TIMEOUT_S)
+        except Exception as exc:  # any failure (the engine's, a damaged tar's): the session must still end
             log.warning("session %s ends (%s) without its workspace kept: %s", session.id, message, exc)
             return
         log.info("session %s ends (%s): workspace kept as %s until %.0f", session.id, message, kept.id,
