@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from controlplane.client import AsyncClient
-from controlplane.v1 import session_pb2
+from controlplane.v1 import session_pb2, tool_pb2
 from tests.archives import tar_of
 from tests.docker.custom_tools_support import ECHO_TS, custom_tools
 from tests.planes import (
@@ -248,3 +248,33 @@ async def test_a_plane_killed_mid_resume_leaves_no_container_and_the_session_res
         await process.stop()
         remove_instance_leftovers(instance)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_a_resumed_session_keeps_its_config_and_always_approvals(clients: dict[str, AsyncClient]) -> None:
+    beta = clients["beta"]
+    config = {"permission": {"bash": {"*": "ask", "echo *": "allow"}}}
+    session = await beta.create_session(config_json=json.dumps(config))
+    asked: list[list[str]] = []
+
+    def answering(reply: int) -> Any:
+        async def answer(request: tool_pb2.PermissionRequest) -> tuple[int, str]:
+            asked.append(list(request.patterns))
+            return reply, ""
+        return answer
+
+    out = await beta.execute_tool(session.id, "bash", {"command": "uname -s", "description": "K"},
+                                  on_permission=answering(tool_pb2.PermissionReply.ALWAYS))
+    assert out.error is None
+    assert asked == [["uname -s"]]
+    await beta.pause(session.id)
+    await beta.resume(session.id)
+    reject = answering(tool_pb2.PermissionReply.REJECT)
+    out = await beta.execute_tool(session.id, "bash", {"command": "uname -a", "description": "K"},
+                                  on_permission=reject)
+    assert out.error is None  # the "always" approval held across the pause
+    assert asked == [["uname -s"]]
+    out = await beta.execute_tool(session.id, "bash", {"command": "id -u", "description": "U"}, on_permission=reject)
+    assert out.error is not None  # and the config's `ask` still asks
+    assert asked == [["uname -s"], ["id -u"]]
+    out = await beta.execute_tool(session.id, "bash", {"command": "echo ok", "description": "E"}, on_permission=reject)
+    assert out.error is None
