@@ -185,6 +185,19 @@ class LifetimeConfig(_Closed):
     """A session is deleted this long after creation, used or not."""
     reap_interval_s: float = Field(default=5.0, gt=0)
     """How often lifetimes are checked."""
+    pause_after_idle_s: float = Field(default=0.0, ge=0)
+    """A session unused this long is paused instead (its workspace stored, its sandbox removed); 0: never.
+    Below idle_timeout_s, or the idle timeout deletes it first."""
+    retain_s: float = Field(default=0.0, ge=0)
+    """An expired or FAILED session's workspace and state are kept this long as a retained snapshot (and so is
+    a session deleted with keep_snapshot); 0: nothing is kept at the end, and keep_snapshot is refused."""
+
+    @model_validator(mode="after")
+    def _pause_before_delete(self) -> LifetimeConfig:
+        if self.pause_after_idle_s and self.pause_after_idle_s >= self.idle_timeout_s:
+            raise ValueError(f"lifetime.pause_after_idle_s ({self.pause_after_idle_s:g}) must be below "
+                             f"lifetime.idle_timeout_s ({self.idle_timeout_s:g}), or idle sessions are deleted first")
+        return self
 
 
 class ServerConfig(_Closed):

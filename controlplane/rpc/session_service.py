@@ -5,22 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.pausing import SessionPauses
 from controlplane.core.sessions.snapshotting import SessionSnapshots
 from controlplane.core.tenants.quota import TenantQuotas, with_defaults
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary
+from controlplane.rpc.pause_rpcs import PauseRpcs
 from controlplane.rpc.snapshot_rpcs import SnapshotRpcs
 from controlplane.v1 import session_pb2, session_pb2_grpc
 
 
-class SessionService(SnapshotRpcs, session_pb2_grpc.SessionServiceServicer):
+class SessionService(SnapshotRpcs, PauseRpcs, session_pb2_grpc.SessionServiceServicer):
     def __init__(self, sessions: SessionManager, auth: Authenticator, quotas: TenantQuotas | None = None,
-                 snapshots: SessionSnapshots | None = None) -> None:
+                 snapshots: SessionSnapshots | None = None, pauses: SessionPauses | None = None) -> None:
         self._sessions = sessions
         self._auth = auth
         self._quotas = quotas or TenantQuotas.unlimited()
         self._snapshots = snapshots
+        self._pauses = pauses
 
     def _proto(self, session: Any) -> session_pb2.Session:
         return convert.session_to_proto(session, self._sessions.expires_at(session))
@@ -52,6 +55,8 @@ class SessionService(SnapshotRpcs, session_pb2_grpc.SessionServiceServicer):
         self, request: session_pb2.DeleteSessionRequest, context: Any
     ) -> session_pb2.DeleteSessionResponse:
         tenant = self._auth.tenant_of(context)
+        if self._pauses is not None:  # a paused session's stored workspace goes too (or is kept)
+            return await self._delete(tenant.name, request)
         session = await self._sessions.delete(tenant.name, request.session_id)
         return session_pb2.DeleteSessionResponse(session=self._proto(session))
 

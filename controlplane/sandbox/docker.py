@@ -37,6 +37,7 @@ from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox import cgroup_cpu, code_mount, confinement, container_removal, gvisor_limits
+from controlplane.sandbox import workspace_salvage as salvage
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -253,6 +254,9 @@ class DockerSandboxProvider(SandboxProvider):
         await container_removal.remove_container(self._client.api, self._name(sandbox_id))
         await asyncio.to_thread(self._dirs.remove, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
+
+    async def salvage(self, sandbox_id: str) -> bytes:
+        return await asyncio.to_thread(salvage.read, self._client, self._volume(sandbox_id), self._labels(sandbox_id))
 
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         self._retained.update(sandbox_ids)
