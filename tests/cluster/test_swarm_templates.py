@@ -182,7 +182,7 @@ async def test_a_node_whose_engine_is_not_listed_runs_no_template_session(cluste
 
 async def test_a_changed_templates_old_image_is_pruned_on_both_engines(cluster: Cluster, context: Path) -> None:
     manager, worker = docker.from_env(), cluster.worker_client()
-    engines = {"node_engines": [cluster.state["WORKER_SOCK"]]}
+    engines: dict[str, Any] = {"node_engines": [cluster.state["WORKER_SOCK"]]}
     template = {"name": NAME, "dockerfile": str(context)}
     # One instance restarted on one store: its sessions outlive each plane, as across an operator's restart.
     settings = {"instance": new_instance("c"), "templates": [template],
