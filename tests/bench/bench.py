@@ -266,6 +266,7 @@ SECTIONS = (
     ("CLI start and the MCP front end", "tests.bench.adopter_bench"),
     ("a session's network through its proxy", "tests.bench.egress_bench"),
     ("snapshots and fork", "tests.bench.snapshot_bench"),
+    ("template build", "tests.bench.template_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""
