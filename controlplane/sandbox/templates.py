@@ -16,6 +16,8 @@ hardening after creation and fails closed. What this module adds is the image si
   image that dropped, moved or patched the agent, or one built on an older sandbox image, speaks another
   protocol or runs other code as the sandbox's root, and is refused. The check reads the files from a
   created, never started container.
+- After the provider's start, this instance's template images that no declared template uses any more are
+  removed in the background (template_prune: never the sandbox image, another instance's, or one in use).
 """
 
 from __future__ import annotations
