@@ -156,6 +156,9 @@ class SwarmProviderConfig(_Closed):
     """Extra constraints per tenant name (tenant placement through node labels)."""
     spread: str = ""
     """A placement preference to spread over, e.g. "node.labels.zone"."""
+    node_engines: list[str] = Field(default_factory=list)
+    """Docker endpoints of the other nodes (unix://, tcp://, ssh://): the `[[templates]]` images built on the
+    manager are copied there (no registry). A node not listed runs no template's sessions (docs/templates.md)."""
     watch_interval_s: float = Field(default=1.0, gt=0)
     """How often tasks and relays are checked; a lost node fails its sessions within a few of these."""
     relay_failures: int = Field(default=3, ge=1)

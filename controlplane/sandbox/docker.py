@@ -148,6 +148,7 @@ class DockerSandboxProvider(SandboxProvider):
         await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by tag
         report = await self._reconcile(live)
         self._pools.start(DEFAULT_TEMPLATE, *self._templates.ready())
+        self._templates.start_pruning()
         return report
 
     async def close(self) -> None:

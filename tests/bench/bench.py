@@ -267,6 +267,7 @@ SECTIONS = (
     ("a session's network through its proxy", "tests.bench.egress_bench"),
     ("snapshots and fork", "tests.bench.snapshot_bench"),
     ("pause and resume", "tests.bench.pause_bench"),
+    ("template build", "tests.bench.template_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""
