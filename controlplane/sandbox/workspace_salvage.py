@@ -9,6 +9,7 @@ reconciliation removes without touching the workspace.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 from typing import Any
@@ -17,7 +18,6 @@ import docker.errors
 from docker.types import Mount
 
 from controlplane.errors import ResourceExhaustedError, SandboxError
-from controlplane.sandbox import container_removal
 from controlplane.sandbox.layout import LABEL_IMAGE, LABEL_INSTANCE, LABEL_MANAGED, WORKSPACE
 
 MAX_BYTES = 1 << 30
@@ -45,7 +45,10 @@ def read(client: Any, volume: str, labels: dict[str, str]) -> bytes:
     except docker.errors.APIError as exc:
         raise SandboxError(f"the workspace volume {volume} cannot be read: {exc.explanation or exc}") from exc
     finally:
-        container_removal.remove_container(client.api, container.id)
+        # Never started, so its removal is quick: the engine's slowness that container_removal waits out
+        # (tearing down a running sandbox) does not arise here.
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(container.id, force=True)
 
 
 def relative(tar: bytes) -> bytes:
