@@ -37,17 +37,17 @@ def cpu_seconds(container_id: str, root: Path = ROOT) -> float | None:
 
 
 def _under_tenant_parents(container_id: str, root: Path) -> float | None:
-    """A container under a tenant's or the pool's parent (tenant_cgroups.py): `ocsb-<instance>.<name>/<id>`. A
+    """A container under a tenant's or the pool's parent (tenant_cgroups.py): `ocsb-<instance>/<name>/<id>`. A
     claimed pooled container's CPU group moved, so where cpu and cpuacct share a hierarchy its time is in two
     groups (before and after the claim): the sum."""
     found: list[float] = []
     for v1 in _V1_DIRS:
-        for usage in (root / v1).glob(f"ocsb-*.*/{container_id}/cpuacct.usage"):
+        for usage in (root / v1).glob(f"ocsb-*/*/{container_id}/cpuacct.usage"):
             try:
                 found.append(int(usage.read_text()) / 1e9)
             except (OSError, ValueError):
                 pass
-    for stat in root.glob(f"ocsb-*.*/{container_id}/cpu.stat"):
+    for stat in root.glob(f"ocsb-*/*/{container_id}/cpu.stat"):
         try:
             lines = stat.read_text().splitlines()
         except OSError:

@@ -6,11 +6,12 @@ Why: the kernel shares CPU between sibling cgroups by weight. With every contain
 tenant, siblings of equal weight, the four share one tenant's part.
 
 How, on the engine's cgroupfs driver (the one this engine runs; `docker info`): a container created with
-`cgroup_parent=/ocsb-<instance>.<tenant>` gets `<parent>/<id>` in every hierarchy. The plane creates the parent's
-CPU group itself first, with the default weight written out (cgroup v1 `cpu.shares` 1024, v2 `cpu.weight` 100, what
+`cgroup_parent=/ocsb-<instance>/t-<tenant>` gets `<parent>/<id>` in every hierarchy. The plane creates the parent's
+CPU groups itself first, with the default weight written out (cgroup v1 `cpu.shares` 1024, v2 `cpu.weight` 100, what
 the engine's own `docker` group has), and removes the parent in every hierarchy once no sandbox of this plane is
-left in it. The instance is in the name, after a character no instance name has, so two planes never share or
-remove each other's parents. Under the systemd driver a parent would be a slice that systemd owns: not done
+left in it. The tenants' parents sit in one group per instance: two planes never share or remove each other's
+parents, and a plane's sandboxes together weigh what the engine's other containers (its `docker` group) do, however
+many tenants it serves. Under the systemd driver a parent would be a slice that systemd owns: not done
 (`provider.tenant_cpu_weight` unset leaves it off there with a warning; true refuses to start).
 
 Pooled sandboxes are made before any tenant asks: they start under the instance's pool parent, and a claim moves
@@ -69,14 +70,19 @@ def cgroup_mounts(mountinfo: Path = MOUNTINFO) -> list[tuple[Path, str, set[str]
     return mounts
 
 
+def instance_group(instance: str) -> str:
+    """The group all of an instance's parents are in."""
+    return f"ocsb-{instance}"
+
+
 def group_name(instance: str, tenant: str) -> str:
-    """The parent's directory name: readable, and unique per (instance, tenant) whatever the tenant's name holds.
-    Instance names are `[a-z0-9-]`, so the dot ends the instance: `ocsb-a.` never prefixes `ocsb-a-b.`'s names."""
+    """The parent's path under the hierarchy's root: readable, and unique per (instance, tenant) whatever the
+    tenant's name holds."""
     if not tenant:
-        return f"ocsb-{instance}.{POOL}"
+        return f"{instance_group(instance)}/{POOL}"
     slug = re.sub(r"[^a-z0-9-]", "", tenant.lower())[:24]
     digest = hashlib.sha256(tenant.encode()).hexdigest()[:10]
-    return f"ocsb-{instance}.t-{slug}-{digest}"
+    return f"{instance_group(instance)}/t-{slug}-{digest}"
 
 
 class TenantCgroups:
@@ -148,11 +154,12 @@ class TenantCgroups:
         assert self._cpu is not None
         group = self._cpu / name
         try:
-            group.mkdir(exist_ok=True)
-            if self._v2:
-                (group / "cpu.weight").write_text(V2_WEIGHT)
-            else:
-                (group / "cpu.shares").write_text(V1_SHARES)
+            for level in (group.parent, group):
+                level.mkdir(exist_ok=True)
+                if self._v2:
+                    (level / "cpu.weight").write_text(V2_WEIGHT)
+                else:
+                    (level / "cpu.shares").write_text(V1_SHARES)
         except OSError as exc:
             raise HardeningError(f"sandbox hardening could not be applied: tenant CPU group {group}: {exc}") from exc
 
@@ -168,7 +175,8 @@ class TenantCgroups:
         name = group_name(self._instance, tenant)
         new = self._cpu / name / container_id
         # Under the pool's parent, or under the engine's own when pooled by a run before this was on.
-        old = next((g for g in self._cpu.glob(f"*/{container_id}") if g != new), None)
+        pooled = self._cpu / group_name(self._instance, "") / container_id
+        old = next((g for g in (pooled, *self._cpu.glob(f"*/{container_id}")) if g != new and g.is_dir()), None)
         if old is None:
             raise HardeningError(f"sandbox hardening could not be applied: no CPU group of {container_id[:12]}")
         with self._lock:
@@ -206,21 +214,22 @@ class TenantCgroups:
         self._sweep()
 
     def _sweep(self) -> None:
-        prefix = f"ocsb-{self._instance}."
+        top = instance_group(self._instance)
         with self._lock:
             busy = set(self._members.values())
             for mount in self._all:
-                for group in _children(mount, prefix):
-                    if group.name in busy:
+                for group in _children(mount / top):
+                    if f"{top}/{group.name}" in busy:
                         continue
                     if mount == self._cpu:
-                        for child in _children(group, ""):
+                        for child in _children(group):
                             _rmdir(child)  # moved groups of containers that are gone (a previous run's too)
                     _rmdir(group)
+                _rmdir(mount / top)
 
     def parents(self) -> list[Path]:
         """This instance's parents in the CPU hierarchy now (tests and the bench look at them)."""
-        return [] if self._cpu is None else _children(self._cpu, f"ocsb-{self._instance}.")
+        return [] if self._cpu is None else _children(self._cpu / instance_group(self._instance))
 
 
 def parent_problems(attrs: dict[str, Any], wanted: str | None) -> list[str]:
@@ -260,9 +269,9 @@ def cpu_group_of(pid: int) -> str:
     raise ValueError(f"no CPU group for process {pid}")
 
 
-def _children(directory: Path, prefix: str) -> list[Path]:
+def _children(directory: Path) -> list[Path]:
     with contextlib.suppress(OSError):
-        return [p for p in directory.iterdir() if p.is_dir() and p.name.startswith(prefix)]
+        return [p for p in directory.iterdir() if p.is_dir()]
     return []
 
 

@@ -55,7 +55,7 @@ def live_pids(cid: str) -> set[int]:
     """The container's processes (not threads) that are not zombies, read on the host (cgroup v1 or v2)."""
     for path in (f"/sys/fs/cgroup/pids/docker/{cid}/cgroup.procs",
                  f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cgroup.procs",
-                 *glob.glob(f"/sys/fs/cgroup/pids/ocsb-*.*/{cid}/cgroup.procs")):  # under a tenant's parent
+                 *glob.glob(f"/sys/fs/cgroup/pids/ocsb-*/*/{cid}/cgroup.procs")):  # under a tenant's parent
         try:
             pids = Path(path).read_text().split()
         except FileNotFoundError:

@@ -42,7 +42,8 @@ def weight_of(group: Path) -> str:
 
 def parents_everywhere(instance: str) -> list[Path]:
     """This instance's groups in every cgroup hierarchy mounted here (the engine makes a parent in each)."""
-    return [g for m, _, _ in cgroup_mounts() for g in m.glob(f"ocsb-{instance}.*")]
+    return [g for m, _, _ in cgroup_mounts() for g in m.glob(f"ocsb-{instance}/*")] + \
+        [m / f"ocsb-{instance}" for m, _, _ in cgroup_mounts() if (m / f"ocsb-{instance}").is_dir()]
 
 
 def container_of(instance: str, sandbox_id: str) -> Any:
@@ -75,10 +76,9 @@ async def two_tenant_plane(runtime: str, pool_size: int) -> AsyncIterator[app.Co
         remove_instance_leftovers(instance)
         shutil.rmtree(data_dir, ignore_errors=True)
         for group in parents_everywhere(instance):  # only if the plane left some (the test then failed anyway)
-            for child in group.iterdir():
+            for child in sorted(group.glob("**/"), key=lambda p: -len(p.parts)):
                 if child.is_dir():
                     child.rmdir()
-            group.rmdir()
 
 
 async def pool_ready(plane: app.ControlPlane, timeout_s: float = 90.0) -> None:
@@ -96,18 +96,23 @@ async def test_two_tenants_sandboxes_sit_under_two_parents_of_equal_weight_and_a
     async with two_tenant_plane(runtime, pool_size=1) as plane:
         instance, root = plane.settings.instance, cpu_root()
         await pool_ready(plane)
-        pool_group = root / group_name(instance, "")
+        pool_name = group_name(instance, "")
+        pool_group = root / pool_name
         assert pool_group.is_dir()
         async with AsyncClient(plane.address, "token-alpha") as alpha, \
                 AsyncClient(plane.address, "token-beta") as beta:
             pooled = await alpha.create_session()  # the pool's one ready sandbox: claimed, so moved
             cold = await beta.create_session()  # the pool is refilling: a cold create under beta's parent
-            alpha_group, beta_group = root / group_name(instance, "alpha"), root / group_name(instance, "beta")
+            alpha_name, beta_name = group_name(instance, "alpha"), group_name(instance, "beta")
+            alpha_group, beta_group = root / alpha_name, root / beta_name
             assert alpha_group != beta_group
             assert weight_of(alpha_group) == weight_of(beta_group) == weight_of(root / "docker")
+            # The plane's tenants together weigh what the engine's other containers do.
+            assert alpha_group.parent == beta_group.parent == pool_group.parent
+            assert weight_of(alpha_group.parent) == weight_of(root / "docker")
 
             moved = container_of(instance, pooled.sandbox_id)
-            assert moved.attrs["HostConfig"]["CgroupParent"] == "/" + pool_group.name  # made for the pool
+            assert moved.attrs["HostConfig"]["CgroupParent"] == "/" + pool_name  # made for the pool
             assert not (pool_group / moved.id / "cgroup.procs").read_text().split()  # nothing left behind
             # Its CPU limit came along: the session's CPUs, as the engine set them on the pooled container.
             quota = int((alpha_group / moved.id / "cpu.cfs_quota_us").read_text())
@@ -121,13 +126,13 @@ async def test_two_tenants_sandboxes_sit_under_two_parents_of_equal_weight_and_a
             pids = container_pids(moved)
             assert len(pids) >= 3  # init, the agent, and the call's shell at least
             for pid in pids:
-                assert cpu_group_of(pid) == f"/{alpha_group.name}/{moved.id}", pid
+                assert cpu_group_of(pid) == f"/{alpha_name}/{moved.id}", pid
             assert (await call).output == "done\n"
 
             made = container_of(instance, cold.sandbox_id)
-            assert made.attrs["HostConfig"]["CgroupParent"] == "/" + beta_group.name
+            assert made.attrs["HostConfig"]["CgroupParent"] == "/" + beta_name
             for pid in container_pids(made):
-                assert cpu_group_of(pid) == f"/{beta_group.name}/{made.id}", pid
+                assert cpu_group_of(pid) == f"/{beta_name}/{made.id}", pid
 
             # A parent goes (in every hierarchy) with its tenant's last session; the other tenant's stays.
             await alpha.delete_session(pooled.id)

@@ -21,7 +21,7 @@ RUNSC_TIMEOUT_S = 30.0
 
 def _cgroup_file(cid: str, name: str) -> Path:
     # Under the engine's own parent, or under its tenant's or the pool's (controlplane/sandbox/tenant_cgroups.py).
-    tenants = glob.glob(f"/sys/fs/cgroup/pids/ocsb-*.*/{cid}/{name}")
+    tenants = glob.glob(f"/sys/fs/cgroup/pids/ocsb-*/*/{cid}/{name}")
     for path in (f"/sys/fs/cgroup/pids/docker/{cid}/{name}", f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/{name}",
                  *tenants):
         if os.path.exists(path):
