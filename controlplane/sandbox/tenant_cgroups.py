@@ -6,13 +6,13 @@ Why: the kernel shares CPU between sibling cgroups by weight. With every contain
 tenant, siblings of equal weight, the four share one tenant's part.
 
 How, on the engine's cgroupfs driver (the one this engine runs; `docker info`): a container created with
-`cgroup_parent=/ocsb-<instance>/t-<tenant>` gets `<parent>/<id>` in every hierarchy. The plane creates the parent's
-CPU groups itself first, with the default weight written out (cgroup v1 `cpu.shares` 1024, v2 `cpu.weight` 100, what
-the engine's own `docker` group has), and removes the parent in every hierarchy once no sandbox of this plane is
-left in it. The tenants' parents sit in one group per instance: two planes never share or remove each other's
-parents, and a plane's sandboxes together weigh what the engine's other containers (its `docker` group) do, however
-many tenants it serves. Under the systemd driver a parent would be a slice that systemd owns: not done
-(`provider.tenant_cpu_weight` unset leaves it off there with a warning; true refuses to start).
+`cgroup_parent=/ocsb-<instance>/t-<hash of the tenant>` gets `<parent>/<id>` in every hierarchy. The plane creates
+the parent's CPU groups itself first, with the default weight written out (cgroup v1 `cpu.shares` 1024, v2
+`cpu.weight` 100, what the engine's own `docker` group has), and removes the parent in every hierarchy once no
+sandbox of this plane is left in it. The tenants' parents sit in one group per instance: two planes never share or
+remove each other's parents, and a plane's sandboxes together weigh what the engine's other containers (its `docker`
+group) do, however many tenants it serves. Under the systemd driver a parent would be a slice that systemd owns: not
+done (`provider.tenant_cpu_weight` unset leaves it off there with a warning; true refuses to start).
 
 Pooled sandboxes are made before any tenant asks: they start under the instance's pool parent, and a claim moves
 the container's processes into `<tenant parent>/<id>` of the CPU hierarchy, with the container's own CPU limit
@@ -34,7 +34,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable
@@ -76,13 +75,12 @@ def instance_group(instance: str) -> str:
 
 
 def group_name(instance: str, tenant: str) -> str:
-    """The parent's path under the hierarchy's root: readable, and unique per (instance, tenant) whatever the
-    tenant's name holds."""
+    """The parent's path under the hierarchy's root, unique per (instance, tenant) whatever the tenant's name
+    holds. A hash, not the name: a sandbox reads its own group's path in /proc/self/cgroup, and the model in it
+    need not learn what its tenant is called."""
     if not tenant:
         return f"{instance_group(instance)}/{POOL}"
-    slug = re.sub(r"[^a-z0-9-]", "", tenant.lower())[:24]
-    digest = hashlib.sha256(tenant.encode()).hexdigest()[:10]
-    return f"{instance_group(instance)}/t-{slug}-{digest}"
+    return f"{instance_group(instance)}/t-{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
 
 
 class TenantCgroups:
