@@ -120,6 +120,11 @@ class DockerProviderConfig(_Closed):
     tool_uid_count: int = 65536
     """The ids sandboxes' tool processes run as, a block of 8 per sandbox (sandbox/tool_ids.py); no host account
     may use one (checked at start). Every control plane sharing an engine may use the same range."""
+    tenant_cpu_weight: bool | None = None
+    """Each tenant's sandboxes under a cgroup parent of its own, every tenant of equal CPU weight (so ten busy
+    sandboxes of one tenant weigh what another's one does; sandbox/tenant_cgroups.py). Unset: on where the engine
+    uses the cgroupfs driver and the control plane runs as root on its host, else off with a warning; true: the
+    control plane refuses to start without it; false: off (every sandbox weighs the same)."""
     global_dir: Path | None = None
     """The operator's global tools dir: a host dir mounted read-only at /opt/opencode/global in every sandbox,
     upstream's global config dir (`~/.config/opencode`). Its `tool/`, `plugin/` and `skill/` come before a

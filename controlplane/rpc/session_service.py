@@ -7,7 +7,8 @@ from typing import Any
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.pausing import SessionPauses
 from controlplane.core.sessions.snapshotting import SessionSnapshots
-from controlplane.core.tenants.quota import TenantQuotas, with_defaults
+from controlplane.core.tenants.quota import QuotaExceededError, TenantQuotas, with_defaults
+from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary
@@ -34,8 +35,16 @@ class SessionService(SnapshotRpcs, PauseRpcs, session_pb2_grpc.SessionServiceSer
         if request.from_snapshot:
             return self._proto(await self._restore(tenant.name, request))
         spec = convert.create_spec(request)
-        async with self._quotas.creating(tenant.name, with_defaults(spec.resources, self._sessions.policy.defaults)):
-            return self._proto(await self._sessions.create(tenant.name, spec))
+        resources = with_defaults(spec.resources, self._sessions.policy.defaults)
+        try:
+            async with self._quotas.creating(tenant.name, resources):
+                return self._proto(await self._sessions.create(tenant.name, spec))
+        except (InvalidArgumentError, ResourceExhaustedError) as exc:
+            # A refused request (an archive bomb, a bad spec) is held like a quota's refusal (held already):
+            # a client sending bombs in a loop made 300 a second, half a CPU of the plane every tenant shares.
+            if not isinstance(exc, QuotaExceededError):
+                await self._quotas.pause_refusal(tenant.name)
+            raise
 
     @unary
     async def GetSession(self, request: session_pb2.GetSessionRequest, context: Any) -> session_pb2.Session:

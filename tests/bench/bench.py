@@ -262,6 +262,7 @@ SECTIONS = (
     ("grpc engine", "tests.bench.grpc_engine_bench"),
     ("gVisor beside runc", "tests.bench.gvisor_bench"),
     ("fairness between tenants", "tests.bench.fairness_bench"),
+    ("CPU between tenants' busy sandboxes", "tests.bench.tenant_cpu_bench"),
     ("accept-header wait", "tests.bench.accept_wait_bench"),
     ("CLI start and the MCP front end", "tests.bench.adopter_bench"),
     ("a session's network through its proxy", "tests.bench.egress_bench"),
