@@ -73,8 +73,17 @@ QUICK_UPKEEP_POOL = 20
 QUICK_UPKEEP_S = 20.0
 
 
+RUNTIME: list[str] = []
+"""The OCI runtime every section's sandboxes use (`--runtime runsc`: gVisor, whose own overhead is reported apart
+from runc's); empty: the engine's default."""
+
+
 def image() -> str:
     return os.environ.get("OCSB_TEST_IMAGE", IMAGE)
+
+
+def provider_options() -> dict[str, str]:
+    return {"runtime": RUNTIME[0]} if RUNTIME else {}
 
 
 @dataclass
@@ -126,7 +135,7 @@ async def start_served(pool: int) -> tuple[ServedPlane, AsyncClient]:
     config.write_text("\n".join([
         f'data_dir = "{data_dir}"', f'instance = "{instance}"',
         "[server]", 'listen = "127.0.0.1:0"',
-        "[provider]", 'type = "docker"', f'image = "{image()}"',
+        "[provider]", 'type = "docker"', f'image = "{image()}"', *(f'runtime = "{r}"' for r in RUNTIME),
         "[pool]", f"size = {pool}", "",
     ]))
     log = (data_dir / "controlplane.log").open("wb")
@@ -275,7 +284,8 @@ async def burst_section(quick: bool) -> list[str]:
     lines = [f"burst: {creates} concurrent CreateSession with a warm pool of {BURST_POOL} (refill concurrency 2)",
              f"  {'row':34} {'ok':>5} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}"]
     progress(f"scale burst: {creates} creates")
-    async with running_plane("docker", pool={"size": BURST_POOL, "refill_concurrency": 2}) as served_plane:
+    async with running_plane("docker", pool={"size": BURST_POOL, "refill_concurrency": 2},
+                             provider_options=provider_options()) as served_plane:
         provider = served_plane.plane.sessions._provider  # the bench looks at the pool it measures
 
         def full() -> bool:
@@ -323,7 +333,8 @@ async def wait_for(ready: Callable[[], bool], timeout_s: float, what: str) -> fl
 
 
 async def docker_run_burst(n: int, instance: str) -> tuple[list[float], int]:
-    args = ["run", "--rm", "--network", "none", "--label", f"ocsb.instance={instance}", "--label",
+    args = ["run", "--rm", "--network", "none", *(f"--runtime={r}" for r in RUNTIME),
+            "--label", f"ocsb.instance={instance}", "--label",
             "ocsb.managed=true", "--entrypoint", "true", image()]
 
     async def one() -> float | None:
@@ -395,7 +406,8 @@ async def upkeep_section(quick: bool) -> list[str]:
     size = QUICK_UPKEEP_POOL if quick else UPKEEP_POOL
     window = QUICK_UPKEEP_S if quick else UPKEEP_WINDOW_S
     progress(f"scale upkeep: a pool of {size}")
-    async with running_plane("docker", pool={"size": size, "refill_concurrency": 2}) as served_plane:
+    async with running_plane("docker", pool={"size": size, "refill_concurrency": 2},
+                             provider_options=provider_options()) as served_plane:
         provider = served_plane.plane.sessions._provider  # the bench looks at the pool it measures
 
         def full() -> bool:
@@ -428,7 +440,9 @@ SECTIONS: dict[str, Callable[[bool], Awaitable[list[str]]]] = {
 
 
 async def run(quick: bool, only: list[str]) -> None:
-    print(f"bench-scale ({'quick' if quick else 'full'}), image {image()}, load at start {m.load()}", flush=True)
+    runtime = RUNTIME[0] if RUNTIME else "the engine's default"
+    print(f"bench-scale ({'quick' if quick else 'full'}), image {image()}, runtime {runtime}, load at start {m.load()}",
+          flush=True)
     for name, section in SECTIONS.items():
         if only and name not in only:
             continue
@@ -444,7 +458,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter windows and fewer sessions")
     parser.add_argument("--only", action="append", choices=list(SECTIONS), default=[])
+    parser.add_argument("--runtime", default="", help="the OCI runtime of every sandbox (runsc: gVisor)")
     args = parser.parse_args()
+    if args.runtime:
+        RUNTIME.append(args.runtime)
     try:
         asyncio.run(run(args.quick, args.only))
     finally:
