@@ -9,10 +9,11 @@ per session, warm pool of one):
 * ``ListTools, 1 Python tool (first, pool refilled)`` -- the same first listing asked after the warm pool has
   refilled (untimed), so that no container start competes for the CPUs.
 * ``ListTools, 20 Python tools (first, pool refilled)`` -- twenty such files: (this - the 1-tool row) / 19 is the
-  host's per-tool import overhead.
+  per-tool overhead seen through the API (noisy: one sample per session).
 * ``diag: agent ListCustomTools`` -- the first listing asked straight of the session's agent (no public API).
 * ``stage:`` rows, inside the sandbox with no agent: one fresh `python3 -s -B host.py` from exec to its first
-  pong, then its load of 1 and of 20 files; `python3 -c pass` for the interpreter's own start.
+  pong, then its load of 1 and of 20 files; `python3 -c pass` for the interpreter's own start. (load of 20 - load
+  of 1) / 19 is the host's per-tool import overhead the target is judged on.
 
 Targets (issue: tools that start fast): first ListTools with one Python tool <= 150 ms on a quiet machine
 (<= 300 ms with the machine busy); per-tool import overhead <= 20 ms. The machine's load is printed with the
@@ -169,8 +170,8 @@ def report(rows: dict[str, Row], loads: list[str]) -> list[str]:
         "  targets:",
         f"    {'PASS' if first <= target else 'FAIL'}  first ListTools, 1 Python tool, p50 {first:.1f} ms (the slower "
         f"of the two first-listing rows) <= {target:g} ms ({'busy' if busy else 'quiet'} machine)",
-        f"    {'PASS' if per_tool <= PER_TOOL_TARGET_MS else 'FAIL'}  per-tool import overhead {per_tool:.2f} ms "
-        f"<= {PER_TOOL_TARGET_MS:g} ms",
+        f"    {'PASS' if per_tool_host <= PER_TOOL_TARGET_MS else 'FAIL'}  the host's per-tool import overhead "
+        f"{per_tool_host:.2f} ms <= {PER_TOOL_TARGET_MS:g} ms",
     ]
     return lines
 
