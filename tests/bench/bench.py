@@ -254,6 +254,8 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
 
 SECTIONS = (
     ("custom tools", "tests.bench.custom_tools_bench"),
+    ("custom Python tools", "tests.bench.python_tools_bench"),
+    ("cold create", "tests.bench.cold_create_bench"),
     ("tracing overhead", "tests.bench.tracing_bench"),
     ("bash permission analysis", "tests.bench.bash_rules_bench"),
     ("under attack", "tests.bench.attack_bench"),
