@@ -45,7 +45,7 @@ from pydantic_settings import (
 
 from controlplane.config_base import _Closed
 from controlplane.config_egress import EgressConfig
-from controlplane.config_lifecycle import SnapshotsConfig, TemplateConfig
+from controlplane.config_lifecycle import LifetimeConfig, SnapshotsConfig, TemplateConfig
 from controlplane.discovery import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_LISTEN, TOKEN_FILE
 from controlplane.errors import ConfigError
 from controlplane.tenant_egress import TenantEgressConfig
@@ -184,28 +184,6 @@ class PoolConfig(_Closed):
     """Ready sandboxes kept for CreateSession; 0 disables the pool."""
     refill_concurrency: int = Field(default=2, ge=1)
     """Sandboxes created at once while refilling."""
-
-
-class LifetimeConfig(_Closed):
-    idle_timeout_s: float = Field(default=1800.0, gt=0)
-    """A session unused this long is deleted."""
-    max_lifetime_s: float = Field(default=8 * 3600.0, gt=0)
-    """A session is deleted this long after creation, used or not."""
-    reap_interval_s: float = Field(default=5.0, gt=0)
-    """How often lifetimes are checked."""
-    pause_after_idle_s: float = Field(default=0.0, ge=0)
-    """A session unused this long is paused instead (its workspace stored, its sandbox removed); 0: never.
-    Below idle_timeout_s, or the idle timeout deletes it first."""
-    retain_s: float = Field(default=0.0, ge=0)
-    """An expired or FAILED session's workspace and state are kept this long as a retained snapshot (and so is
-    a session deleted with keep_snapshot); 0: nothing is kept at the end, and keep_snapshot is refused."""
-
-    @model_validator(mode="after")
-    def _pause_before_delete(self) -> LifetimeConfig:
-        if self.pause_after_idle_s and self.pause_after_idle_s >= self.idle_timeout_s:
-            raise ValueError(f"lifetime.pause_after_idle_s ({self.pause_after_idle_s:g}) must be below "
-                             f"lifetime.idle_timeout_s ({self.idle_timeout_s:g}), or idle sessions are deleted first")
-        return self
 
 
 class ServerConfig(_Closed):
