@@ -16,13 +16,13 @@ Run alone: ``.venv/bin/python -m tests.bench.cold_create_bench [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import contextlib
 import functools
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,7 +31,7 @@ import docker.models.containers
 
 from controlplane.sandbox import agent_client, confinement
 from controlplane.sandbox import docker as docker_provider
-from sandbox_agent import event_loop
+from tests.bench.bench_plane import run_alone
 from tests.bench.custom_tools_bench import Row
 from tests.planes import running_plane
 
@@ -147,13 +147,9 @@ async def section(quick: bool) -> list[str]:
     return report(rows, loads)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer samples")
-    quick = parser.parse_args().quick
-    for line in event_loop.run(section(quick)):
-        print(line)
+def main() -> int:
+    return run_alone(section, __doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

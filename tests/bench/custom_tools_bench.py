@@ -27,11 +27,11 @@ Run alone: ``.venv/bin/python -m tests.bench.custom_tools_bench [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,8 +40,8 @@ from typing import Any
 from controlplane.client import AsyncClient
 from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunFailed, RunResult
 from controlplane.core.seam.provider import SandboxAgent
-from sandbox_agent import event_loop
 from tests.archives import tar_of
+from tests.bench.bench_plane import run_alone
 from tests.planes import Plane, running_plane
 
 TOOLS = 20
@@ -354,13 +354,9 @@ async def section(quick: bool) -> list[str]:
     return report(rows, notes)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer samples")
-    quick = parser.parse_args().quick
-    for line in event_loop.run(section(quick)):
-        print(line)
+def main() -> int:
+    return run_alone(section, __doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,13 +23,13 @@ Run alone: ``.venv/bin/python -m tests.bench.python_tools_bench [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
+import sys
 import time
 
-from sandbox_agent import event_loop
 from tests.archives import tar_of
+from tests.bench.bench_plane import run_alone
 from tests.bench.custom_tools_bench import STEP_TIMEOUT_S, Row, run_ok, wait_pool_full
 from tests.planes import Plane, running_plane
 
@@ -184,13 +184,9 @@ async def section(quick: bool) -> list[str]:
     return report(rows, loads)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer samples")
-    quick = parser.parse_args().quick
-    for line in event_loop.run(section(quick)):
-        print(line)
+def main() -> int:
+    return run_alone(section, __doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
