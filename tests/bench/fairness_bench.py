@@ -140,6 +140,12 @@ async def start_served(instance: str, tokens: dict[str, str]) -> ServedPlane:
     data_dir = scratch_dir("ocsb-bench-fair-")
     config = data_dir / "config.toml"
     config.write_text(config_text(data_dir, instance, tokens))
+    return await serve(config, data_dir, instance, START_TIMEOUT_S)
+
+
+async def serve(config: Path, data_dir: Path, instance: str, timeout_s: float) -> ServedPlane:
+    """`controlplane serve` with `config`, in a process of its own (its CPU and memory are its own), once its
+    endpoint file says it listens."""
     log = (data_dir / "controlplane.log").open("wb")
     process = await asyncio.to_thread(
         subprocess.Popen,
@@ -148,7 +154,7 @@ async def start_served(instance: str, tokens: dict[str, str]) -> ServedPlane:
     )
     log.close()
     endpoint = data_dir / "endpoint"
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while not endpoint.exists():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()

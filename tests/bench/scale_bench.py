@@ -31,8 +31,6 @@ import contextlib
 import os
 import resource
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,7 +40,7 @@ from controlplane.client import AsyncClient, allow_once
 from tests.bench import scale_measures as m
 from tests.bench.bench_common import IMAGE, SCRATCH, percentile, progress, scratch_dir
 from tests.bench.bench_plane import docker_cli, remove_scratch
-from tests.bench.fairness_bench import ServedPlane, remove_leftovers, stop_served
+from tests.bench.fairness_bench import ServedPlane, remove_leftovers, serve, stop_served
 from tests.planes import running_plane
 
 SESSION_COUNTS = (8, 32, 64)
@@ -138,22 +136,7 @@ async def start_served(pool: int) -> tuple[ServedPlane, AsyncClient]:
         "[provider]", 'type = "docker"', f'image = "{image()}"', *(f'runtime = "{r}"' for r in RUNTIME),
         "[pool]", f"size = {pool}", "",
     ]))
-    log = (data_dir / "controlplane.log").open("wb")
-    process = await asyncio.to_thread(
-        subprocess.Popen,
-        [sys.executable, "-m", "controlplane", "serve", "--config", str(config), "--log-level", "WARNING"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )
-    log.close()
-    endpoint = data_dir / "endpoint"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not endpoint.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            said = (data_dir / "controlplane.log").read_text()[-2000:]
-            raise RuntimeError(f"the control plane did not start: {said}")
-        await asyncio.sleep(0.05)
-    plane = ServedPlane(process, data_dir, instance, endpoint.read_text().strip())
+    plane = await serve(config, data_dir, instance, START_TIMEOUT_S)
     return plane, AsyncClient(plane.address, (data_dir / "default.token").read_text().strip())
 
 
