@@ -353,8 +353,6 @@ class SessionManager:
         # A READY session this plane does not hold is another plane's: its owner removes the sandbox
         # when it sees the new state (`_sync_with_store`).
         held = self._live.pop(session.id, None)
-        if not session.parent_id:  # a child reserves nothing (it runs on its parent's sandbox)
-            await self.host.release(session.id)
         foreign = held is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)
@@ -371,6 +369,8 @@ class SessionManager:
             if self.before_removal is not None:
                 await self.before_removal(session, state, message)
             await self._remove_sandbox(session, held, keep_workspace=state == SessionState.FAILED)
+        if not session.parent_id:  # only once the sandbox is gone; a child reserves nothing
+            await self.host.release(session.id)
         return await self._finish(session, state, message)
 
     async def _remove_sandbox(self, session: Session, held: Session | None, *, keep_workspace: bool = False) -> None:
