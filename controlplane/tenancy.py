@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from controlplane.config import Settings, SwarmProviderConfig
-from controlplane.core.sessions.models import SessionState
 from controlplane.core.tenants.lifecycle import Declared, TenantAdmin
 from controlplane.core.tenants.quota import Quota, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, hash_token
@@ -35,8 +34,8 @@ def session_disk_mb(settings: Settings) -> int:
 
 def quotas(settings: Settings, store: Store) -> TenantQuotas:
     async def live(tenant: str) -> list:  # type: ignore[type-arg]
-        paused = [s for s in await store.list_sessions(tenant) if s.state == SessionState.PAUSED]
-        return await store.list_sessions(tenant, live_only=True) + paused
+        # One query for what holds quota: every session the tenant ever had would be read on each admission.
+        return await store.list_sessions(tenant, live_only=True, with_paused=True)
 
     return TenantQuotas(
         live, defaults=_quota(settings.quota.model_dump()),
