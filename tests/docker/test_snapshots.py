@@ -38,10 +38,12 @@ TODOS = [{"content": "Keep me ☂", "status": "in_progress", "priority": "high"}
 # Modes, an executable, an empty directory, relative and absolute symlinks, a dotfile: what a tar must carry.
 SHAPE = ("cd /workspace && chmod 751 run.sh && chmod 600 secret.txt && mkdir -p empty/inner && chmod 705 empty && "
          "ln -s notes/readme.txt link && ln -s /etc/hostname abs-link && ln -s missing dangling && "
-         "ln -s ../.. up-out && mkfifo pipe && echo v > .hidden")
+         "ln -s ../.. up-out && ln -s . self && ln -s self/self/self/../../.. chain-out && mkfifo pipe && "
+         "echo v > .hidden")
 UNPORTABLE = ("./abs-link 777 symbolic link\n/etc/hostname\n", "./up-out 777 symbolic link\n../..\n",
-              "./pipe 644 fifo\n")
-"""What no new session would take (a link out of the workspace, a FIFO): left out of a snapshot and a fork."""
+              "./chain-out 777 symbolic link\nself/self/self/../../..\n", "./pipe 644 fifo\n")
+"""What no new session would take (a link out of the workspace, also one that leads out only through another
+link, and a FIFO): left out of a snapshot and a fork."""
 LOOK = ("cd /workspace && find . -path ./.opencode -prune -o -print | sort | "
         "while read f; do stat -c '%n %a %F' \"$f\"; [ -L \"$f\" ] && readlink \"$f\"; done; "
         "cat notes/readme.txt secret.txt .hidden")

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import io
+import random
 import tarfile
 
+import pytest
+
+from controlplane.core.sessions import workspace_archive
 from controlplane.core.sessions.portable_tar import portable
+from controlplane.core.sessions.workspace_archive import check
+from controlplane.errors import InvalidArgumentError
 
 
 def _tar(*members: tuple[str, bytes, str]) -> bytes:
@@ -46,3 +52,84 @@ def test_links_out_of_the_workspace_and_fifos_are_left_out_by_name() -> None:
         assert body.read() == b"data of d/f"
     assert [d.split(":")[0] for d in made.dropped] == ["abs", "d/out", "pipe", "dev"]
     assert "outside the workspace" in made.dropped[0]
+
+
+def _restorable(data: bytes) -> None:
+    check(data, max_entries=1 << 20, max_bytes=1 << 40)  # InvalidArgumentError if a new session would refuse it
+
+
+def test_a_link_that_leads_out_only_through_another_link_is_left_out() -> None:
+    # By its words alone `chain` climbs back to where it starts; through `self` (the workspace itself) each
+    # `self` is no step down, so its three `..` climb out.
+    data = _tar(("self", tarfile.SYMTYPE, "."), ("chain", tarfile.SYMTYPE, "self/self/self/../../.."),
+                ("f", tarfile.REGTYPE, ""))
+    with pytest.raises(InvalidArgumentError, match="chain"):
+        _restorable(data)
+    made = portable(data)
+    assert [name for name, _, _ in _listing(made.tar)] == ["self", "f"]
+    assert [d.split(":")[0] for d in made.dropped] == ["chain"]
+    _restorable(made.tar)
+
+
+def test_a_link_made_to_lead_out_by_a_later_entry_is_left_out() -> None:
+    # `up` is `b/..` (the workspace) while `b` is a directory, and out of it once `b` is a link to `.`.
+    data = _tar(("b", tarfile.DIRTYPE, ""), ("up", tarfile.SYMTYPE, "b/.."), ("b", tarfile.SYMTYPE, "."))
+    made = portable(data)
+    assert [d.split(":")[0] for d in made.dropped] == ["up"]
+    _restorable(made.tar)
+
+
+def test_what_named_a_left_out_link_is_left_out_too() -> None:
+    # The hard link reaches `f` through the link `a`; once `a` is left out (it leads out after `b` becomes a link
+    # to `.`), `a/f` names nothing, and a new session would refuse the hard link.
+    data = _tar(("f", tarfile.REGTYPE, ""), ("b", tarfile.DIRTYPE, ""), ("a", tarfile.SYMTYPE, "b/.."),
+                ("h", tarfile.LNKTYPE, "a/f"), ("b", tarfile.SYMTYPE, "."))
+    made = portable(data)
+    assert sorted(d.split(":")[0] for d in made.dropped) == ["a", "h"]
+    _restorable(made.tar)
+
+
+def test_what_a_new_session_takes_is_kept_as_it_came_and_the_rest_always_restores() -> None:
+    # Random trees of directories, files and links (targets made of the same few names, `.` and `..`), with names
+    # repeated so that later entries replace earlier ones: whatever the walk accepts is used as it came, and what
+    # is left of any other always passes the check a restore makes.
+    rng = random.Random(2611)
+    names = ["a", "b", "c"]
+    taken = left = 0
+    for _ in range(1500):
+        members: list[tuple[str, bytes, str]] = []
+        for _ in range(rng.randint(1, 9)):
+            name = "/".join(rng.choice(names) for _ in range(rng.randint(1, 3)))
+            kind = rng.choice([tarfile.DIRTYPE, tarfile.REGTYPE, tarfile.SYMTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE])
+            target = ""
+            if kind == tarfile.SYMTYPE:
+                target = "/".join(rng.choice([*names, ".", "..", ".."]) for _ in range(rng.randint(1, 6)))
+            elif kind == tarfile.LNKTYPE:
+                target = "/".join(rng.choice(names) for _ in range(rng.randint(1, 3)))
+            members.append((name, kind, target))
+        data = _tar(*members)
+        try:
+            _restorable(data)
+        except InvalidArgumentError:
+            left += 1
+            made = portable(data)
+            assert made.dropped
+            _restorable(made.tar)
+        else:
+            taken += 1
+            assert portable(data).tar is data
+    assert taken > 100  # both sides were really tried
+    assert left > 100
+
+
+def test_past_the_rounds_allowed_every_link_is_left_out_and_the_files_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Leaving `a` out (it leads out once `b` is a link to `.`) makes the hard link `h` name nothing: a second round.
+    # With one round allowed, every link goes instead, and the files stay.
+    monkeypatch.setattr(workspace_archive, "MAX_LEAVE_OUT_ROUNDS", 1)
+    data = _tar(("f", tarfile.REGTYPE, ""), ("b", tarfile.DIRTYPE, ""), ("a", tarfile.SYMTYPE, "b/.."),
+                ("h", tarfile.LNKTYPE, "a/f"), ("b", tarfile.SYMTYPE, "."), ("keep", tarfile.SYMTYPE, "f"))
+    made = portable(data)
+    assert [name for name, _, _ in _listing(made.tar)] == ["f", "b"]
+    assert [d.split(":")[0] for d in made.dropped] == ["a", "h", "b", "keep"]
+    assert "too tangled" in made.dropped[-1]
+    _restorable(made.tar)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 import tarfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.core.sessions import archive_stream
@@ -25,6 +25,9 @@ WALK_STEPS_PER_ENTRY = 64
 """The budget of path components walked (links followed) is WALK_STEPS plus this per entry, unused steps
 carrying over: real trees use a handful per entry, and deep link chains cannot make the check slow."""
 SHOWN_CHARS = 120
+MAX_LEAVE_OUT_ROUNDS = 8
+"""unrestorable(): a real workspace needs two (what leads out, then a check that the rest holds); past this, every
+link is left out."""
 
 _SPECIAL_KINDS = {
     tarfile.CHRTYPE: "a character device",
@@ -157,6 +160,60 @@ def check(archive: bytes, max_entries: int, max_bytes: int, keep: Callable[[str]
     return ArchiveStats(entries, total, kept)
 
 
+def unrestorable(members: Sequence[tarfile.TarInfo]) -> dict[int, str]:
+    """The entries of a workspace tar that `check` would refuse, by index, each as `NAME: why`: what a snapshot
+    leaves out so that the rest restores. Judged by `check`'s own walk, so links are followed through the links
+    the tar itself makes (`a -> .` then `x -> a/a/../..` leads out, though its words alone never climb above where
+    they start)."""
+    refused: dict[int, str] = {}
+    for _ in range(MAX_LEAVE_OUT_ROUNDS):
+        # Leaving an entry out can change what others mean (a hard link to `a/f` names nothing once the link `a`
+        # is gone), so the rest is judged again as `check` will judge the copy, until nothing more is refused.
+        found = _refused(members, refused)
+        if not found:
+            return refused
+        refused.update(found)
+    # Made to keep failing (a hostile agent's tar): every link goes, so nothing is reached through one and the
+    # files and directories left restore as they are.
+    for index, member in enumerate(members):
+        if index not in refused and (member.issym() or member.islnk()):
+            refused[index] = f"{member.name}: a link among links too tangled to check (all links are left out)"
+    return refused
+
+
+def _refused(members: Sequence[tarfile.TarInfo], skipped: dict[int, str]) -> dict[int, str]:
+    """`check`'s walk over the entries not `skipped`: the ones it would refuse."""
+    tree = _Tree()
+    tree.grant(WALK_STEPS)
+    found: dict[int, str] = {}
+    links: list[tuple[int, _Node, str]] = []
+    for index, member in enumerate(members):
+        if index in skipped:
+            continue
+        tree.grant(WALK_STEPS_PER_ENTRY)
+        try:
+            node = _check_member(tree, member)
+        except InvalidArgumentError as exc:
+            found[index] = _reason(exc, member.name)
+            continue
+        if node is not None and member.issym():
+            links.append((index, node, member.linkname))
+    for index, node, target in links:
+        if node.link != target:
+            continue  # replaced by a later entry of that name
+        tree.grant(WALK_STEPS_PER_ENTRY)
+        try:
+            _check_link_target(tree, members[index].name, node.parent or tree.root, target)
+        except InvalidArgumentError as exc:
+            found[index] = _reason(exc, members[index].name)
+    return found
+
+
+def _reason(refusal: InvalidArgumentError, name: str) -> str:
+    """`NAME: why`, from a refusal of `_refuse`'s making."""
+    return f"{name}: " + str(refusal).removeprefix(f'{PREFIX}entry "{_shown(name)}" ')
+
+
 def _keep(tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Callable[[str], bool], limit: int,
           kept: dict[str, bytes]) -> int:
     """Reads `member` into `kept` if it is wanted; the change in bytes kept."""
@@ -183,7 +240,8 @@ def _shown(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
-def _check_member(tree: _Tree, member: tarfile.TarInfo) -> None:
+def _check_member(tree: _Tree, member: tarfile.TarInfo) -> _Node | None:
+    """The entry's node once checked (None for the workspace itself)."""
     name = member.name
     if len(name.encode(errors="surrogateescape")) > MAX_NAME_BYTES:
         raise _refuse(name, f"has a name longer than {MAX_NAME_BYTES} bytes")
@@ -202,7 +260,7 @@ def _check_member(tree: _Tree, member: tarfile.TarInfo) -> None:
     if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
         raise _refuse(name, f"has the unsupported type {member.type!r}")
     if not parts:
-        return  # the workspace itself ("./")
+        return None  # the workspace itself ("./")
     try:
         parent = tree.resolve(tree.root, "/".join(parts[:-1]))
     except _EscapedError:
@@ -213,14 +271,20 @@ def _check_member(tree: _Tree, member: tarfile.TarInfo) -> None:
     if member.issym():
         if not member.linkname:
             raise _refuse(name, "is a symlink without a target")
+        previous = node.link, node.file
         node.link, node.file = member.linkname, False
+        try:
+            _check_link_target(tree, name, parent, member.linkname)
+        except InvalidArgumentError:
+            node.link, node.file = previous  # unrestorable() goes on with the tree as if the entry were absent
+            raise
         tree.links.append((name, node))
-        _check_link_target(tree, name, parent, member.linkname)
     elif member.islnk():
         _check_hard_link(tree, name, member.linkname)
         node.link, node.file = None, True
     else:
         node.link, node.file = None, member.isreg()
+    return node
 
 
 def _check_link_target(tree: _Tree, name: str, directory: _Node, target: str) -> None:
