@@ -25,6 +25,7 @@ from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.sandbox import dir_mounts
+from controlplane.sandbox.workspace_disk import WorkspaceDisks
 from tests.archives import tar_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,8 +76,7 @@ async def running_plane(provider: str = "docker", **overrides: Any) -> AsyncIter
         await client.close()
         await app.stop(plane)
         remove_instance_leftovers(instance)
-        dir_mounts.unmount_all_under(data_dir)  # sandbox dirs are tmpfs mounts (a plane stopped with live ones)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 def served_plane(provider: str = "local", *, name: str = "plane",
@@ -193,6 +193,17 @@ def remove_instance_leftovers(instance: str) -> int:
         volume.remove(force=True)
         left += 1
     return left
+
+
+def remove_data_dir(data_dir: Path) -> None:
+    """Deletes a test plane's data dir with what the host holds for it: sandbox dirs mounted as tmpfs, and the loop
+    devices of workspace disk images (a plane killed mid-create attached one whose volume was never made: deleting
+    the image alone left the device attached to a deleted file for good). After remove_instance_leftovers."""
+    dir_mounts.unmount_all_under(data_dir)
+    disks = WorkspaceDisks(data_dir, 0)
+    for sandbox_id in disks.list_ids():
+        disks.release(sandbox_id)
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 class PlaneProcess:

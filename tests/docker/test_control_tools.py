@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 
 import pytest
 
 from controlplane.client import AsyncClient
 from controlplane.v1 import session_pb2
-from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp, workspace_session
+from tests.planes import (
+    Plane,
+    PlaneProcess,
+    new_instance,
+    remove_data_dir,
+    remove_instance_leftovers,
+    short_tmp,
+    workspace_session,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -116,4 +123,4 @@ async def test_todos_survive_a_sigkill_of_the_control_plane() -> None:
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

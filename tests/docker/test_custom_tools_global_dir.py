@@ -25,7 +25,7 @@ from controlplane.sandbox.docker import verify_hardening
 from controlplane.sandbox.layout import GLOBAL_DIR
 from tests.archives import tar_of
 from tests.docker.custom_tools_support import ECHO_TS, custom_tools
-from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import Plane, new_instance, remove_data_dir, remove_instance_leftovers, short_tmp
 
 pytestmark = pytest.mark.docker
 
@@ -93,7 +93,7 @@ async def plane_with_global_dir(global_dir: Path) -> AsyncIterator[Plane]:
         await client.close()
         await app.stop(plane)
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def wait_pool_full(plane: Plane) -> None:
@@ -154,7 +154,7 @@ async def test_a_missing_global_dir_is_a_config_error_at_start() -> None:
         with pytest.raises(ConfigError, match=f"^provider.global_dir {missing} is not a directory on this host$"):
             await app.start(settings)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 def test_a_writable_global_mount_fails_hardening() -> None:

@@ -22,7 +22,7 @@ from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.v1 import session_pb2
 from tests.docker import egress_servers
-from tests.planes import Plane, new_instance, remove_instance_leftovers, served_plane, short_tmp
+from tests.planes import Plane, new_instance, remove_data_dir, remove_instance_leftovers, served_plane, short_tmp
 from tests.runtimes import runsc_missing
 
 pytestmark = pytest.mark.docker
@@ -237,7 +237,7 @@ async def test_a_restarted_plane_restarts_an_adopted_sessions_proxy(hosts: tuple
     finally:
         await app.stop(plane)
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_gvisor_sandboxes_reach_the_proxy_too(egress_plane: Plane, hosts: tuple[int, list[str]]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import docker
 import pytest
 
 from controlplane.client import AsyncClient
-from tests.planes import PlaneProcess, new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import PlaneProcess, new_instance, remove_data_dir, remove_instance_leftovers, short_tmp
 
 pytestmark = pytest.mark.docker
 
@@ -58,7 +57,7 @@ async def served() -> AsyncIterator[tuple[PlaneProcess, AsyncClient]]:
     finally:
         await plane.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_100_mib_round_trip_in_bounded_memory(served: tuple[PlaneProcess, AsyncClient], tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +27,7 @@ from tests.planes import (
     instance_containers,
     instance_volumes,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     short_tmp,
 )
@@ -62,7 +62,7 @@ async def plane_with_runtime(runtime: str, pool_size: int, leftovers: list[int] 
         left = remove_instance_leftovers(instance)
         if leftovers is not None:
             leftovers.append(left)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 def left_behind(plane: Plane) -> tuple[list[Any], list[Any], list[str]]:

@@ -14,7 +14,15 @@ import pytest
 from controlplane.client import PermissionRequest, ToolOutcome
 from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, short_tmp, workspace_session
+from tests.planes import (
+    Plane,
+    PlaneProcess,
+    new_instance,
+    remove_data_dir,
+    remove_instance_leftovers,
+    short_tmp,
+    workspace_session,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -168,6 +176,5 @@ async def test_always_approval_survives_a_sigkill_of_the_control_plane() -> None
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        import shutil
 
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

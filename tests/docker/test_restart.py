@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import docker
 import pytest
 
@@ -14,6 +12,7 @@ from tests.planes import (
     instance_containers,
     instance_volumes,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     short_tmp,
 )
@@ -63,4 +62,4 @@ async def test_sigkill_restart_adopts_sessions_and_removes_orphans() -> None:
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

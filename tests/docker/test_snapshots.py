@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ from tests.planes import (
     Plane,
     PlaneProcess,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     served_plane,
     short_tmp,
@@ -250,4 +250,4 @@ async def test_a_plane_killed_while_writing_a_snapshot_leaves_none() -> None:
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import secrets
-import shutil
 import sqlite3
 import sys
 import time
@@ -32,6 +31,7 @@ from tests.planes import (
     PlaneProcess,
     instance_containers,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     running_plane,
     short_tmp,
@@ -327,7 +327,7 @@ async def test_a_restarted_plane_adopts_pooled_sandboxes_of_its_templates_only(
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def _cli(plane: Plane, *argv: str) -> tuple[int, str, str]:

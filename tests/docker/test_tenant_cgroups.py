@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +20,7 @@ from controlplane.client import AsyncClient, allow_once
 from controlplane.config import load_settings
 from controlplane.errors import ConfigError
 from controlplane.sandbox.tenant_cgroups import TenantCgroups, cgroup_mounts, cpu_group_of, group_name
-from tests.planes import new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import new_instance, remove_data_dir, remove_instance_leftovers, short_tmp
 from tests.runtimes import RUNTIMES, runsc_missing
 
 pytestmark = pytest.mark.docker
@@ -74,7 +73,7 @@ async def two_tenant_plane(runtime: str, pool_size: int) -> AsyncIterator[app.Co
     finally:
         await app.stop(plane)
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
         for group in parents_everywhere(instance):  # only if the plane left some (the test then failed anyway)
             for child in sorted(group.glob("**/"), key=lambda p: -len(p.parts)):
                 if child.is_dir():

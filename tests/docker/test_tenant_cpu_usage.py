@@ -5,7 +5,6 @@ counted for that tenant only."""
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from controlplane import app
 from controlplane.admin_client import AsyncAdminClient
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
-from tests.planes import new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import new_instance, remove_data_dir, remove_instance_leftovers, short_tmp
 
 pytestmark = pytest.mark.docker
 
@@ -70,4 +69,4 @@ async def test_a_sessions_cpu_seconds_count_for_its_tenant_and_outlive_it_and_a_
                 await idle.delete_session(session.id)
         await app.stop(plane)
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

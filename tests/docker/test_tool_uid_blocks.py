@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import docker
 import pytest
 
 from controlplane.client import AsyncClient
 from controlplane.sandbox.layout import LABEL_TOOL_UID
-from tests.planes import PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
+from tests.planes import (
+    PlaneProcess,
+    new_instance,
+    remove_data_dir,
+    remove_instance_leftovers,
+    running_plane,
+    short_tmp,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -43,7 +49,7 @@ async def test_a_restarted_plane_keeps_its_sandboxes_blocks_and_hands_out_others
     finally:
         process.kill()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_two_planes_on_one_engine_never_share_a_block() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 
 import grpc
@@ -19,6 +18,7 @@ from tests.planes import (
     instance_containers,
     instance_volumes,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     short_tmp,
 )
@@ -120,4 +120,4 @@ async def test_sigkill_mid_burst_leaves_no_orphans_and_keeps_the_store() -> None
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

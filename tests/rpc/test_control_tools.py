@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from controlplane.client import AsyncClient, ToolOutcome, allow_once
 from controlplane.config import load_settings
 from controlplane.core.permissions.permission import REJECTED_MESSAGE
 from controlplane.v1 import tool_pb2
-from tests.planes import Plane, environment, served_plane, short_tmp
+from tests.planes import Plane, environment, remove_data_dir, served_plane, short_tmp
 
 FLAGS = {"OPENCODE_EXPERIMENTAL_PLAN_MODE": "1"}
 CLEARED = ("OPENCODE_CLIENT", "OPENCODE_EXPERIMENTAL", "OPENCODE_ENABLE_EXA", "OPENCODE_EXPERIMENTAL_EXA",
@@ -125,7 +124,7 @@ async def test_todos_survive_a_restart_of_the_plane(flags: None) -> None:
         stored = await plane.store.get_todos(session.id)
         await app.stop(plane)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
     assert json.dumps(stored, ensure_ascii=False) == json.dumps(
         [TODOS[0], {"content": "Ship it", "status": "pending", "priority": "medium", "owner": "me", "7": 1.0},
          *TODOS[2:]], ensure_ascii=False,

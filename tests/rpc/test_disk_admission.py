@@ -9,7 +9,6 @@ import asyncio
 import io
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.host_capacity import disk_need_mb, free_disk_mb
-from tests.planes import new_instance, short_tmp
+from tests.planes import new_instance, remove_data_dir, short_tmp
 
 TOKEN = "token-acme"
 FS_MB = 48
@@ -48,7 +47,7 @@ async def small_disk_plane() -> AsyncIterator[tuple[AsyncClient, Path]]:
         capture_output=True, text=True, check=False,
     )
     if mounted.returncode != 0:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
         pytest.skip(f"cannot mount a tmpfs for the data dir (needs root): {mounted.stderr.strip()}")
     plane = None
     try:
@@ -67,7 +66,7 @@ async def small_disk_plane() -> AsyncIterator[tuple[AsyncClient, Path]]:
         if plane is not None:
             await app.stop(plane)
         await asyncio.to_thread(subprocess.run, ["umount", "-l", str(data_dir)], check=False)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_a_create_the_disk_cannot_hold_is_refused_naming_the_figures(

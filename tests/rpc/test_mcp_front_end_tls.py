@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import shutil
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from controlplane.app import FRONT_END_SOCKET
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from tests.archives import tar_of
-from tests.planes import new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import new_instance, remove_data_dir, remove_instance_leftovers, short_tmp
 
 TENANT = {"name": "tls", "token": "tls-tenant-token"}
 
@@ -62,7 +61,7 @@ async def tls_plane_fixture(tmp_path: Path) -> AsyncIterator[tuple[app.ControlPl
     finally:
         await app.stop(plane)
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_the_front_end_works_when_the_public_port_is_tls(tls_plane: tuple[app.ControlPlane, bytes]) -> None:

@@ -4,7 +4,6 @@ in-process agent used to take the process's signal handlers over, so SIGTERM sto
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import time
 
@@ -12,7 +11,7 @@ import pytest
 
 from controlplane.client import AsyncClient
 from tests.archives import tar_of
-from tests.planes import PlaneProcess, new_instance, short_tmp
+from tests.planes import PlaneProcess, new_instance, remove_data_dir, short_tmp
 
 EXIT_WITHIN_S = 5.0
 
@@ -43,4 +42,4 @@ async def test_served_local_plane_stops_cleanly_on_a_signal_after_creating_sessi
     finally:
         if process.proc is not None and process.proc.poll() is None:
             process.kill()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from controlplane import app
 from controlplane.client import AsyncClient, Subtask, ToolOutcome, allow_once
 from controlplane.config import load_settings
 from controlplane.v1 import event_pb2, session_pb2, tool_pb2
-from tests.planes import Plane, new_instance, served_plane, short_tmp
+from tests.planes import Plane, new_instance, remove_data_dir, served_plane, short_tmp
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}, {"name": "beta", "token": "token-beta"}]
 ABORTED = "Tool execution aborted"
@@ -375,7 +374,7 @@ async def test_children_follow_their_parent_across_a_restart() -> None:
         finally:
             await app.stop(second)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_a_task_inside_a_batch_reaches_the_client_and_the_batch_completes(plane: Plane) -> None:

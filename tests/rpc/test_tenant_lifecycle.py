@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import shutil
 import stat
 import time
 from typing import Any
@@ -19,7 +18,7 @@ from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.core.tenants.lifecycle import REFRESH_S
 from controlplane.rpc.server import ADMIN_SERVICE
-from tests.planes import Plane, new_instance, served_plane, short_tmp
+from tests.planes import Plane, new_instance, remove_data_dir, served_plane, short_tmp
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}]
 
@@ -164,7 +163,7 @@ async def test_a_tenant_removed_from_the_toml_is_revoked_at_the_next_start() -> 
         finally:
             await app.stop(third)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def _until_refused(client: AsyncClient, want: bool) -> None:
@@ -229,7 +228,7 @@ async def test_the_generated_default_tenant_is_revoked_once_the_toml_declares_te
         finally:
             await app.stop(fourth)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_an_open_subscription_ends_at_its_next_event_once_its_token_is_revoked(plane: Plane) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,7 +23,15 @@ import pytest
 from controlplane.client import AsyncClient, Session, ToolOutcome, allow_once
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
-from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
+from tests.planes import (
+    Plane,
+    PlaneProcess,
+    new_instance,
+    remove_data_dir,
+    remove_instance_leftovers,
+    running_plane,
+    short_tmp,
+)
 from tests.runtimes import RUNTIMES, gvisor_gap, skip_unless_usable
 from tests.tool_uids import tool_uid
 
@@ -385,4 +392,4 @@ async def test_restarts_keep_a_failed_sessions_workspace_until_it_is_deleted() -
     finally:
         process.kill()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +18,7 @@ from controlplane.admin_client import AsyncAdminClient
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.v1 import tool_pb2
-from tests.planes import new_instance, short_tmp
+from tests.planes import new_instance, remove_data_dir, short_tmp
 
 ASK_GIT = json.dumps({"permission": {"bash": {"*": "allow", "git *": "ask"}}})
 TODOS = [{"content": "Leave nothing behind", "status": "in_progress", "priority": "high"}]
@@ -115,7 +114,7 @@ async def test_a_tenant_made_again_under_a_deleted_ones_name_sees_nothing_of_it(
             await plane.audit.flush()
             assert {e.session_id for e in await plane.store.audit_entries("reborn")} >= {old[0]}
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_a_delete_interrupted_by_a_stop_is_finished_at_the_next_start() -> None:
@@ -149,4 +148,4 @@ async def test_a_delete_interrupted_by_a_stop_is_finished_at_the_next_start() ->
                 assert await kept.list_sessions(include_deleted=True) == []
             assert await plane.store.get_session(session.id) is None
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
