@@ -264,7 +264,7 @@ class SessionPauses:
         # FAILED) without its workspace, which stays, as a retained snapshot.
         if owner is not None and owner.state in (SessionState.READY, SessionState.FAILED) and self.retain_s > 0:
             with contextlib.suppress(ControlPlaneError, OSError):
-                await self._retain_paused(owner)
+                await self._retain_ending(owner, self._retain_paused)  # bounded as any ending session's
         await self._storage.delete(tenant, snapshot.id)
 
     # -- internals ----------------------------------------------------------------------------------
