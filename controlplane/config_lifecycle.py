@@ -58,6 +58,10 @@ class LifetimeConfig(_Closed):
     retain_s: float = Field(default=0.0, ge=0)
     """An expired or FAILED session's workspace and state are kept this long as a retained snapshot (and so is
     a session deleted with keep_snapshot); 0: nothing is kept at the end, and keep_snapshot is refused."""
+    max_paused_s: float = Field(default=7 * 24 * 3600.0, ge=0)
+    """A session PAUSED this long (from when its workspace was stored) ends as expired: its stored workspace
+    becomes a retained snapshot when retain_s > 0, and is deleted otherwise; 0: a paused session never expires
+    (its storage is held until it is resumed or deleted)."""
 
     @model_validator(mode="after")
     def _pause_before_delete(self) -> LifetimeConfig:

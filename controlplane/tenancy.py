@@ -12,6 +12,7 @@ from controlplane.core.tenants.lifecycle import Declared, TenantAdmin
 from controlplane.core.tenants.quota import Quota, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, hash_token
 from controlplane.errors import ConfigError
+from controlplane.snapshots.fs_store import FsSnapshotStorage
 from controlplane.store.base import Store
 from controlplane.telemetry import tenant_metrics
 
@@ -37,10 +38,13 @@ def quotas(settings: Settings, store: Store) -> TenantQuotas:
         # One query for what holds quota: every session the tenant ever had would be read on each admission.
         return await store.list_sessions(tenant, live_only=True, with_paused=True)
 
+    # Every stored workspace counts toward disk_mb (snapshots, paused and retained ones): the same storage the
+    # session service keeps them in, read through its size cache.
+    storage = FsSnapshotStorage(settings.snapshots.root(settings.data_dir))
     return TenantQuotas(
         live, defaults=_quota(settings.quota.model_dump()),
         configured={t.name: _quota(t.quota.model_dump()) for t in settings.tenants},
-        disk_mb_per_session=session_disk_mb(settings),
+        disk_mb_per_session=session_disk_mb(settings), stored_bytes=storage.stored_bytes,
     )
 
 

@@ -121,7 +121,7 @@ def build_server(
 def pausing(settings: Settings, sessions: SessionManager, snapshots: SessionSnapshots, store: Store) -> SessionPauses:
     lifetime = settings.lifetime
     return SessionPauses(sessions, snapshots, snapshots.storage, store, lifetime.pause_after_idle_s, lifetime.retain_s,
-                         settings.snapshots.max_per_tenant)
+                         settings.snapshots.max_per_tenant, max_paused_s=lifetime.max_paused_s)
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:

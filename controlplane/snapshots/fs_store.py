@@ -36,6 +36,8 @@ _PLAIN_TENANT = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 class FsSnapshotStorage:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._sizes: dict[str, dict[str, tuple[int, int, int]]] = {}
+        """Per tenant, per record file: (its mtime_ns, its length, the snapshot's size_bytes), for stored_bytes."""
 
     # -- paths --------------------------------------------------------------------------------------
 
@@ -136,7 +138,36 @@ class FsSnapshotStorage:
 
         return await asyncio.to_thread(remove)
 
+    async def stored_bytes(self, tenant: str) -> int:
+        """What the tenant's snapshots of every kind hold, for its disk quota on each admission: one directory
+        listing and one stat per record; a record is read only when it is new or changed (cached sizes)."""
+        return await asyncio.to_thread(self._stored_bytes, tenant)
+
     # -- internals ----------------------------------------------------------------------------------
+
+    def _stored_bytes(self, tenant: str) -> int:
+        folder = self._dir(tenant)
+        known = self._sizes.get(tenant, {})
+        seen: dict[str, tuple[int, int, int]] = {}
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if not (entry.name.startswith("snap_") and entry.name.endswith(".json")):
+                continue
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # deleted meanwhile
+                continue
+            cached = known.get(entry.name)
+            if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+                seen[entry.name] = cached
+            elif (snapshot := self._load(Path(entry.path))) is not None:
+                seen[entry.name] = (stat.st_mtime_ns, stat.st_size, snapshot.size_bytes)
+        self._sizes[tenant] = seen  # what was deleted is forgotten, so the cache stays as large as the storage
+        return sum(size for _, _, size in seen.values())
+
 
     def _prepare(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -16,10 +16,17 @@ def test_pause_and_retention_are_read(tmp_path: Path) -> None:
     assert load_settings(None, data_dir=tmp_path).lifetime.pause_after_idle_s == 0  # off unless asked
 
 
+def test_a_pause_lasts_a_week_unless_configured(tmp_path: Path) -> None:
+    assert load_settings(None, data_dir=tmp_path).lifetime.max_paused_s == 7 * 24 * 3600
+    assert load_settings(None, data_dir=tmp_path, lifetime={"max_paused_s": 0}).lifetime.max_paused_s == 0  # never
+
+
 @pytest.mark.parametrize(("lifetime", "says"), [
     ({"pause_after_idle_s": 1800}, "must be below lifetime.idle_timeout_s"),
     ({"pause_after_idle": 60}, "pause_after_idle"),
     ({"retain_s": -1}, "retain_s"),
+    ({"max_paused_s": -1}, "max_paused_s"),
+    ({"max_paused_s": "a week"}, "max_paused_s"),
 ])
 def test_bad_lifetimes_are_refused(tmp_path: Path, lifetime: dict[str, float], says: str) -> None:
     with pytest.raises(ConfigError, match=says):

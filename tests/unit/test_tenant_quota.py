@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from controlplane.core.sessions.models import Resources, Session, SessionState
-from controlplane.core.tenants.quota import Quota, QuotaExceededError, TenantQuotas, with_defaults
+from controlplane.core.tenants.quota import MIB, Quota, QuotaExceededError, TenantQuotas, with_defaults
 from controlplane.core.tenants.records import TenantRecord, TokenDirectory, hash_token
 
 
@@ -144,9 +144,34 @@ async def test_a_paused_session_keeps_its_disk_but_not_its_cpu_memory_or_slot() 
     async def sessions(tenant: str) -> list[Session]:
         return [_session("a", "t", 1.0), paused]
 
-    quotas = TenantQuotas(sessions, configured={"t": Quota(cpu=2, disk_mb=20)}, disk_mb_per_session=10)
+    async def stored(tenant: str) -> int:  # the paused session's stored workspace, as large as a live one here
+        return 10 * MIB
+
+    quotas = TenantQuotas(sessions, configured={"t": Quota(cpu=2, disk_mb=20)}, disk_mb_per_session=10,
+                          stored_bytes=stored)
     usage = await quotas.usage("t")
     assert (usage.sessions, usage.cpu, usage.memory_mb, usage.disk_mb) == (1, 1.0, 256, 20)
     with pytest.raises(QuotaExceededError, match=r"quota of 20 MiB of workspace disk would be exceeded"):
+        async with quotas.creating("t", Resources(1.0, 256, 64)):
+            pass
+
+
+async def test_a_paused_session_counts_its_stored_bytes_not_a_live_workspace() -> None:
+    paused = _session("p", "t", 1.0)
+    paused.state = SessionState.PAUSED
+
+    async def sessions(tenant: str) -> list[Session]:
+        return [paused]
+
+    async def stored(tenant: str) -> int:
+        return MIB + 1  # rounded up to whole MiB in the figure, counted in bytes at admission
+
+    quotas = TenantQuotas(sessions, configured={"t": Quota(disk_mb=12)}, disk_mb_per_session=10, stored_bytes=stored)
+    usage = await quotas.usage("t")
+    assert (usage.sessions, usage.disk_mb, usage.stored_bytes) == (0, 2, MIB + 1)
+    async with quotas.creating("t", Resources(1.0, 256, 64)):  # 10 MiB asked beside 1 MiB stored fits in 12
+        pass
+    quotas.set_stored("t", Quota(disk_mb=11))
+    with pytest.raises(QuotaExceededError, match=r"\(quota.disk_mb\): 0 reserved by live sessions, 1.0 held by stored"):
         async with quotas.creating("t", Resources(1.0, 256, 64)):
             pass

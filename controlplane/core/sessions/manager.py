@@ -248,11 +248,11 @@ class SessionManager:
             out.append(replace(s, last_active_at=self._touched.get(s.id, s.last_active_at)))
         return out
 
-    async def delete(self, tenant: str, session_id: str) -> Session:
+    async def delete(self, tenant: str, session_id: str, message: str = "deleted") -> Session:
         session = await self.get(tenant, session_id)
         if session.state == SessionState.DELETED:
             return session
-        return await self._end(session, SessionState.DELETED, "deleted")
+        return await self._end(session, SessionState.DELETED, message)
 
     async def park(self, session: Session, message: str) -> Session:
         """The sandbox goes, the session stays PAUSED (pausing.py)."""

@@ -13,9 +13,11 @@ such a stray workspace as a retained snapshot (when `lifetime.retain_s` allows) 
 a sandbox and only then stores READY: a restart in between leaves the session PAUSED and resumable, and the
 claimed sandbox of a session that is not live, which reconciliation removes.
 
-Paused and retained workspaces are bounded per tenant by `snapshots.max_per_tenant` each (beside the disk quota,
-which counts a paused session as a live one): a tenant cannot escape its session quota by pausing without end,
-nor fill the disk by deleting with keep_snapshot.
+Paused and retained workspaces are bounded per tenant by `snapshots.max_per_tenant` each, and with taken snapshots
+by the disk quota (which counts a paused session by its stored bytes): a tenant cannot escape its session quota by
+pausing without end, nor fill the disk by deleting with keep_snapshot. Each count and the store it admits happen
+under the tenant's turn (tenant_turns.py), taken after the session's lock, never before. A paused session ends as
+expired after `lifetime.max_paused_s`, timed from its stored workspace's creation (so a restart does not reset it).
 
 Resuming loads the workspace's custom tools and plugins as they are then, like ReloadTools: a resume is the
 caller's act (the platform pauses idle sessions by itself, but never resumes one), and the `session.resumed` event
@@ -29,7 +31,7 @@ import contextlib
 import gzip
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 from controlplane.core.sessions.expiry import EXPIRED
@@ -56,7 +58,7 @@ SALVAGE_TIMEOUT_S = 60.0
 class SessionPauses:
     def __init__(self, sessions: SessionManager, snapshots: SessionSnapshots, storage: SnapshotStorage,
                  store: SessionStore, pause_after_idle_s: float = 0.0, retain_s: float = 0.0,
-                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time) -> None:
+                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time, max_paused_s: float = 0.0) -> None:
         self._sessions = sessions
         self._snapshots = snapshots
         self._storage = storage
@@ -64,13 +66,15 @@ class SessionPauses:
         self._pause_after_idle_s = pause_after_idle_s
         self.retain_s = retain_s
         self._max_per_tenant = max_per_tenant
+        self._max_paused_s = max_paused_s
         self._clock = clock
         self._busy: dict[str, _Turn] = {}
         """One pause, resume or delete at a time per session (in this plane)."""
         self._retry_at: dict[str, float] = {}
         """Idle sessions whose pause failed: not tried again before then."""
-        # The snapshot storage is read whole each scan: often enough for retain_s, never more than every reap round.
-        self._scan_interval_s = min(SCAN_INTERVAL_S, retain_s) if retain_s > 0 else SCAN_INTERVAL_S
+        # The snapshot storage is read whole each scan: often enough for retain_s and max_paused_s, never more than
+        # every reap round.
+        self._scan_interval_s = min([SCAN_INTERVAL_S] + [t for t in (retain_s, max_paused_s) if t > 0])
         self._next_scan = 0.0
         sessions.before_removal = self._before_removal
         sessions.reapers.append(self.round)
@@ -83,12 +87,14 @@ class SessionPauses:
             if session.state == SessionState.PAUSED:
                 return session
             await self._pausable(session)
-            if len(await self._kept(tenant, PAUSED)) >= self._max_per_tenant:
-                raise ResourceExhaustedError(
-                    f"tenant {tenant} has {self._max_per_tenant} paused sessions, the most allowed "
-                    "(snapshots.max_per_tenant); resume or delete one first")
-            sandbox = await self._sessions.sandbox_for(tenant, session_id)
-            kept = await self._snapshots.keep(session, sandbox.agent.download(), PAUSED)
+            async with self._snapshots.turns.turn(tenant):  # the count, the store and the disk check together
+                if len(await self._kept(tenant, PAUSED)) >= self._max_per_tenant:
+                    raise ResourceExhaustedError(
+                        f"tenant {tenant} has {self._max_per_tenant} paused sessions, the most allowed "
+                        "(snapshots.max_per_tenant); resume or delete one first")
+                sandbox = await self._sessions.sandbox_for(tenant, session_id)
+                kept = await self._snapshots.keep(session, sandbox.agent.download(), PAUSED)
+                await self._within_disk(tenant, kept, freed_live=1, what="paused workspace")
             try:
                 paused = await self._sessions.park(session, PAUSED_MESSAGE)
             except BaseException:
@@ -158,17 +164,37 @@ class SessionPauses:
             return kept
         if session.state not in (SessionState.READY, SessionState.PAUSED):
             raise FailedPreconditionError(f"session {session.id} is {session.state.value}: nothing to keep")
-        if len(await self._kept(session.tenant, RETAINED)) >= self._max_per_tenant:
-            raise ResourceExhaustedError(
-                f"tenant {session.tenant} keeps {self._max_per_tenant} retained snapshots, the most allowed "
-                "(snapshots.max_per_tenant); delete one first")
-        if session.state == SessionState.PAUSED:
-            return await self._retain_paused(session)
-        if self._sessions.live_session(session.id) is None:
+        if session.state == SessionState.READY and self._sessions.live_session(session.id) is None:
             raise FailedPreconditionError(
                 f"session {session.id} runs on another control plane: delete it through that one")
-        sandbox = await self._sessions.sandbox_for(session.tenant, session.id)
-        return await self._snapshots.keep(session, sandbox.agent.download(), RETAINED, self._purge_at())
+        async with self._snapshots.turns.turn(session.tenant):  # the count, the store and the disk check together
+            if len(await self._kept(session.tenant, RETAINED)) >= self._max_per_tenant:
+                raise ResourceExhaustedError(
+                    f"tenant {session.tenant} keeps {self._max_per_tenant} retained snapshots, the most allowed "
+                    "(snapshots.max_per_tenant); delete one first")
+            if session.state == SessionState.PAUSED:
+                own = await self._own_workspace(session.tenant, session.id)
+                kept = await self._retain_paused(session)
+                freed_bytes, freed_live = (own.size_bytes if own is not None else 0), 0
+            else:
+                sandbox = await self._sessions.sandbox_for(session.tenant, session.id)
+                kept = await self._snapshots.keep(session, sandbox.agent.download(), RETAINED, self._purge_at())
+                freed_bytes, freed_live = 0, 1
+            await self._within_disk(session.tenant, kept, freed_live=freed_live, freed_bytes=freed_bytes,
+                                    what="retained workspace")
+            return kept
+
+    async def _within_disk(self, tenant: str, kept: Snapshot, *, freed_live: int = 0, freed_bytes: int = 0,
+                           what: str) -> None:
+        """The disk quota's check of a workspace just stored, which goes again when it would leave the tenant over
+        its quota (what the act frees, the pausing session's live workspace or the paused one's stored copy, is
+        counted as freed)."""
+        try:
+            await self._snapshots.quotas.admit_stored(tenant, kept.size_bytes, freed_live=freed_live,
+                                                      freed_bytes=freed_bytes, what=what)
+        except ResourceExhaustedError:
+            await asyncio.shield(self._storage.delete(tenant, kept.id))
+            raise
 
     # -- the reaper's round ---------------------------------------------------------------------------
 
@@ -204,18 +230,41 @@ class SessionPauses:
                 if snapshot.kind == RETAINED and snapshot.state.purge_at and now >= snapshot.state.purge_at:
                     await self._storage.delete(tenant, snapshot.id)
                     log.info("retained snapshot %s of session %s purged", snapshot.id, snapshot.session_id)
+                elif snapshot.kind == PAUSED and 0 < self._max_paused_s <= now - snapshot.created_at:
+                    await self._expire_paused(tenant, snapshot)
                 elif (snapshot.kind == PAUSED and now >= snapshot.created_at + STRAY_AFTER_S
                       and not self._locked(snapshot.session_id)):
                     owner = await self._store.get_session(snapshot.session_id)
                     if owner is None or owner.state != SessionState.PAUSED:
                         await self._stray(tenant, snapshot, owner)
 
+    async def _expire_paused(self, tenant: str, snapshot: Snapshot) -> None:
+        """A session paused for `lifetime.max_paused_s` (timed from its stored workspace, which a restart keeps) ends
+        as an expired live session does: its workspace becomes a retained snapshot when `lifetime.retain_s` says
+        so, and is deleted with it otherwise. One that is not PAUSED any more leaves a stray, `_stray`'s case."""
+        async with self._lock(snapshot.session_id):
+            owner = await self._store.get_session(snapshot.session_id)
+            if owner is None or owner.state != SessionState.PAUSED or owner.tenant != tenant:
+                if self._clock() >= snapshot.created_at + STRAY_AFTER_S:  # no pause of it is writing it now
+                    await self._stray(tenant, snapshot, owner)
+                return
+            message = f"{EXPIRED}paused for {self._max_paused_s:g} s"
+            if self.retain_s > 0:
+                try:
+                    kept = await self._retain_ending(owner, self._retain_paused)
+                except (ControlPlaneError, OSError) as exc:  # it ends either way: storage is what it must free
+                    log.warning("paused session %s ends (%s) without its workspace kept: %s", owner.id, message, exc)
+                else:
+                    log.info("paused session %s ends (%s): workspace kept as %s", owner.id, message, kept.id)
+            await self._sessions.delete(tenant, owner.id, message)
+            await self._storage.delete(tenant, snapshot.id)
+
     async def _stray(self, tenant: str, snapshot: Snapshot, owner: Session | None) -> None:
         # A crash mid-pause may have removed the sandbox before PAUSED was stored: the session is then READY (or
         # FAILED) without its workspace, which stays, as a retained snapshot.
         if owner is not None and owner.state in (SessionState.READY, SessionState.FAILED) and self.retain_s > 0:
             with contextlib.suppress(ControlPlaneError, OSError):
-                await self._retain_paused(owner)
+                await self._retain_ending(owner, self._retain_paused)  # bounded as any ending session's
         await self._storage.delete(tenant, snapshot.id)
 
     # -- internals ----------------------------------------------------------------------------------
@@ -277,11 +326,9 @@ class SessionPauses:
         return self._clock() + self.retain_s
 
     async def _keep_ending(self, session: Session) -> Snapshot:
-        retained = await self._kept(session.tenant, RETAINED)
-        for oldest in retained[: max(0, len(retained) - self._max_per_tenant + 1)]:  # the newest end is kept
-            await self._storage.delete(session.tenant, oldest.id)
-            log.info("retained snapshot %s purged early: tenant %s keeps at most %d", oldest.id, session.tenant,
-                     self._max_per_tenant)
+        return await self._retain_ending(session, self._salvage)
+
+    async def _salvage(self, session: Session) -> Snapshot:
         provider = self._sessions.provider
         if await still_answers(provider, session.sandbox_id):
             download = (await provider.get(session.sandbox_id)).agent.download()
@@ -289,6 +336,19 @@ class SessionPauses:
             await provider.retire(session.sandbox_id)
             download = _once(await provider.salvage(session.sandbox_id))
         return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
+
+    async def _retain_ending(self, session: Session, store: Callable[[Session], Awaitable[Snapshot]]) -> Snapshot:
+        """An ending session's workspace kept as a retained snapshot (`store` writes it), under the tenant's turn:
+        the oldest retained ones go first so that the tenant keeps at most max_per_tenant, the newest end among
+        them. Not refused by the disk quota: the tenant held that workspace already, and refusing would lose it;
+        its creates are refused meanwhile."""
+        async with self._snapshots.turns.turn(session.tenant):
+            retained = await self._kept(session.tenant, RETAINED)
+            for oldest in retained[: max(0, len(retained) - self._max_per_tenant + 1)]:
+                await self._storage.delete(session.tenant, oldest.id)
+                log.info("retained snapshot %s purged early: tenant %s keeps at most %d", oldest.id, session.tenant,
+                         self._max_per_tenant)
+            return await store(session)
 
     async def _before_removal(self, session: Session, state: SessionState, message: str) -> None:
         """An ending session's workspace, while its sandbox is still there: kept when it expired or failed (and

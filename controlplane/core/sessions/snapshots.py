@@ -122,3 +122,8 @@ class SnapshotStorage(Protocol):
     async def delete(self, tenant: str, snapshot_id: str) -> bool:
         """False when there was none."""
         ...
+
+    async def stored_bytes(self, tenant: str) -> int:
+        """The stored size of all the tenant's snapshots, every kind: read on each quota admission, so it must not
+        read the stored workspaces (the filesystem storage caches each record's size)."""
+        ...

@@ -22,6 +22,7 @@ from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.core.sessions.portable_tar import portable
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, SnapshotStorage, checked_id
+from controlplane.core.sessions.tenant_turns import TenantTurns
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
@@ -40,11 +41,16 @@ class SessionSnapshots:
         self._approvals = approvals
         self._quotas = quotas or TenantQuotas.unlimited()
         self._max_per_tenant = max_per_tenant
-        self._taking: dict[str, asyncio.Lock] = {}
-        """One snapshot at a time per tenant (in this plane), so that the count and quota checks hold."""
+        self.turns = TenantTurns()
+        """One check-then-store of a tenant's kept workspaces at a time (pauses and retentions take it too), so
+        that the count and quota checks hold."""
+
+    @property
+    def quotas(self) -> TenantQuotas:
+        return self._quotas
 
     async def snapshot(self, tenant: str, session_id: str) -> Snapshot:
-        async with self._taking.setdefault(tenant, asyncio.Lock()):
+        async with self.turns.turn(tenant):
             return await self._snapshot(tenant, session_id)
 
     async def _snapshot(self, tenant: str, session_id: str) -> Snapshot:
@@ -59,7 +65,7 @@ class SessionSnapshots:
         tar = await self._portable(session.id, sandbox.agent.download())
         taken = await self._storage.write(tenant, snapshot_id, session.id, state, _pieces(tar))
         try:
-            await self._within_disk_quota(tenant)
+            await self._quotas.admit_stored(tenant, taken.size_bytes)
         except ResourceExhaustedError:
             await self._storage.delete(tenant, snapshot_id)
             raise
@@ -161,18 +167,6 @@ class SessionSnapshots:
             await self._todos.put_todos(session_id, state.todos)
         if state.approvals:
             await self._approvals.add_approvals(session_id, state.rules())
-
-    async def _within_disk_quota(self, tenant: str) -> None:
-        """A tenant's snapshots count toward its `disk_mb` quota beside its live sessions' workspaces."""
-        limit = self._quotas.quota(tenant).disk_mb
-        if limit is None:
-            return
-        stored = sum(s.size_bytes for s in await self._storage.list(tenant))
-        live_mb = (await self._quotas.usage(tenant)).disk_mb
-        if live_mb * MIB + stored > limit * MIB:
-            raise ResourceExhaustedError(
-                f"tenant {tenant}'s disk quota of {limit} MiB would be exceeded: {live_mb} MiB reserved by live "
-                f"sessions and {stored / MIB:.1f} MiB of snapshots with this one; delete a snapshot or a session")
 
 
 async def _pieces(data: bytes) -> AsyncIterator[bytes]:

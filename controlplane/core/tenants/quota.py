@@ -5,12 +5,17 @@ workspace disk), concurrent calls (ExecuteTool streams and Execs) and concurrent
 Sessions are counted from what the session manager's store says is live, plus creations under way,
 so two concurrent creates cannot both take the last slot; calls and subscriptions exist only in
 this process, so they are counted here.
+
+Disk counts every workspace the tenant holds: each running session's workspace disk, and the stored bytes of
+each of its snapshots, taken, paused (a PAUSED session's workspace) and retained (an ended session's). A paused
+session counts its stored bytes only, not also a live workspace: it has none until it resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -25,6 +30,7 @@ REFUSAL_PAUSE_S = 0.1
 """How long a refused create or call waits before its refusal is sent. A client retrying at once in a loop
 (a bug or a flood) made 1,000 to 2,000 refused creates a second, a core of the control plane every tenant
 shares (the fairness bench); paused, each of its loops makes ten."""
+MIB = 1024 * 1024
 MAX_PAUSED = 8
 """Refusals of one tenant held at once; past it they are sent at once, so pausing never holds more than this
 many requests (a CreateSession may carry a large archive)."""
@@ -84,9 +90,12 @@ class Usage:
     cpu: float = 0.0
     memory_mb: int = 0
     disk_mb: int = 0
+    """Running sessions' workspace disk and stored workspaces (`stored_bytes`, rounded up to a MiB)."""
     calls: int = 0
     calls_started: int = 0
     subscriptions: int = 0
+    stored_bytes: int = 0
+    """Of the tenant's snapshots of every kind (taken, paused, retained), as stored (compressed)."""
     cpu_seconds: float = 0.0
     """CPU time used by the tenant's sandboxes, removed ones included (filled in by TenantAdmin)."""
     egress_bytes: int = 0
@@ -107,6 +116,8 @@ class _Held:
 
 LiveSessions = Callable[[str], Awaitable[list[Session]]]
 """A tenant's live sessions (the store's view, so sessions other control planes hold count too)."""
+StoredBytes = Callable[[str], Awaitable[int]]
+"""What a tenant's snapshots of every kind hold in the snapshot storage (shared by the planes that share it)."""
 
 
 class TenantQuotas:
@@ -122,9 +133,10 @@ class TenantQuotas:
     def __init__(
         self, live_sessions: LiveSessions, *, defaults: Quota = Quota(),
         configured: Mapping[str, Quota] | None = None, disk_mb_per_session: int = 0,
-        refusal_pause_s: float = REFUSAL_PAUSE_S,
+        refusal_pause_s: float = REFUSAL_PAUSE_S, stored_bytes: StoredBytes | None = None,
     ) -> None:
         self._live_sessions = live_sessions
+        self._stored_bytes = stored_bytes
         self._refusal_pause_s = refusal_pause_s
         self._defaults = defaults
         self._configured = dict(configured or {})
@@ -162,14 +174,39 @@ class TenantQuotas:
     async def usage(self, tenant: str) -> Usage:
         held = self._of(tenant)
         roots = [s for s in await self._live_sessions(tenant) if not s.parent_id]
-        # A PAUSED session runs nothing (its CPU and memory are free), but its stored workspace keeps its disk.
+        # A PAUSED session runs nothing (its CPU, memory and workspace disk are free); its stored workspace is
+        # counted among the stored bytes, as the snapshot it is.
         reserved = [s.resources for s in roots if s.state != SessionState.PAUSED] + held.creating
+        stored = await self._stored_bytes(tenant) if self._stored_bytes is not None else 0
         return Usage(
             sessions=len(reserved), cpu=round(sum(r.cpu for r in reserved), 4),
             memory_mb=sum(r.memory_mb for r in reserved),
-            disk_mb=self._disk_mb * (len(roots) + len(held.creating)),
+            disk_mb=self._disk_mb * len(reserved) + math.ceil(stored / MIB),
             calls=held.calls, calls_started=held.calls_started, subscriptions=held.subscriptions,
+            stored_bytes=stored,
         )
+
+    def live_disk_mb(self, use: Usage) -> int:
+        """The part of `use.disk_mb` that running (and starting) sessions reserve."""
+        return self._disk_mb * use.sessions
+
+    async def admit_stored(self, tenant: str, added_bytes: int, *, freed_live: int = 0, freed_bytes: int = 0,
+                           what: str = "snapshot") -> None:
+        """Called once an act has stored `added_bytes` more of the tenant's workspaces (so they count already),
+        before it frees `freed_live` running sessions' workspace disk and `freed_bytes` of stored ones: refused when
+        the act leaves the tenant over its disk quota. An act that grows nothing (a pause whose stored workspace is
+        smaller than the live one it ends) is never refused: it only lowers the use."""
+        limit = self.quota(tenant).disk_mb
+        if limit is None or added_bytes <= freed_live * self._disk_mb * MIB + freed_bytes:
+            return
+        use = await self.usage(tenant)
+        live_mb = self.live_disk_mb(use) - freed_live * self._disk_mb
+        stored = use.stored_bytes - freed_bytes
+        if live_mb * MIB + stored > limit * MIB:
+            raise QuotaExceededError(
+                f"tenant {tenant}'s disk quota of {limit} MiB would be exceeded: {live_mb} MiB reserved by live "
+                f"sessions and {stored / MIB:.1f} MiB of stored workspaces (snapshots, paused sessions, retained "
+                f"ones) with this {what} (quota.disk_mb); delete a snapshot or a session")
 
     def running(self, tenant: str) -> Usage:
         """What this process counts without asking the store (for metrics, observed synchronously)."""
@@ -210,7 +247,6 @@ class TenantQuotas:
         checks: tuple[tuple[str, float | None, float, float, str], ...] = (
             ("cpu", quota.cpu, use.cpu, asked.cpu, "CPUs"),
             ("memory_mb", quota.memory_mb, use.memory_mb, asked.memory_mb, "MiB of memory"),
-            ("disk_mb", quota.disk_mb, use.disk_mb, self._disk_mb, "MiB of workspace disk"),
         )
         for _key, limit, used, more, unit in checks:
             if limit is not None and used + more > limit + 1e-9:
@@ -218,6 +254,24 @@ class TenantQuotas:
                     f"tenant {tenant}'s quota of {_num(limit)} {unit} would be exceeded: {_num(used)} reserved by "
                     f"live sessions and {_num(more)} asked; {advice}"
                 )
+        self._admit_disk(tenant, quota.disk_mb, use, advice)
+
+    def _admit_disk(self, tenant: str, limit: int | None, use: Usage, advice: str) -> None:
+        # In bytes: a tenant's stored workspaces are not whole MiB, and rounding each up would refuse early.
+        live_mb = self.live_disk_mb(use)
+        if limit is None or (live_mb + self._disk_mb) * MIB + use.stored_bytes <= limit * MIB:
+            return
+        if not use.stored_bytes:
+            raise QuotaExceededError(
+                f"tenant {tenant}'s quota of {limit} MiB of workspace disk would be exceeded: {live_mb} reserved by "
+                f"live sessions and {self._disk_mb} asked; {advice}"
+            )
+        raise QuotaExceededError(
+            f"tenant {tenant}'s quota of {limit} MiB of workspace disk would be exceeded (quota.disk_mb): {live_mb} "
+            f"reserved by live sessions, {use.stored_bytes / MIB:.1f} held by stored workspaces (snapshots, paused "
+            f"sessions, retained ones) and {self._disk_mb} asked; delete a snapshot or a session, or ask the "
+            "operator to raise it"
+        )
 
     async def pause_refusal(self, tenant: str) -> None:
         """Holds a refusal for REFUSAL_PAUSE_S, unless MAX_PAUSED of the tenant's are held already."""
