@@ -84,7 +84,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 10
+    assert rows[-1][0] == LATEST == 11
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -125,7 +125,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
         versions = _query(target, "SELECT version FROM schema_migrations ORDER BY version")
-        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,), (11,)]
     finally:
         await store.aclose()
 
@@ -268,6 +268,55 @@ async def test_sessions_list_by_tenant_and_liveness_in_creation_order(store: Sto
     assert [s.id for s in await store.list_sessions("acme", live_only=True)] == ["ses_a", "ses_c"]
     assert [s.id for s in await store.list_sessions("acme", live_only=True, with_paused=True)] == [
         "ses_a", "ses_c", "ses_f"]
+
+
+async def test_of_two_stores_claiming_one_paused_session_at_once_exactly_one_gets_it(opener: Opener) -> None:
+    first, second = await opener(), await opener()  # two control planes on one database
+    try:
+        await first.put_session(_session("ses_p", state=SessionState.PAUSED))
+        for _ in range(5):  # a race each time: the conditional update lets one through
+            got = await asyncio.gather(first.claim_paused("ses_p", "plane-a", 10.0, 0.0),
+                                       second.claim_paused("ses_p", "plane-b", 10.0, 0.0))
+            assert got[0] == got[1]
+            assert got[0] in ("plane-a", "plane-b")
+            await first.release_claim("ses_p", got[0])
+        # Held by A: B is told who holds it, and cannot store it READY; A can, and that ends the claim.
+        assert await first.claim_paused("ses_p", "plane-a", 20.0, 0.0) == "plane-a"
+        assert await second.claim_paused("ses_p", "plane-b", 21.0, 0.0) == "plane-a"
+        resumed = _session("ses_p", sandbox_id="sbx_a")
+        resumed.last_active_at = 22.0
+        assert not await second.put_resumed(_session("ses_p", sandbox_id="sbx_b"), "plane-b")
+        assert await first.put_resumed(resumed, "plane-a")
+        back = await second.get_session("ses_p")
+        assert back is not None
+        assert (back.state, back.sandbox_id, back.last_active_at) == (SessionState.READY, "sbx_a", 22.0)
+        # A READY session cannot be claimed, nor stored READY again by a claim's holder.
+        assert await second.claim_paused("ses_p", "plane-b", 23.0, 0.0) == ""
+        assert not await first.put_resumed(resumed, "plane-a")
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_resume_claim_is_released_taken_over_when_stale_and_cleared_by_a_whole_write(store: Store) -> None:
+    await store.put_session(_session("ses_p", state=SessionState.PAUSED))
+    assert await store.claim_paused("ses_p", "plane-a", 100.0, 0.0) == "plane-a"
+    assert await store.claim_paused("ses_p", "plane-a", 101.0, 0.0) == "plane-a"  # A restarted: its own claim
+    assert await store.claim_paused("ses_p", "plane-b", 150.0, 50.0) == "plane-a"  # not stale yet
+    assert await store.claim_paused("ses_p", "plane-b", 500.0, 200.0) == "plane-b"  # A stopped: B takes over
+    assert not await store.put_resumed(_session("ses_p", sandbox_id="sbx_a"), "plane-a")  # overtaken: refused
+    await store.release_claim("ses_p", "plane-a")  # not A's any more: changes nothing
+    assert await store.claim_paused("ses_p", "plane-c", 501.0, 0.0) == "plane-b"
+    await store.release_claim("ses_p", "plane-b")
+    assert await store.claim_paused("ses_p", "plane-c", 502.0, 0.0) == "plane-c"
+    await store.put_session(_session("ses_p", state=SessionState.DELETED, deleted_at=503.0))  # deleted meanwhile
+    assert not await store.put_resumed(_session("ses_p", sandbox_id="sbx_c"), "plane-c")
+    assert await store.claim_paused("ses_p", "plane-c", 504.0, 0.0) == ""
+    await store.put_session(_session("ses_q", state=SessionState.PAUSED))
+    assert await store.claim_paused("ses_q", "plane-a", 600.0, 0.0) == "plane-a"
+    await store.put_session(_session("ses_q", state=SessionState.PAUSED))  # paused again, written whole
+    assert await store.claim_paused("ses_q", "plane-b", 601.0, 0.0) == "plane-b"
+    assert await store.claim_paused("ses_missing", "plane-a", 602.0, 0.0) == ""
 
 
 # -- approvals, todos -----------------------------------------------------------------------------

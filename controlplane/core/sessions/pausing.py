@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -49,6 +48,10 @@ STRAY_AFTER_S = 600.0
 SCAN_INTERVAL_S = 60.0
 """How often the reaper reads the snapshot storage for retained snapshots to purge and stray paused ones."""
 RETRY_PAUSE_S = 60.0
+RESUME_CLAIM_STALE_S = 300.0
+"""A resume claim this old is taken over by another plane: its plane stopped mid-resume (a claim is released at
+the end of every resume, so only a crash leaves one). Longer than a resume takes; an overtaken resume that still
+finishes is refused at its READY write, so the age bounds a wait, never a double sandbox."""
 SALVAGE_TIMEOUT_S = 60.0
 """How long an ending session's workspace may take to be stored before the session ends without it."""
 
@@ -56,7 +59,7 @@ SALVAGE_TIMEOUT_S = 60.0
 class SessionPauses:
     def __init__(self, sessions: SessionManager, snapshots: SessionSnapshots, storage: SnapshotStorage,
                  store: SessionStore, pause_after_idle_s: float = 0.0, retain_s: float = 0.0,
-                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time) -> None:
+                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time, instance: str = "default") -> None:
         self._sessions = sessions
         self._snapshots = snapshots
         self._storage = storage
@@ -65,6 +68,8 @@ class SessionPauses:
         self.retain_s = retain_s
         self._max_per_tenant = max_per_tenant
         self._clock = clock
+        self._instance = instance
+        """This plane's name in the store's resume claims."""
         self._busy: dict[str, _Turn] = {}
         """One pause, resume or delete at a time per session (in this plane)."""
         self._retry_at: dict[str, float] = {}
@@ -112,19 +117,56 @@ class SessionPauses:
             if session.state != SessionState.PAUSED:
                 raise FailedPreconditionError(
                     f"session {session_id} is {session.state.value}: only a PAUSED session can be resumed")
-            kept = await self._own_workspace(tenant, session_id)
-            if kept is None:
-                raise FailedPreconditionError(
-                    f"session {session_id} is PAUSED but its stored workspace is missing; delete the session")
-            archive = await self._storage.read(tenant, kept.id)  # checksum checked: a damaged one is refused
-            async with self._sessions.host.admitting(len(archive)) as keep_reservation:
-                changes = await self._sessions.unpark(session, archive)
-                await keep_reservation(session.id)
-            with contextlib.suppress(ControlPlaneError, OSError):  # a leftover is removed by `round`
-                await self._storage.delete(tenant, kept.id)
-            self._sessions.bus.publish("session.resumed", tenant, session_id, id=session_id,
-                                       sandboxID=session.sandbox_id, codeLoaded=changes.added + changes.changed)
-            return await self._sessions.get(tenant, session_id)
+            done = await self._claim(tenant, session_id)
+            if done is not None:  # another plane resumed it meanwhile
+                return done
+            try:
+                return await self._resume(tenant, session)
+            except BaseException:
+                with contextlib.suppress(ControlPlaneError, OSError):  # else a stale claim expires by age
+                    await asyncio.shield(self._store.release_claim(session_id, self._instance))
+                raise
+
+    async def _resume(self, tenant: str, session: Session) -> Session:
+        session_id = session.id
+        kept = await self._own_workspace(tenant, session_id)
+        if kept is None:
+            raise FailedPreconditionError(
+                f"session {session_id} is PAUSED but its stored workspace is missing; delete the session")
+        archive = await self._storage.read(tenant, kept.id)  # checksum checked: a damaged one is refused
+        async with self._sessions.host.admitting(len(archive)) as keep_reservation:
+            changes = await self._sessions.unpark(session, archive, self._store_resumed)
+            await keep_reservation(session.id)
+        with contextlib.suppress(ControlPlaneError, OSError):  # a leftover is removed by `round`
+            await self._storage.delete(tenant, kept.id)
+        self._sessions.bus.publish("session.resumed", tenant, session_id, id=session_id,
+                                   sandboxID=session.sandbox_id, codeLoaded=changes.added + changes.changed)
+        return await self._sessions.get(tenant, session_id)
+
+    async def _claim(self, tenant: str, session_id: str) -> Session | None:
+        """Claims the PAUSED session for this plane in the store, so that of several planes sharing it exactly one
+        gives it a sandbox. None when claimed; the session when another plane resumed it already."""
+        now = self._clock()
+        holder = await self._store.claim_paused(session_id, self._instance, now, now - RESUME_CLAIM_STALE_S)
+        if holder == self._instance:
+            return None
+        if holder:
+            raise FailedPreconditionError(
+                f"session {session_id} is being resumed by control plane {holder!r}; GetSession shows it READY once "
+                "that resume is over")
+        session = await self._sessions.get(tenant, session_id)
+        if session.state == SessionState.READY:
+            return session
+        raise FailedPreconditionError(
+            f"session {session_id} is {session.state.value}: only a PAUSED session can be resumed")
+
+    async def _store_resumed(self, session: Session) -> None:
+        if not await self._store.put_resumed(session, self._instance):
+            # Our claim went stale and another plane took it, or the session was deleted meanwhile: that plane's
+            # act stands, and this plane's new sandbox is removed (unpark does it on this raise).
+            raise FailedPreconditionError(
+                f"session {session.id} was resumed or deleted through another control plane while this one was "
+                "resuming it; GetSession shows its state")
 
     async def delete(self, tenant: str, session_id: str, keep_snapshot: bool) -> tuple[Session, Snapshot | None]:
         """DeleteSession; with `keep_snapshot`, the workspace and state are first kept as a retained snapshot
@@ -270,8 +312,8 @@ class SessionPauses:
         own = await self._own_workspace(session.tenant, session.id)
         if own is None:
             raise FailedPreconditionError(f"session {session.id} is PAUSED but its stored workspace is missing")
-        tar = await asyncio.to_thread(gzip.decompress, await self._storage.read(session.tenant, own.id))
-        return await self._snapshots.keep(replace(session), _once(tar), RETAINED, self._purge_at())
+        return await self._snapshots.keep(replace(session), self._storage.workspace(session.tenant, own.id), RETAINED,
+                                          self._purge_at())
 
     def _purge_at(self) -> float:
         return self._clock() + self.retain_s
@@ -287,7 +329,7 @@ class SessionPauses:
             download = (await provider.get(session.sandbox_id)).agent.download()
         else:  # the agent is gone: the container goes first, then its kept volume is read without it
             await provider.retire(session.sandbox_id)
-            download = _once(await provider.salvage(session.sandbox_id))
+            download = provider.salvage(session.sandbox_id)
         return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
 
     async def _before_removal(self, session: Session, state: SessionState, message: str) -> None:
@@ -311,6 +353,3 @@ class _Turn:
         self.lock = asyncio.Lock()
         self.users = 0
 
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
