@@ -80,20 +80,27 @@ async def test_a_cancelled_copy_leaves_no_file_and_closes_its_source(tmp_path: P
     assert list((tmp_path / "spool").iterdir()) == []
 
 
-async def test_at_most_max_concurrent_copies_run_at_once(tmp_path: Path) -> None:
+async def test_at_most_max_concurrent_copies_run_at_once_tenants_in_turn(tmp_path: Path) -> None:
     spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=2)
-    running, most = 0, 0
+    running, most, order = 0, 0, []
 
-    async def copy() -> None:
+    async def copy(tenant: str) -> None:
         nonlocal running, most
-        async with spool.turn():
+        async with spool.turn(tenant):
+            order.append(tenant)
             running += 1
             most = max(most, running)
             await asyncio.sleep(0.05)
             running -= 1
 
-    await asyncio.gather(*(copy() for _ in range(6)))
+    # Tenant a asks for six copies, then b for one: tenants take turns, so b's comes after a's two running and the
+    # one of a's already waiting in front of it, not after all six.
+    copies = [asyncio.ensure_future(copy("a")) for _ in range(6)]
+    await asyncio.sleep(0)
+    copies.append(asyncio.ensure_future(copy("b")))
+    await asyncio.gather(*copies)
     assert most == 2
+    assert order.index("b") == 3
 
 
 async def test_files_left_by_a_killed_plane_are_cleared_at_the_first_copy(tmp_path: Path) -> None:

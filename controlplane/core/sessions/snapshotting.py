@@ -63,7 +63,7 @@ class SessionSnapshots:
                 f"{self._max_per_tenant}); delete one first")
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         snapshot_id = "snap_" + secrets.token_hex(12)
-        async with self._portable(session.id, sandbox.agent.download()) as tar:
+        async with self._portable(tenant, session.id, sandbox.agent.download()) as tar:
             taken = await self._storage.write(tenant, snapshot_id, session.id, state, pieces(tar))
         try:
             await self._within_disk_quota(tenant)
@@ -87,7 +87,7 @@ class SessionSnapshots:
         todos = await self._todos.get_todos(session.id)
         approvals = await self._approvals.load_approvals(session.id)
         state = replace(SnapshotState.of(session, todos, approvals), kind=kind, purge_at=purge_at)
-        async with self._portable(session.id, download) as tar:
+        async with self._portable(session.tenant, session.id, download) as tar:
             return await self._storage.write(session.tenant, "snap_" + secrets.token_hex(12), session.id, state,
                                              pieces(tar))
 
@@ -115,7 +115,7 @@ class SessionSnapshots:
         and a snapshot leave out what no new session could take (portable_tar.py)."""
         _, state = await self._source(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        async with self._portable(session_id, sandbox.agent.download()) as tar:
+        async with self._portable(tenant, session_id, sandbox.agent.download()) as tar:
             # A create takes its archive whole: read once from the spool (not gathered, then copied), and within
             # the copy's turn, so that the plane's concurrent copies bound this memory too.
             return await self._create(tenant, state, await read_whole(tar), state.resources)
@@ -137,9 +137,9 @@ class SessionSnapshots:
         return session, SnapshotState.of(session, todos, approvals)
 
     @contextlib.asynccontextmanager
-    async def _portable(self, session_id: str, download: AsyncIterator[bytes]) -> AsyncIterator[Path]:
+    async def _portable(self, tenant: str, session_id: str, download: AsyncIterator[bytes]) -> AsyncIterator[Path]:
         """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after."""
-        async with self._spool.turn(), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
+        async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
             await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
             made = await asyncio.to_thread(portable_file, raw, copy)
             limit = self._sessions.policy.max_archive_entries

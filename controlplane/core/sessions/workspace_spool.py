@@ -1,6 +1,6 @@
 """Workspace copies spooled to disk: what a pause, a snapshot, a fork or a retained snapshot reads out of a session
 is written to a temporary file under the plane's data dir, not gathered in the plane's memory, and at most a few
-copies run at once on the plane, whichever tenants ask.
+copies run at once on the plane, tenants let in in turn.
 
 A workspace may expand to `limits.max_archive_expanded_bytes` (1 GiB by default); held in memory, and copied once
 more to leave out what no new session could take, a handful of concurrent pauses would take the plane's memory.
@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import IO
 
+from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.errors import ResourceExhaustedError
 
 PIECE = 1 << 20
@@ -28,13 +29,14 @@ class WorkspaceSpool:
     def __init__(self, directory: Path, max_concurrent: int = 2) -> None:
         self.directory = directory
         """This plane's own (its instance's): the files of a plane killed mid-copy are removed at its next start."""
-        self._turns = asyncio.Semaphore(max_concurrent)
+        self._turns = FairGate(max_concurrent)
         self._cleared = False
 
     @contextlib.asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        """One of the plane's `max_concurrent` workspace copies: the others wait for it."""
-        async with self._turns:
+    async def turn(self, tenant: str) -> AsyncIterator[None]:
+        """One of the plane's `max_concurrent` workspace copies: the others wait, let in by tenant in turn, so that
+        one tenant pausing or snapshotting many large sessions does not hold every other tenant's copy back."""
+        async with self._turns.slot(tenant):
             yield
 
     @contextlib.asynccontextmanager
