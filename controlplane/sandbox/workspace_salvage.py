@@ -50,13 +50,13 @@ class Salvages:
         """This plane's own: leftovers of a plane killed mid-salvage are removed at the next salvage's start."""
         self._cleanups = cleanups
         self._reading: dict[str, asyncio.Future[None]] = {}
-        self._cleared = False
+        self._cleared: asyncio.Future[None] | None = None
 
     async def read(self, sandbox_id: str, volume: str, labels: dict[str, str], name: str) -> AsyncIterator[bytes]:
         """The workspace as a tar whose names are relative to it, as the agent's download gives them."""
-        if not self._cleared:
-            self._cleared = True
-            await asyncio.to_thread(_clear, self._directory)
+        if self._cleared is None:  # once, and every salvage after it, not beside it
+            self._cleared = asyncio.ensure_future(asyncio.to_thread(_clear, self._directory))
+        await asyncio.shield(self._cleared)
         await asyncio.to_thread(self._directory.mkdir, 0o700, True, True)
         into = self._directory / f"{sandbox_id}-{secrets.token_hex(4)}.tar"
         stop = threading.Event()

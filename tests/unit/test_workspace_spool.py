@@ -71,8 +71,12 @@ async def test_a_cancelled_copy_leaves_no_file_and_closes_its_source(tmp_path: P
             await fill(path, download(), limit=1 << 20)
 
     task = asyncio.ensure_future(copy())
-    await asyncio.sleep(0.2)
-    assert len(list((tmp_path / "spool").iterdir())) == 1  # being written
+    for _ in range(500):  # until the download stalls, its first pieces written
+        await asyncio.sleep(0.01)
+        written = list((tmp_path / "spool").glob("*.tar")) if (tmp_path / "spool").is_dir() else []
+        if written and written[0].stat().st_size >= 3000:
+            break
+    assert len(written) == 1  # being written
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -125,3 +129,19 @@ def test_a_tar_file_is_made_portable_as_the_bytes_are(tmp_path: Path) -> None:
     assert made.path.read_bytes() == expected.tar
     assert (made.dropped, made.entries) == (expected.dropped, expected.entries) == (
         ["out: a symlink to '/etc/passwd', outside the workspace"], 3)
+
+
+async def test_copies_started_together_keep_their_files_through_the_first_clearing(tmp_path: Path) -> None:
+    (tmp_path / "spool").mkdir()
+    for i in range(200):  # enough leftovers that the clearing takes a while
+        (tmp_path / "spool" / f"workspace-dead{i}.tar").write_bytes(b"x")
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=4)
+
+    async def copy(data: bytes) -> bytes:
+        async with spool.file("workspace") as path:
+            await fill(path, _chunks(data), limit=1 << 20)
+            await asyncio.sleep(0.05)
+            return b"".join([c async for c in pieces(path)])
+
+    datas = [bytes([i]) * 5000 for i in range(4)]
+    assert await asyncio.gather(*(copy(d) for d in datas)) == datas

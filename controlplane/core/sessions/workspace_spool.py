@@ -30,7 +30,7 @@ class WorkspaceSpool:
         self.directory = directory
         """This plane's own (its instance's): the files of a plane killed mid-copy are removed at its next start."""
         self._turns = FairGate(max_concurrent)
-        self._cleared = False
+        self._cleared: asyncio.Future[None] | None = None
 
     @contextlib.asynccontextmanager
     async def turn(self, tenant: str) -> AsyncIterator[None]:
@@ -42,9 +42,9 @@ class WorkspaceSpool:
     @contextlib.asynccontextmanager
     async def file(self, what: str) -> AsyncIterator[Path]:
         """A new file's path, removed on every way out (an error, a cancel): nothing is left behind."""
-        if not self._cleared:  # a plane killed mid-copy left its files; the directory is this plane's alone
-            self._cleared = True
-            await asyncio.to_thread(shutil.rmtree, self.directory, True)
+        if self._cleared is None:  # a plane killed mid-copy left its files; the directory is this plane's alone
+            self._cleared = asyncio.ensure_future(asyncio.to_thread(shutil.rmtree, self.directory, True))
+        await asyncio.shield(self._cleared)  # every copy after the clearing, not beside it
         await asyncio.to_thread(self.directory.mkdir, 0o700, True, True)
         path = self.directory / f"{what}-{secrets.token_hex(8)}.tar"
         try:
