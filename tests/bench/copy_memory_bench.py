@@ -1,5 +1,6 @@
-"""The control plane's peak memory while it copies a 100 MiB workspace: a SnapshotSession, then a PauseSession and
-a ResumeSession of the same session (snapshot_bench's tree: 400 files of 256 KiB, half random, half text).
+"""The control plane's peak memory while it copies a 100 MiB workspace: a SnapshotSession, then a PauseSession, a
+ResumeSession and a ForkSession of the same session (snapshot_bench's tree: 400 files of 256 KiB, half random,
+half text).
 
 The plane runs as a process of its own (`controlplane serve`, as fairness_bench's planes): its peak RSS (VmHWM) is
 reset through /proc/PID/clear_refs before each call and read after it. Rows: MiB of peak RSS above the RSS the
@@ -73,12 +74,14 @@ async def measure(pid: int, address: str, token: str) -> dict[str, tuple[float, 
         session = await client.create_session()
         made = await client.run(session.id, ["python3", "-c", MAKE_TREE, "/workspace/tree"])
         assert made.exit_code == 0, made.stderr
-        for name, call in [("snapshot", client.snapshot), ("pause", client.pause), ("resume", client.resume)]:
+        for name, call in [("snapshot", client.snapshot), ("pause", client.pause), ("resume", client.resume),
+                           ("fork", client.fork)]:
             before = _reset_peak(pid)
             started = time.perf_counter()
             await call(session.id)
             rows[name] = (before, _status_mib(pid, "VmHWM"), time.perf_counter() - started)
-        await client.delete_session(session.id)
+        for made_here in await client.list_sessions():  # the fork's too
+            await client.delete_session(made_here.id)
     return rows
 
 
