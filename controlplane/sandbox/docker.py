@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +105,6 @@ class DockerSandboxProvider(SandboxProvider):
         """Other control planes' sandboxes this one has reached (see `attach`)."""
         self._attached_sockets: dict[str, str] = {}
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
-        self._salvages = salvage.Salvages(self._client, data_dir / "salvage" / instance, self._cleanups)
-        """Reads of failed sessions' kept workspaces (workspace_salvage.py)."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
         self._creates = FairGate(max(2, os.cpu_count() or 1))
@@ -248,7 +246,6 @@ class DockerSandboxProvider(SandboxProvider):
         sandbox = self._live.pop(sandbox_id, None)
         if sandbox is not None:
             await sandbox.agent.close()
-        await self._salvages.wait(sandbox_id)  # a salvage reading the volume (given up on, ending) holds it
         await container_removal.remove_sandbox(self._client.api, self._name(sandbox_id), self._volume(sandbox_id))
         await asyncio.to_thread(self._cgroups.release, sandbox_id)
         await asyncio.to_thread(self._release_storage, sandbox_id)
@@ -266,9 +263,9 @@ class DockerSandboxProvider(SandboxProvider):
         await asyncio.to_thread(self._dirs.remove, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
 
-    def salvage(self, sandbox_id: str) -> AsyncIterator[bytes]:
-        return self._salvages.read(sandbox_id, self._volume(sandbox_id), self._labels(sandbox_id),
-                                   self._name(f"{sandbox_id}-salvage"))
+    def salvage(self, sandbox_id: str) -> salvage.Chunks:
+        return salvage.read(self._client, self._dirs.root, self._volume(sandbox_id), self._labels(sandbox_id),
+                            self._cleanups)
 
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         self._retained.update(sandbox_ids)

@@ -10,7 +10,8 @@ The copy goes to a file under the plane's data dir, a piece at a time, never who
 caller bounds it in time (pausing.py's SALVAGE_TIMEOUT_S): a cancelled salvage stops its engine thread at the
 next piece, and its container and file are removed by a tracked cleanup once that thread is over (a cancelled
 `to_thread` await does not stop the thread), so neither outlives it; the sandbox's volume is removed only after
-(`Salvages.wait`), or the container reading it would hold it, or a create still in flight make it again unlabelled.
+(the engine's removal waits for the container reading it to go), and a volume the engine makes again for a create
+still in flight when it was removed (unlabelled) is removed by that cleanup too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import secrets
 import tarfile
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -41,57 +43,47 @@ MAX_BYTES = 1 << 30
 """The most read: what any workspace copy may expand to (limits of snapshots and forks)."""
 
 
-class Salvages:
-    """A provider's salvages in flight, each by its sandbox id."""
+Chunks = AsyncIterator[bytes]
+STALE_S = 600.0
+"""A spooled salvage file this old is a leftover (a salvage is bounded to a minute): removed by the next one."""
 
-    def __init__(self, client: Any, directory: Path, cleanups: TrackedTasks) -> None:
-        self._client = client
-        self._directory = directory
-        """This plane's own: leftovers of a plane killed mid-salvage are removed at the next salvage's start."""
-        self._cleanups = cleanups
-        self._reading: dict[str, asyncio.Future[None]] = {}
-        self._cleared: asyncio.Future[None] | None = None
 
-    async def read(self, sandbox_id: str, volume: str, labels: dict[str, str], name: str) -> AsyncIterator[bytes]:
-        """The workspace as a tar whose names are relative to it, as the agent's download gives them."""
-        if self._cleared is None:  # once, and every salvage after it, not beside it
-            self._cleared = asyncio.ensure_future(asyncio.to_thread(_clear, self._directory))
-        await asyncio.shield(self._cleared)
-        await asyncio.to_thread(self._directory.mkdir, 0o700, True, True)
-        into = self._directory / f"{sandbox_id}-{secrets.token_hex(4)}.tar"
-        stop = threading.Event()
-        reading = in_thread(read_into, self._client, volume, labels, name, into, stop)
-        self._reading[sandbox_id] = reading
-        try:
-            await asyncio.shield(reading)
-            async for chunk in pieces(into):
-                yield chunk
-        finally:
-            # Also on a cancel: no await here (a cancelled generator must not be held up); the cleanup waits.
-            stop.set()
-            self._cleanups.start(self._cleanup(sandbox_id, reading, name, into))
+async def read(client: Any, sandboxes: Path, volume: str, labels: dict[str, str],
+               cleanups: TrackedTasks) -> AsyncIterator[bytes]:
+    """The workspace as a tar whose names are relative to it, as the agent's download gives them; spooled under
+    the data dir (`sandboxes`' parent) in a directory of the plane's instance."""
+    directory = sandboxes.parent / "salvage" / labels[LABEL_INSTANCE]
+    await asyncio.to_thread(_prepare, directory)
+    into = directory / f"{volume}-{secrets.token_hex(4)}.tar"
+    name = f"{volume}-salvage"
+    stop = threading.Event()
+    reading = in_thread(read_into, client, volume, labels, name, into, stop)
+    try:
+        await asyncio.shield(reading)
+        async for chunk in pieces(into):
+            yield chunk
+    finally:
+        # Also on a cancel: no await here (a cancelled generator must not be held up); the cleanup waits.
+        stop.set()
+        cleanups.start(_cleanup(client, reading, name, volume, into))
 
-    async def wait(self, sandbox_id: str) -> None:
-        """Returns once no salvage of the sandbox reads its volume (before the volume is removed)."""
-        reading = self._reading.get(sandbox_id)
-        if reading is not None:
-            await asyncio.wait({reading})
 
-    async def _cleanup(self, sandbox_id: str, reading: asyncio.Future[None], name: str, into: Path) -> None:
-        # At once first: a stream the engine is stuck in ends with its container, and the thread with it.
-        with contextlib.suppress(docker.errors.APIError):
-            await asyncio.to_thread(_remove, self._client, name)
-        await asyncio.wait({reading})
-        if reading.done() and not reading.cancelled():
-            reading.exception()  # seen: it was the caller's to report, and the caller is gone
-        try:  # a create that completed after the first removal
-            await asyncio.to_thread(_remove, self._client, name)
-        except docker.errors.APIError as exc:  # reconciliation removes it by its labels at the next start
-            log.warning("the salvage container %s was not removed: %s", name, exc.explanation or exc)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(into)
-        if self._reading.get(sandbox_id) is reading:
-            del self._reading[sandbox_id]
+async def _cleanup(client: Any, reading: asyncio.Future[None], name: str, volume: str, into: Path) -> None:
+    # At once first: a stream the engine is stuck in ends with its container, and the thread with it.
+    with contextlib.suppress(docker.errors.APIError):
+        await asyncio.to_thread(_remove, client, name)
+    await asyncio.wait({reading})
+    if not reading.cancelled():
+        reading.exception()  # seen: it was the caller's to report, and the caller is gone
+    try:  # a create that completed after the first removal
+        await asyncio.to_thread(_remove, client, name)
+        # The session's volume removed while that create was in flight: the engine made it again for the mount,
+        # without labels (the provider's own has them, and stays for a FAILED session).
+        await asyncio.to_thread(_remove_unlabelled, client, volume)
+    except docker.errors.APIError as exc:  # reconciliation removes it by its labels or name at the next start
+        log.warning("the salvage of %s left something behind: %s", volume, exc.explanation or exc)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(into)
 
 
 def read_into(client: Any, volume: str, labels: dict[str, str], name: str, into: Path, stop: threading.Event,
@@ -162,7 +154,19 @@ def _remove(client: Any, ref: str) -> None:
         client.api.remove_container(ref, force=True)
 
 
-def _clear(directory: Path) -> None:
-    for left in directory.glob("*.tar*") if directory.is_dir() else []:
+def _remove_unlabelled(client: Any, volume: str) -> None:
+    try:
+        found = client.volumes.get(volume)
+    except docker.errors.NotFound:
+        return
+    if not (found.attrs.get("Labels") or {}).get(LABEL_INSTANCE):
+        found.remove(force=True)
+
+
+def _prepare(directory: Path) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    now = time.time()
+    for left in directory.glob("*.tar*"):
         with contextlib.suppress(FileNotFoundError):
-            left.unlink()
+            if now - left.stat().st_mtime > STALE_S:
+                left.unlink()

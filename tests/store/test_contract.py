@@ -270,55 +270,6 @@ async def test_sessions_list_by_tenant_and_liveness_in_creation_order(store: Sto
         "ses_a", "ses_c", "ses_f"]
 
 
-async def test_of_two_stores_claiming_one_paused_session_at_once_exactly_one_gets_it(opener: Opener) -> None:
-    first, second = await opener(), await opener()  # two control planes on one database
-    try:
-        await first.put_session(_session("ses_p", state=SessionState.PAUSED))
-        for _ in range(5):  # a race each time: the conditional update lets one through
-            got = await asyncio.gather(first.claim_paused("ses_p", "plane-a", 10.0, 0.0),
-                                       second.claim_paused("ses_p", "plane-b", 10.0, 0.0))
-            assert got[0] == got[1]
-            assert got[0] in ("plane-a", "plane-b")
-            await first.release_claim("ses_p", got[0])
-        # Held by A: B is told who holds it, and cannot store it READY; A can, and that ends the claim.
-        assert await first.claim_paused("ses_p", "plane-a", 20.0, 0.0) == "plane-a"
-        assert await second.claim_paused("ses_p", "plane-b", 21.0, 0.0) == "plane-a"
-        resumed = _session("ses_p", sandbox_id="sbx_a")
-        resumed.last_active_at = 22.0
-        assert not await second.put_resumed(_session("ses_p", sandbox_id="sbx_b"), "plane-b")
-        assert await first.put_resumed(resumed, "plane-a")
-        back = await second.get_session("ses_p")
-        assert back is not None
-        assert (back.state, back.sandbox_id, back.last_active_at) == (SessionState.READY, "sbx_a", 22.0)
-        # A READY session cannot be claimed, nor stored READY again by a claim's holder.
-        assert await second.claim_paused("ses_p", "plane-b", 23.0, 0.0) == ""
-        assert not await first.put_resumed(resumed, "plane-a")
-    finally:
-        await first.aclose()
-        await second.aclose()
-
-
-async def test_a_resume_claim_is_released_taken_over_when_stale_and_cleared_by_a_whole_write(store: Store) -> None:
-    await store.put_session(_session("ses_p", state=SessionState.PAUSED))
-    assert await store.claim_paused("ses_p", "plane-a", 100.0, 0.0) == "plane-a"
-    assert await store.claim_paused("ses_p", "plane-a", 101.0, 0.0) == "plane-a"  # A restarted: its own claim
-    assert await store.claim_paused("ses_p", "plane-b", 150.0, 50.0) == "plane-a"  # not stale yet
-    assert await store.claim_paused("ses_p", "plane-b", 500.0, 200.0) == "plane-b"  # A stopped: B takes over
-    assert not await store.put_resumed(_session("ses_p", sandbox_id="sbx_a"), "plane-a")  # overtaken: refused
-    await store.release_claim("ses_p", "plane-a")  # not A's any more: changes nothing
-    assert await store.claim_paused("ses_p", "plane-c", 501.0, 0.0) == "plane-b"
-    await store.release_claim("ses_p", "plane-b")
-    assert await store.claim_paused("ses_p", "plane-c", 502.0, 0.0) == "plane-c"
-    await store.put_session(_session("ses_p", state=SessionState.DELETED, deleted_at=503.0))  # deleted meanwhile
-    assert not await store.put_resumed(_session("ses_p", sandbox_id="sbx_c"), "plane-c")
-    assert await store.claim_paused("ses_p", "plane-c", 504.0, 0.0) == ""
-    await store.put_session(_session("ses_q", state=SessionState.PAUSED))
-    assert await store.claim_paused("ses_q", "plane-a", 600.0, 0.0) == "plane-a"
-    await store.put_session(_session("ses_q", state=SessionState.PAUSED))  # paused again, written whole
-    assert await store.claim_paused("ses_q", "plane-b", 601.0, 0.0) == "plane-b"
-    assert await store.claim_paused("ses_missing", "plane-a", 602.0, 0.0) == ""
-
-
 # -- approvals, todos -----------------------------------------------------------------------------
 
 
