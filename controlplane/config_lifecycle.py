@@ -41,8 +41,19 @@ class SnapshotsConfig(_Closed):
     """Most snapshots a tenant may keep (0: none may be taken); the next is RESOURCE_EXHAUSTED. Bytes count
     toward the tenant's `quota.disk_mb` when it has one."""
 
+    max_concurrent_copies: int = Field(default=2, ge=1, le=64)
+    """Workspace copies (pauses, snapshots, forks, retained snapshots) this plane makes at once, whichever
+    tenants ask; the next waits, tenants let in in turn. Each is spooled to a file under the data dir (`spool`), up to
+    `limits.max_archive_expanded_bytes` (twice that while links out of the workspace are left out), so this
+    bounds that disk and the plane's time spent copying."""
+
     def root(self, data_dir: Path) -> Path:
         return self.path if self.path is not None else data_dir / "snapshots"
+
+    @staticmethod
+    def spool(data_dir: Path, instance: str) -> Path:
+        """Where this plane spools workspace copies: local, and its own (planes may share a data dir)."""
+        return data_dir / "spool" / instance
 
 
 class LifetimeConfig(_Closed):

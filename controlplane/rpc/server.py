@@ -13,6 +13,7 @@ from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.pausing import SessionPauses
 from controlplane.core.sessions.recent_logs import RecentLogs
 from controlplane.core.sessions.snapshotting import SessionSnapshots
+from controlplane.core.sessions.workspace_spool import WorkspaceSpool
 from controlplane.core.tenants.lifecycle import TenantAdmin
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.rpc.admin_service import AdminService
@@ -87,7 +88,9 @@ def build_server(
     )
     snapshots = None if audit is None else SessionSnapshots(
         sessions, FsSnapshotStorage(settings.snapshots.root(settings.data_dir)), audit[0], audit[0], quotas,
-        settings.snapshots.max_per_tenant)
+        settings.snapshots.max_per_tenant,
+        WorkspaceSpool(settings.snapshots.spool(settings.data_dir, settings.instance),
+                       settings.snapshots.max_concurrent_copies))
     pauses = None if snapshots is None or audit is None else pausing(settings, sessions, snapshots, audit[0])
     session_pb2_grpc.add_SessionServiceServicer_to_server(
         SessionService(sessions, auth, quotas, snapshots, pauses), server)
@@ -121,7 +124,8 @@ def build_server(
 def pausing(settings: Settings, sessions: SessionManager, snapshots: SessionSnapshots, store: Store) -> SessionPauses:
     lifetime = settings.lifetime
     return SessionPauses(sessions, snapshots, snapshots.storage, store, lifetime.pause_after_idle_s, lifetime.retain_s,
-                         settings.snapshots.max_per_tenant, max_paused_s=lifetime.max_paused_s)
+                         settings.snapshots.max_per_tenant, max_paused_s=lifetime.max_paused_s,
+                         instance=settings.instance)
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:

@@ -263,8 +263,9 @@ class DockerSandboxProvider(SandboxProvider):
         await asyncio.to_thread(self._dirs.remove, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
 
-    async def salvage(self, sandbox_id: str) -> bytes:
-        return await asyncio.to_thread(salvage.read, self._client, self._volume(sandbox_id), self._labels(sandbox_id))
+    def salvage(self, sandbox_id: str) -> salvage.Chunks:
+        return salvage.read(self._client, self._dirs.root, self._volume(sandbox_id), self._labels(sandbox_id),
+                            self._cleanups)
 
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         self._retained.update(sandbox_ids)

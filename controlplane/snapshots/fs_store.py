@@ -124,6 +124,36 @@ class FsSnapshotStorage:
                 "delete it")
         return data
 
+    async def workspace(self, tenant: str, snapshot_id: str) -> AsyncIterator[bytes]:
+        content, record = self._paths(tenant, snapshot_id)
+        snapshot = await asyncio.to_thread(self._load, record)
+        if snapshot is None:
+            raise FailedPreconditionError(f"snapshot {snapshot_id} is gone")
+        try:
+            source = await asyncio.to_thread(open, content, "rb")
+        except FileNotFoundError:
+            raise FailedPreconditionError(
+                f"snapshot {snapshot_id} is damaged: its workspace file is missing; delete it") from None
+        try:
+            # Two passes over the file, a piece at a time: the checksum before any byte is used, then the tar.
+            digest, size = hashlib.sha256(), 0
+            while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+            if size != snapshot.size_bytes or digest.hexdigest() != snapshot.sha256:
+                raise FailedPreconditionError(
+                    f"snapshot {snapshot_id} is corrupt: its stored workspace ({size} bytes) does not match its "
+                    f"checksum (sha256 {snapshot.sha256[:16]}..., {snapshot.size_bytes} bytes); delete it")
+            await asyncio.to_thread(source.seek, 0)
+            inflate = zlib.decompressobj(31)
+            while chunk := await asyncio.to_thread(source.read, READ_CHUNK):
+                while chunk:  # bounded output per step: a small piece may inflate to a great deal
+                    yield inflate.decompress(chunk, READ_CHUNK)
+                    chunk = inflate.unconsumed_tail
+            yield inflate.flush()
+        finally:
+            source.close()
+
     async def delete(self, tenant: str, snapshot_id: str) -> bool:
         content, record = self._paths(tenant, snapshot_id)
 

@@ -150,5 +150,11 @@ MIGRATIONS: tuple[Migration, ...] = (
               added_columns=(
         ("sessions", "network_json", "TEXT"),
     )),
+    # Which plane is resuming a PAUSED session, and since when (store/resume_claims.py): several planes on one
+    # store must not each give it a sandbox.
+    Migration(11, "the control plane resuming each paused session", added_columns=(
+        ("sessions", "resume_holder", "TEXT NOT NULL DEFAULT ''"),
+        ("sessions", "resume_claimed_at", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
+    )),
 )
 LATEST = MIGRATIONS[-1].version

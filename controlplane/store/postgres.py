@@ -25,7 +25,7 @@ from controlplane.core.sessions.models import Session, Tenant
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
 from controlplane.errors import ControlPlaneError, ErrorCode
-from controlplane.store import host_book
+from controlplane.store import host_book, resume_claims
 from controlplane.store.base import audit_entry_of, describe, sandbox_of, session_of, tenant_of
 from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
 
@@ -212,7 +212,8 @@ class PostgresStore:
     # -- sessions -------------------------------------------------------------------------------
 
     async def put_session(self, s: Session) -> None:
-        updates = ", ".join(f"{c} = excluded.{c}" for c in SESSION_COLUMNS[1:])
+        # Written whole, a session is no longer claimed for a resume (as SQLite's INSERT OR REPLACE makes it).
+        updates = ", ".join(f"{c} = excluded.{c}" for c in SESSION_COLUMNS[1:]) + ", resume_holder = ''"
         await self._execute(
             f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join(['%s'] * len(SESSION_COLUMNS))})"
             f" ON CONFLICT (id) DO UPDATE SET {updates}",
@@ -226,6 +227,20 @@ class PostgresStore:
 
     async def touch_session(self, session_id: str, at: float) -> None:
         await self._execute("UPDATE sessions SET last_active_at = %s WHERE id = %s", (at, session_id))
+
+    async def claim_paused(self, session_id: str, holder: str, at: float, stale_before: float) -> str:
+        async with self._connection() as conn:
+            await conn.execute(_claims(resume_claims.CLAIM), (holder, at, session_id, holder, stale_before))
+            row = await (await conn.execute(_claims(resume_claims.HOLDER), (session_id,))).fetchone()
+        return str(row["resume_holder"]) if row is not None and row["state"] == "PAUSED" else ""
+
+    async def put_resumed(self, s: Session, holder: str) -> bool:
+        async with self._connection() as conn:
+            cursor = await conn.execute(_claims(resume_claims.RESUMED), (s.sandbox_id, s.last_active_at, s.id, holder))
+            return cursor.rowcount > 0
+
+    async def release_claim(self, session_id: str, holder: str) -> None:
+        await self._execute(_claims(resume_claims.RELEASE), (session_id, holder))
 
     async def get_session(self, session_id: str) -> Session | None:
         rows = await self._fetch("SELECT * FROM sessions WHERE id = %s", (session_id,))
@@ -359,6 +374,10 @@ class PostgresStore:
                 return True
             await conn.execute(_pg(host_book.PUT_LEASE), (host, plane, now + lease_s))
             return False
+
+
+def _claims(statement: str) -> str:
+    return resume_claims.sql(statement, "postgres")
 
 
 def _pg(statement: str) -> str:

@@ -23,7 +23,7 @@ from controlplane.core.sessions.capacity import Claim, HostUse
 from controlplane.core.sessions.models import Session, Tenant
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
-from controlplane.store import host_book
+from controlplane.store import host_book, resume_claims
 from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of, tenant_of
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
@@ -224,6 +224,26 @@ class SqliteStore:
 
     async def touch_session(self, session_id: str, at: float) -> None:
         await self._execute("UPDATE sessions SET last_active_at = ? WHERE id = ?", (at, session_id))
+
+    async def claim_paused(self, session_id: str, holder: str, at: float, stale_before: float) -> str:
+        def claim(db: sqlite3.Connection) -> str:
+            db.execute(resume_claims.CLAIM, (holder, at, session_id, holder, stale_before)).close()
+            row = db.execute(resume_claims.HOLDER, (session_id,)).fetchone()
+            return str(row["resume_holder"]) if row is not None and row["state"] == "PAUSED" else ""
+
+        return await self._run(claim)
+
+    async def put_resumed(self, s: Session, holder: str) -> bool:
+        def put(db: sqlite3.Connection) -> bool:
+            cursor = db.execute(resume_claims.RESUMED, (s.sandbox_id, s.last_active_at, s.id, holder))
+            stored = cursor.rowcount > 0
+            cursor.close()
+            return stored
+
+        return await self._run(put)
+
+    async def release_claim(self, session_id: str, holder: str) -> None:
+        await self._execute(resume_claims.RELEASE, (session_id, holder))
 
     async def get_session(self, session_id: str) -> Session | None:
         row = await self._run(lambda db: db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone())

@@ -84,7 +84,7 @@ async def test_a_new_store_records_every_migration_once(store: Store, opener: Op
     await again.aclose()
     rows = _query(target, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name) for m in MIGRATIONS]
-    assert rows[-1][0] == LATEST == 10
+    assert rows[-1][0] == LATEST == 11
 
 
 async def test_stores_opened_at_once_on_a_new_database_migrate_it_once(
@@ -125,7 +125,7 @@ async def test_data_from_before_the_version_table_is_migrated_in_place(
         assert old == Session("ses_old", "acme", "plan", SessionState.READY, Resources(1.0, 512, 256), 1.0, 2.0,
                               sandbox_id="sb1", labels={"k": "v"}, parent_id="", title="")
         versions = _query(target, "SELECT version FROM schema_migrations ORDER BY version")
-        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,)]
+        assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,), (11,)]
     finally:
         await store.aclose()
 

@@ -116,6 +116,18 @@ async def test_a_damaged_snapshot_is_refused_naming_the_problem(tmp_path: Path, 
         path.unlink()
     with pytest.raises(FailedPreconditionError, match=f"snapshot {ID} is (corrupt|damaged)"):
         await store.read("acme", ID)
+    streamed = store.workspace("acme", ID)
+    with pytest.raises(FailedPreconditionError, match=f"snapshot {ID} is (corrupt|damaged)"):
+        await anext(streamed)  # streamed: refused before its first byte
+
+
+async def test_a_stored_workspace_streams_back_as_its_tar_in_bounded_pieces(tmp_path: Path) -> None:
+    store = FsSnapshotStorage(tmp_path)
+    tar = _tar() + bytes(8 << 20)  # zeros compress about a thousandfold: one stored piece inflates to many
+    await store.write("acme", ID, "ses_1", _state(), _chunks(tar))
+    got = [chunk async for chunk in store.workspace("acme", ID)]
+    assert b"".join(got) == tar
+    assert max(len(c) for c in got) <= 1 << 20
 
 
 @pytest.mark.parametrize("bad", ["../acme/" + ID, "snap_../../etc", "", ID + "/x", ID.upper()])

@@ -260,8 +260,8 @@ class SessionManager:
             raise FailedPreconditionError(f"session {session.id} is not running")
         return await self._end(held, SessionState.PAUSED, message)
 
-    async def unpark(self, session: Session, archive: bytes) -> CodeChanges:
-        """A PAUSED session runs on a new sandbox (pausing.py); a failure leaves it PAUSED, no sandbox."""
+    async def unpark(self, session: Session, archive: bytes, put: Callable[[Session], Awaitable[None]]) -> CodeChanges:
+        """A PAUSED session runs on a new sandbox, stored by `put`; a failure leaves it PAUSED."""
         sandbox = await self._provider.acquire(session.id, session.tenant, session.resources, session.template)
         changes = await sandbox_setup.fill(self._networks, self._provider, session, sandbox, archive,
                                            session.config_json)
@@ -269,7 +269,7 @@ class SessionManager:
         session.last_active_at = self._clock()
         self._live[session.id] = session
         try:
-            await asyncio.shield(self._store.put_session(session))
+            await asyncio.shield(put(session))
         except Exception:
             self._live.pop(session.id, None)
             await asyncio.shield(self._remove_sandbox(session, None))

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from controlplane.core.sessions.expiry import EXPIRED
 from controlplane.core.sessions.liveness import still_answers
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Session, SessionState
+from controlplane.core.sessions.resume_claims import ResumeClaims
+from controlplane.core.sessions.session_locks import SessionLocks
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotStorage
 from controlplane.core.sessions.snapshotting import PAUSED, RETAINED, SessionSnapshots
 from controlplane.core.sessions.store_port import SessionStore
@@ -58,7 +59,8 @@ SALVAGE_TIMEOUT_S = 60.0
 class SessionPauses:
     def __init__(self, sessions: SessionManager, snapshots: SessionSnapshots, storage: SnapshotStorage,
                  store: SessionStore, pause_after_idle_s: float = 0.0, retain_s: float = 0.0,
-                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time, max_paused_s: float = 0.0) -> None:
+                 max_per_tenant: int = 50, clock: Callable[[], float] = time.time, max_paused_s: float = 0.0,
+                 instance: str = "default") -> None:
         self._sessions = sessions
         self._snapshots = snapshots
         self._storage = storage
@@ -68,8 +70,8 @@ class SessionPauses:
         self._max_per_tenant = max_per_tenant
         self._max_paused_s = max_paused_s
         self._clock = clock
-        self._busy: dict[str, _Turn] = {}
-        """One pause, resume or delete at a time per session (in this plane)."""
+        self._claims = ResumeClaims(store, instance, clock)
+        self._locks = SessionLocks()
         self._retry_at: dict[str, float] = {}
         """Idle sessions whose pause failed: not tried again before then."""
         # The snapshot storage is read whole each scan: often enough for retain_s and max_paused_s, never more than
@@ -82,7 +84,7 @@ class SessionPauses:
     # -- API ----------------------------------------------------------------------------------------
 
     async def pause(self, tenant: str, session_id: str) -> Session:
-        async with self._lock(session_id):
+        async with self._locks.hold(session_id):
             session = await self._sessions.get(tenant, session_id)  # NOT_FOUND for another tenant's
             if session.state == SessionState.PAUSED:
                 return session
@@ -111,26 +113,38 @@ class SessionPauses:
         return session if session.state == SessionState.PAUSED else None
 
     async def resume(self, tenant: str, session_id: str) -> Session:
-        async with self._lock(session_id):
+        async with self._locks.hold(session_id):
             session = await self._sessions.get(tenant, session_id)
             if session.state == SessionState.READY:
                 return session
             if session.state != SessionState.PAUSED:
                 raise FailedPreconditionError(
                     f"session {session_id} is {session.state.value}: only a PAUSED session can be resumed")
-            kept = await self._own_workspace(tenant, session_id)
-            if kept is None:
-                raise FailedPreconditionError(
-                    f"session {session_id} is PAUSED but its stored workspace is missing; delete the session")
-            archive = await self._storage.read(tenant, kept.id)  # checksum checked: a damaged one is refused
-            async with self._sessions.host.admitting(len(archive)) as keep_reservation:
-                changes = await self._sessions.unpark(session, archive)
-                await keep_reservation(session.id)
-            with contextlib.suppress(ControlPlaneError, OSError):  # a leftover is removed by `round`
-                await self._storage.delete(tenant, kept.id)
-            self._sessions.bus.publish("session.resumed", tenant, session_id, id=session_id,
-                                       sandboxID=session.sandbox_id, codeLoaded=changes.added + changes.changed)
-            return await self._sessions.get(tenant, session_id)
+            done = await self._claims.claim(session_id, lambda: self._sessions.get(tenant, session_id))
+            if done is not None:  # another plane resumed it meanwhile
+                return done
+            try:
+                return await self._resume(tenant, session)
+            except BaseException:
+                with contextlib.suppress(ControlPlaneError, OSError):  # else a stale claim expires by age
+                    await asyncio.shield(self._claims.release(session_id))
+                raise
+
+    async def _resume(self, tenant: str, session: Session) -> Session:
+        session_id = session.id
+        kept = await self._own_workspace(tenant, session_id)
+        if kept is None:
+            raise FailedPreconditionError(
+                f"session {session_id} is PAUSED but its stored workspace is missing; delete the session")
+        archive = await self._storage.read(tenant, kept.id)  # checksum checked: a damaged one is refused
+        async with self._sessions.host.admitting(len(archive)) as keep_reservation:
+            changes = await self._sessions.unpark(session, archive, self._claims.store_resumed)
+            await keep_reservation(session.id)
+        with contextlib.suppress(ControlPlaneError, OSError):  # a leftover is removed by `round`
+            await self._storage.delete(tenant, kept.id)
+        self._sessions.bus.publish("session.resumed", tenant, session_id, id=session_id,
+                                   sandboxID=session.sandbox_id, codeLoaded=changes.added + changes.changed)
+        return await self._sessions.get(tenant, session_id)
 
     async def delete(self, tenant: str, session_id: str, keep_snapshot: bool) -> tuple[Session, Snapshot | None]:
         """DeleteSession; with `keep_snapshot`, the workspace and state are first kept as a retained snapshot
@@ -140,7 +154,7 @@ class SessionPauses:
             raise FailedPreconditionError(
                 "this control plane keeps no workspace after a session ends (lifetime.retain_s = 0): take a "
                 "snapshot with SnapshotSession first, then delete")
-        async with self._lock(session_id):
+        async with self._locks.hold(session_id):
             session = await self._sessions.get(tenant, session_id)
             kept = await self._keep_for_delete(session) if keep_snapshot else None
             try:
@@ -233,7 +247,7 @@ class SessionPauses:
                 elif snapshot.kind == PAUSED and 0 < self._max_paused_s <= now - snapshot.created_at:
                     await self._expire_paused(tenant, snapshot)
                 elif (snapshot.kind == PAUSED and now >= snapshot.created_at + STRAY_AFTER_S
-                      and not self._locked(snapshot.session_id)):
+                      and not self._locks.held(snapshot.session_id)):
                     owner = await self._store.get_session(snapshot.session_id)
                     if owner is None or owner.state != SessionState.PAUSED:
                         await self._stray(tenant, snapshot, owner)
@@ -242,7 +256,7 @@ class SessionPauses:
         """A session paused for `lifetime.max_paused_s` (timed from its stored workspace, which a restart keeps) ends
         as an expired live session does: its workspace becomes a retained snapshot when `lifetime.retain_s` says
         so, and is deleted with it otherwise. One that is not PAUSED any more leaves a stray, `_stray`'s case."""
-        async with self._lock(snapshot.session_id):
+        async with self._locks.hold(snapshot.session_id):
             owner = await self._store.get_session(snapshot.session_id)
             if owner is None or owner.state != SessionState.PAUSED or owner.tenant != tenant:
                 if self._clock() >= snapshot.created_at + STRAY_AFTER_S:  # no pause of it is writing it now
@@ -268,22 +282,6 @@ class SessionPauses:
         await self._storage.delete(tenant, snapshot.id)
 
     # -- internals ----------------------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _lock(self, session_id: str) -> AsyncIterator[None]:
-        # Dropped when no one holds or waits for it: every DeleteSession takes one, so they must not pile up.
-        turn = self._busy.setdefault(session_id, _Turn())
-        turn.users += 1
-        try:
-            async with turn.lock:
-                yield
-        finally:
-            turn.users -= 1
-            if not turn.users and self._busy.get(session_id) is turn:
-                del self._busy[session_id]
-
-    def _locked(self, session_id: str) -> bool:
-        return session_id in self._busy
 
     async def _pausable(self, session: Session) -> None:
         if session.parent_id:
@@ -319,8 +317,8 @@ class SessionPauses:
         own = await self._own_workspace(session.tenant, session.id)
         if own is None:
             raise FailedPreconditionError(f"session {session.id} is PAUSED but its stored workspace is missing")
-        tar = await asyncio.to_thread(gzip.decompress, await self._storage.read(session.tenant, own.id))
-        return await self._snapshots.keep(replace(session), _once(tar), RETAINED, self._purge_at())
+        return await self._snapshots.keep(replace(session), self._storage.workspace(session.tenant, own.id), RETAINED,
+                                          self._purge_at())
 
     def _purge_at(self) -> float:
         return self._clock() + self.retain_s
@@ -334,7 +332,7 @@ class SessionPauses:
             download = (await provider.get(session.sandbox_id)).agent.download()
         else:  # the agent is gone: the container goes first, then its kept volume is read without it
             await provider.retire(session.sandbox_id)
-            download = _once(await provider.salvage(session.sandbox_id))
+            download = provider.salvage(session.sandbox_id)
         return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
 
     async def _retain_ending(self, session: Session, store: Callable[[Session], Awaitable[Snapshot]]) -> Snapshot:
@@ -365,12 +363,3 @@ class SessionPauses:
         log.info("session %s ends (%s): workspace kept as %s until %.0f", session.id, message, kept.id,
                  kept.state.purge_at)
 
-
-class _Turn:
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data

@@ -10,9 +10,13 @@ dropped is decided by the same walk that checks a CreateSession archive, so what
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
 
 from controlplane.core.sessions.workspace_archive import unrestorable
 
@@ -26,22 +30,45 @@ class Portable:
     """In the source tar."""
 
 
+@dataclass(frozen=True)
+class PortableFile:
+    path: Path
+    """The source file itself when nothing is left out, else the copy."""
+    dropped: list[str]
+    entries: int
+
+
 def portable(tar: bytes) -> Portable:
+    out = io.BytesIO()
+    dropped, entries, copied = _made_portable(io.BytesIO(tar), lambda: out)
+    return Portable(out.getvalue() if copied else tar, dropped, entries)
+
+
+def portable_file(source: Path, copy: Path) -> PortableFile:
+    """As `portable`, from a tar file to another (`copy`, made only when something is left out): a workspace is
+    read from disk a piece at a time, never held whole in memory (snapshotting.py spools it there)."""
+    with open(source, "rb") as tar, contextlib.ExitStack() as outputs:
+        dropped, entries, copied = _made_portable(tar, lambda: outputs.enter_context(open(copy, "wb")))
+    return PortableFile(copy if copied else source, dropped, entries)
+
+
+def _made_portable(source: BinaryIO, out: Callable[[], BinaryIO]) -> tuple[list[str], int, bool]:
+    """(dropped, entries, whether `out()` got a copy): `source` must be seekable."""
     # Headers first, seeking over the file data: almost every workspace has nothing to leave out, and then its
     # tar is used as it came, not copied.
-    with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as headers:
+    with tarfile.open(fileobj=source, mode="r:") as headers:
         members = headers.getmembers()
     refused = unrestorable(members)
     if not refused:
-        return Portable(tar, [], len(members))
-    out = io.BytesIO()
+        return [], len(members), False
+    source.seek(0)
     dropped: list[str] = []
-    with tarfile.open(fileobj=io.BytesIO(tar), mode="r|") as source, \
-            tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as copy:
-        for index, member in enumerate(source):
+    with tarfile.open(fileobj=source, mode="r|") as stream, \
+            tarfile.open(fileobj=out(), mode="w|", format=tarfile.PAX_FORMAT) as copy:
+        for index, member in enumerate(stream):
             why = refused.get(index)
             if why is not None:
                 dropped.append(why)
                 continue
-            copy.addfile(member, source.extractfile(member) if member.isreg() else None)
-    return Portable(out.getvalue(), dropped, len(members))
+            copy.addfile(member, stream.extractfile(member) if member.isreg() else None)
+    return dropped, len(members), True

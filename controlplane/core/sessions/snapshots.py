@@ -119,6 +119,11 @@ class SnapshotStorage(Protocol):
         """The stored (compressed) workspace, after its checksum matched (FailedPrecondition otherwise)."""
         ...
 
+    def workspace(self, tenant: str, snapshot_id: str) -> AsyncIterator[bytes]:
+        """The stored workspace as its (uncompressed) tar, a piece at a time, once its checksum matched
+        (FailedPrecondition otherwise): a copy of a stored workspace never holds it whole."""
+        ...
+
     async def delete(self, tenant: str, snapshot_id: str) -> bool:
         """False when there was none."""
         ...

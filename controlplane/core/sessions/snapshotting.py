@@ -10,37 +10,44 @@ taking a snapshot or a fork is the caller's act (these RPCs are not tools), neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import secrets
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from controlplane.core.permissions.asks import ApprovalStore
 from controlplane.core.sessions.admission import CreateSpec
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources, Session, SessionState
-from controlplane.core.sessions.portable_tar import portable
+from controlplane.core.sessions.portable_tar import portable_file
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, SnapshotStorage, checked_id
 from controlplane.core.sessions.tenant_turns import TenantTurns
+from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, pieces, read_whole
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
 TAKEN, PAUSED, RETAINED = "taken", "paused", "retained"
 MIB = 1024 * 1024
-PIECE = 1 << 20
 log = logging.getLogger(__name__)
 
 
 class SessionSnapshots:
     def __init__(self, sessions: SessionManager, storage: SnapshotStorage, todos: TodoStore,
-                 approvals: ApprovalStore, quotas: TenantQuotas | None = None, max_per_tenant: int = 50) -> None:
+                 approvals: ApprovalStore, quotas: TenantQuotas | None = None, max_per_tenant: int = 50,
+                 spool: WorkspaceSpool | None = None) -> None:
         self._sessions = sessions
         self._storage = storage
         self._todos = todos
         self._approvals = approvals
         self._quotas = quotas or TenantQuotas.unlimited()
         self._max_per_tenant = max_per_tenant
+        self._spool = spool or WorkspaceSpool(Path(tempfile.gettempdir()) / f"ocsb-spool-{os.getpid()}")
+        """Where workspace copies are spooled (the plane gives one under its data dir), and how many at once."""
         self.turns = TenantTurns()
         """One check-then-store of a tenant's kept workspaces at a time (pauses and retentions take it too), so
         that the count and quota checks hold."""
@@ -62,8 +69,8 @@ class SessionSnapshots:
                 f"{self._max_per_tenant}); delete one first")
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
         snapshot_id = "snap_" + secrets.token_hex(12)
-        tar = await self._portable(session.id, sandbox.agent.download())
-        taken = await self._storage.write(tenant, snapshot_id, session.id, state, _pieces(tar))
+        async with self._portable(tenant, session.id, sandbox.agent.download()) as tar:
+            taken = await self._storage.write(tenant, snapshot_id, session.id, state, pieces(tar))
         try:
             await self._quotas.admit_stored(tenant, taken.size_bytes)
         except ResourceExhaustedError:
@@ -86,9 +93,9 @@ class SessionSnapshots:
         todos = await self._todos.get_todos(session.id)
         approvals = await self._approvals.load_approvals(session.id)
         state = replace(SnapshotState.of(session, todos, approvals), kind=kind, purge_at=purge_at)
-        tar = await self._portable(session.id, download)
-        return await self._storage.write(session.tenant, "snap_" + secrets.token_hex(12), session.id, state,
-                                         _pieces(tar))
+        async with self._portable(session.tenant, session.id, download) as tar:
+            return await self._storage.write(session.tenant, "snap_" + secrets.token_hex(12), session.id, state,
+                                             pieces(tar))
 
     async def delete(self, tenant: str, snapshot_id: str) -> Snapshot:
         snapshot = await self._owned(tenant, snapshot_id)
@@ -109,13 +116,15 @@ class SessionSnapshots:
         return (await self._source(tenant, session_id))[0]
 
     async def fork(self, tenant: str, session_id: str) -> Session:
-        """A new session with a copy of the workspace and state, streamed from the source's agent into memory
-        (nothing stored on disk); the copy is bounded by the expanded-size limit any workspace archive has. Both
-        this and a snapshot leave out what no new session could take (portable_tar.py)."""
+        """A new session with a copy of the workspace and state, streamed from the source's agent through a spool
+        file (nothing stored); the copy is bounded by the expanded-size limit any workspace archive has. Both this
+        and a snapshot leave out what no new session could take (portable_tar.py)."""
         _, state = await self._source(tenant, session_id)
         sandbox = await self._sessions.sandbox_for(tenant, session_id)
-        archive = await self._portable(session_id, sandbox.agent.download())
-        return await self._create(tenant, state, archive, state.resources)
+        async with self._portable(tenant, session_id, sandbox.agent.download()) as tar:
+            # A create takes its archive whole: read once from the spool (not gathered, then copied), and within
+            # the copy's turn, so that the plane's concurrent copies bound this memory too.
+            return await self._create(tenant, state, await read_whole(tar), state.resources)
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -133,17 +142,21 @@ class SessionSnapshots:
         approvals = await self._approvals.load_approvals(session.id)
         return session, SnapshotState.of(session, todos, approvals)
 
-    async def _portable(self, session_id: str, download: AsyncIterator[bytes]) -> bytes:
-        tar = await _collect(download, self._sessions.policy.max_archive_expanded_bytes)
-        made = await asyncio.to_thread(portable, tar)
-        limit = self._sessions.policy.max_archive_entries
-        if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
-            raise ResourceExhaustedError(
-                f"session {session_id}'s workspace has {made.entries} entries; a session can be created from at most "
-                f"{limit} (limits.max_archive_entries)")
-        if made.dropped:
-            log.warning("session %s: the copy of its workspace leaves out %s", session_id, "; ".join(made.dropped))
-        return made.tar
+    @contextlib.asynccontextmanager
+    async def _portable(self, tenant: str, session_id: str, download: AsyncIterator[bytes]) -> AsyncIterator[Path]:
+        """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after."""
+        async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
+            await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
+            made = await asyncio.to_thread(portable_file, raw, copy)
+            limit = self._sessions.policy.max_archive_entries
+            if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
+                raise ResourceExhaustedError(
+                    f"session {session_id}'s workspace has {made.entries} entries; a session can be created from at "
+                    f"most {limit} (limits.max_archive_entries)")
+            if made.dropped:
+                log.warning("session %s: the copy of its workspace leaves out %s", session_id,
+                            "; ".join(made.dropped))
+            yield made.path
 
     async def _owned(self, tenant: str, snapshot_id: str) -> Snapshot:
         snapshot = await self._storage.get(tenant, checked_id(snapshot_id))
@@ -168,17 +181,3 @@ class SessionSnapshots:
         if state.approvals:
             await self._approvals.add_approvals(session_id, state.rules())
 
-
-async def _pieces(data: bytes) -> AsyncIterator[bytes]:
-    view = memoryview(data)
-    for offset in range(0, len(view), PIECE):
-        yield bytes(view[offset : offset + PIECE])
-
-
-async def _collect(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    out = bytearray()
-    async for chunk in chunks:
-        out += chunk
-        if len(out) > limit:
-            raise ResourceExhaustedError(f"the workspace is larger than the {limit} bytes a copy may hold")
-    return bytes(out)

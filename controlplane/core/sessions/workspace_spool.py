@@ -1,0 +1,97 @@
+"""Workspace copies spooled to disk: what a pause, a snapshot, a fork or a retained snapshot reads out of a session
+is written to a temporary file under the plane's data dir, not gathered in the plane's memory, and at most a few
+copies run at once on the plane, tenants let in in turn.
+
+A workspace may expand to `limits.max_archive_expanded_bytes` (1 GiB by default); held in memory, and copied once
+more to leave out what no new session could take, a handful of concurrent pauses would take the plane's memory.
+On disk, the plane's memory holds a piece at a time; `max_concurrent` bounds the disk the copies take together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+from typing import IO
+
+from controlplane.core.sessions.fair_gate import FairGate
+from controlplane.errors import ResourceExhaustedError
+
+PIECE = 1 << 20
+"""Read and written a piece at a time: what the plane's memory holds of a workspace being copied."""
+
+
+class WorkspaceSpool:
+    def __init__(self, directory: Path, max_concurrent: int = 2) -> None:
+        self.directory = directory
+        """This plane's own (its instance's): the files of a plane killed mid-copy are removed at its next start."""
+        self._turns = FairGate(max_concurrent)
+        self._cleared: asyncio.Future[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def turn(self, tenant: str) -> AsyncIterator[None]:
+        """One of the plane's `max_concurrent` workspace copies: the others wait, let in by tenant in turn, so that
+        one tenant pausing or snapshotting many large sessions does not hold every other tenant's copy back."""
+        async with self._turns.slot(tenant):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def file(self, what: str) -> AsyncIterator[Path]:
+        """A new file's path, removed on every way out (an error, a cancel): nothing is left behind."""
+        if self._cleared is None:  # a plane killed mid-copy left its files; the directory is this plane's alone
+            self._cleared = asyncio.ensure_future(asyncio.to_thread(shutil.rmtree, self.directory, True))
+        await asyncio.shield(self._cleared)  # every copy after the clearing, not beside it
+        await asyncio.to_thread(self.directory.mkdir, 0o700, True, True)
+        path = self.directory / f"{what}-{secrets.token_hex(8)}.tar"
+        try:
+            yield path
+        finally:
+            # Not awaited: a cancelled caller must still have it removed before it goes on.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
+    """Writes `chunks` into `path` (a new file); more than `limit` bytes is refused. The bytes written."""
+    out: IO[bytes] = await asyncio.to_thread(open, path, "xb")
+    size = 0
+    try:
+        async with contextlib.aclosing(_closable(chunks)) as pieces:
+            async for chunk in pieces:
+                size += len(chunk)
+                if size > limit:
+                    raise ResourceExhaustedError(f"the workspace is larger than the {limit} bytes a copy may hold")
+                await asyncio.to_thread(out.write, chunk)
+    finally:
+        await asyncio.shield(asyncio.to_thread(out.close))
+    return size
+
+
+async def pieces(path: Path) -> AsyncIterator[bytes]:
+    """The file's bytes, a piece at a time."""
+    source: IO[bytes] = await asyncio.to_thread(open, path, "rb")
+    try:
+        while chunk := await asyncio.to_thread(source.read, PIECE):
+            yield chunk
+    finally:
+        source.close()
+
+
+async def read_whole(path: Path) -> bytes:
+    return await asyncio.to_thread(path.read_bytes)
+
+
+async def _closable(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    # Closes the source (an agent's download stream, a salvage) when the copy stops early, at once rather than
+    # whenever the garbage collector gets to it: its own cleanup (a stream, a container) runs then.
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()

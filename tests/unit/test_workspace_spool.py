@@ -1,0 +1,147 @@
+"""Workspace copies spooled to disk (controlplane.core.sessions.workspace_spool): bounded in size, removed on every
+way out (also a cancel), at most `max_concurrent` at once on a plane; and a spooled tar made portable from its
+file, not from memory."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.core.sessions.portable_tar import portable, portable_file
+from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, pieces
+from controlplane.errors import ResourceExhaustedError
+
+
+async def _chunks(data: bytes, piece: int = 1000, stall_after: int | None = None) -> AsyncIterator[bytes]:
+    for offset in range(0, len(data), piece):
+        if stall_after is not None and offset >= stall_after:
+            await asyncio.Event().wait()  # a download that stops answering
+        yield data[offset : offset + piece]
+
+
+def _tar(*links: tuple[str, str]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        body = b"x" * 5000
+        info = tarfile.TarInfo("f.txt")
+        info.size, info.mode = len(body), 0o640
+        tar.addfile(info, io.BytesIO(body))
+        for name, target in links:
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = tarfile.SYMTYPE, target
+            tar.addfile(link)
+    return out.getvalue()
+
+
+async def test_a_spooled_copy_reads_back_and_its_file_goes_at_the_end(tmp_path: Path) -> None:
+    spool = WorkspaceSpool(tmp_path / "spool")
+    data = bytes(range(256)) * 40
+    async with spool.file("workspace") as path:
+        assert await fill(path, _chunks(data), limit=len(data)) == len(data)
+        assert b"".join([c async for c in pieces(path)]) == data
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_a_copy_over_the_limit_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    spool = WorkspaceSpool(tmp_path / "spool")
+    with pytest.raises(ResourceExhaustedError, match="larger than the 4000 bytes"):
+        async with spool.file("workspace") as path:
+            await fill(path, _chunks(bytes(10_000)), limit=4000)
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_a_cancelled_copy_leaves_no_file_and_closes_its_source(tmp_path: Path) -> None:
+    spool = WorkspaceSpool(tmp_path / "spool")
+    closed = asyncio.Event()
+
+    async def download() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in _chunks(bytes(10_000), stall_after=3000):
+                yield chunk
+        finally:
+            closed.set()
+
+    async def copy() -> None:
+        async with spool.file("workspace") as path:
+            await fill(path, download(), limit=1 << 20)
+
+    task = asyncio.ensure_future(copy())
+    for _ in range(500):  # until the download stalls, its first pieces written
+        await asyncio.sleep(0.01)
+        written = list((tmp_path / "spool").glob("*.tar")) if (tmp_path / "spool").is_dir() else []
+        if written and written[0].stat().st_size >= 3000:
+            break
+    assert len(written) == 1  # being written
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed.is_set()
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_at_most_max_concurrent_copies_run_at_once_tenants_in_turn(tmp_path: Path) -> None:
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=2)
+    running, most, order = 0, 0, []
+
+    async def copy(tenant: str) -> None:
+        nonlocal running, most
+        async with spool.turn(tenant):
+            order.append(tenant)
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.05)
+            running -= 1
+
+    # Tenant a asks for six copies, then b for one: tenants take turns, so b's comes after a's two running and the
+    # one of a's already waiting in front of it, not after all six.
+    copies = [asyncio.ensure_future(copy("a")) for _ in range(6)]
+    await asyncio.sleep(0)
+    copies.append(asyncio.ensure_future(copy("b")))
+    await asyncio.gather(*copies)
+    assert most == 2
+    assert order.index("b") == 3
+
+
+async def test_files_left_by_a_killed_plane_are_cleared_at_the_first_copy(tmp_path: Path) -> None:
+    (tmp_path / "spool").mkdir()
+    (tmp_path / "spool" / "workspace-dead.tar").write_bytes(b"half a workspace")
+    spool = WorkspaceSpool(tmp_path / "spool")
+    async with spool.file("workspace") as path:
+        assert [p.name for p in (tmp_path / "spool").iterdir()] == []
+        assert path.parent == tmp_path / "spool"
+
+
+def test_a_tar_file_is_made_portable_as_the_bytes_are(tmp_path: Path) -> None:
+    clean, linked = tmp_path / "clean.tar", tmp_path / "linked.tar"
+    clean.write_bytes(_tar(("in", "f.txt")))
+    linked.write_bytes(_tar(("in", "f.txt"), ("out", "/etc/passwd")))
+    same = portable_file(clean, tmp_path / "copy1.tar")
+    assert (same.path, same.dropped, same.entries) == (clean, [], 2)  # nothing left out: the file as it came
+    assert not (tmp_path / "copy1.tar").exists()
+    made = portable_file(linked, tmp_path / "copy2.tar")
+    expected = portable(linked.read_bytes())
+    assert made.path == tmp_path / "copy2.tar"
+    assert made.path.read_bytes() == expected.tar
+    assert (made.dropped, made.entries) == (expected.dropped, expected.entries) == (
+        ['out: is a symlink to "/etc/passwd", an absolute path outside the workspace'], 3)
+
+
+async def test_copies_started_together_keep_their_files_through_the_first_clearing(tmp_path: Path) -> None:
+    (tmp_path / "spool").mkdir()
+    for i in range(200):  # enough leftovers that the clearing takes a while
+        (tmp_path / "spool" / f"workspace-dead{i}.tar").write_bytes(b"x")
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=4)
+
+    async def copy(data: bytes) -> bytes:
+        async with spool.file("workspace") as path:
+            await fill(path, _chunks(data), limit=1 << 20)
+            await asyncio.sleep(0.05)
+            return b"".join([c async for c in pieces(path)])
+
+    datas = [bytes([i]) * 5000 for i in range(4)]
+    assert await asyncio.gather(*(copy(d) for d in datas)) == datas
