@@ -1,0 +1,127 @@
+"""Swarm workspaces on a kept disk (`provider.workspace_disk`): a size-limited ext4 volume on the task's node that
+outlives its container, so a FAILED session (its task's container killed on its node) keeps its work as a retained
+snapshot; the size bound holds; nothing is left on either node after delete, nor after a crash (reconciled at the
+next start)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import grpc
+import pytest
+
+from controlplane.client import AsyncClient, Completed
+from controlplane.sandbox.swarm.node_disks import NodeDisks
+from controlplane.v1 import session_pb2
+from tests.archives import tar_of
+from tests.cluster.support import Cluster, SwarmPlane, swarm_plane
+from tests.planes import new_instance
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+DISK_MB = 32
+DISK_ROOT = "/var/lib/ocsb/disks"
+
+
+def _disk_settings(cluster: Cluster) -> dict[str, Any]:
+    return {"workspace_disk": True, "workspace_mb": DISK_MB, "node_engines": [cluster.state["WORKER_SOCK"]]}
+
+
+@pytest.fixture(scope="module")
+async def disk_plane(cluster: Cluster) -> AsyncIterator[SwarmPlane]:
+    async with swarm_plane(settings={"lifetime": {"retain_s": 3600}}, **_disk_settings(cluster)) as p:
+        yield p
+
+
+def _engines(cluster: Cluster) -> dict[str, docker.DockerClient]:
+    return {cluster.manager: docker.from_env(), cluster.worker: cluster.worker_client()}
+
+
+def _leftovers(cluster: Cluster, instance: str) -> list[str]:
+    """This instance's volumes on either node, disk images under the disk root and loop devices on them."""
+    found = []
+    for node, client in _engines(cluster).items():
+        volumes = client.volumes.list(filters={"label": f"ocsb.instance={instance}"})
+        found += [f"{node} volume {v.name}" for v in volumes]
+        client.close()
+    root = Path(DISK_ROOT) / instance
+    found += [f"image {p}" for p in root.rglob("*.img")] if root.exists() else []
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True, check=False).stdout
+    found += [f"loop {line}" for line in loops.splitlines() if f"/{instance}/" in line]
+    return found
+
+
+async def _sh(client: AsyncClient, session_id: str, command: str) -> Completed:
+    return await client.run(session_id, command=command)
+
+
+async def test_a_failed_session_on_each_node_keeps_its_workspace(cluster: Cluster, disk_plane: SwarmPlane) -> None:
+    for tenant, node in (("alpha", cluster.manager), ("beta", cluster.worker)):
+        client = disk_plane.clients[tenant]
+        session = await client.create_session(workspace_archive=tar_of({"work.txt": f"{tenant}\n"}))
+        done = await _sh(client, session.id, "cd /workspace && echo more >> work.txt && mkdir d && "
+                                             "printf x > d/f && ln -s work.txt link")
+        assert done.exit_code == 0, done.stderr
+        engine = _engines(cluster)[node]
+        [container] = engine.containers.list(filters={"label": f"ocsb.sandbox={session.sandbox_id}"})
+        await asyncio.to_thread(container.kill)
+        deadline = time.monotonic() + 30
+        while (await client.get_session(session.id)).state != session_pb2.Session.FAILED:
+            assert time.monotonic() < deadline, f"{tenant}'s session did not fail"
+            with pytest.raises(grpc.aio.AioRpcError):
+                await _sh(client, session.id, "true")
+        kept = [s for s in await client.list_snapshots() if s.session_id == session.id]
+        assert [s.retained for s in kept] == [True], f"{tenant}'s failed session kept no workspace"
+        restored = await client.create_session(from_snapshot=kept[0].id)
+        done = await _sh(client, restored.id, "cd /workspace && cat work.txt link d/f && readlink link")
+        assert done.stdout == f"{tenant}\nmore\n{tenant}\nmore\nxwork.txt\n".encode(), done.stderr
+        for ended in (session.id, restored.id):
+            await client.delete_session(ended)
+        await client.delete_snapshot(kept[0].id)
+        engine.close()
+    assert _leftovers(cluster, disk_plane.instance) == []
+
+
+async def test_the_workspace_is_bounded_and_allows_exec_on_each_node(cluster: Cluster, disk_plane: SwarmPlane) -> None:
+    for tenant in ("alpha", "beta"):
+        client = disk_plane.clients[tenant]
+        session = await client.create_session()
+        done = await _sh(client, session.id, f"dd if=/dev/zero of=/workspace/big bs=1M count={DISK_MB * 2}")
+        assert done.exit_code != 0
+        assert b"No space left on device" in done.stderr
+        done = await _sh(client, session.id, "rm /workspace/big && df -m /workspace | tail -1 && "
+                                             "printf '#!/bin/sh\\necho ran\\n' > /workspace/s.sh && "
+                                             "chmod +x /workspace/s.sh && /workspace/s.sh")
+        assert done.exit_code == 0, done.stderr
+        size_mb = int(done.stdout.split()[1])
+        assert DISK_MB / 2 < size_mb <= DISK_MB
+        assert done.stdout.endswith(b"ran\n")
+        await client.delete_session(session.id)
+    assert _leftovers(cluster, disk_plane.instance) == []
+
+
+async def test_a_plane_start_removes_disks_a_crash_left_on_both_nodes(cluster: Cluster) -> None:
+    instance = new_instance("c")
+    manager = docker.from_env()
+    disks = NodeDisks(manager, [cluster.state["WORKER_SOCK"]], instance, _image(), DISK_ROOT, 16)
+    await asyncio.to_thread(disks.start)
+    labels = {"ocsb.managed": "true", "ocsb.instance": instance, "ocsb.image": _image()}
+    failed = await asyncio.to_thread(disks.prepare, "0123456789ab", [cluster.manager, cluster.worker], labels)
+    assert failed == []
+    assert len(_leftovers(cluster, instance)) == 6  # a volume, an image and a loop device per node
+    await asyncio.to_thread(disks.close)
+    manager.close()
+    async with swarm_plane(settings={"instance": instance}, **_disk_settings(cluster)):
+        assert _leftovers(cluster, instance) == []
+
+
+def _image() -> str:
+    """The sandbox image the planes use (support.swarm_plane's choice)."""
+    return os.environ.get("OCSB_TEST_IMAGE", "ocsb-sandbox:latest")
