@@ -4,9 +4,10 @@ one host. A task's tmpfs dies with its container; this volume stays on its node 
 destroyed, so a FAILED session's work is read back through the node's engine (workspace_salvage) and kept.
 
 The plane reaches a node only through its Docker engine (`provider.node_engines`, and the manager's own), so
-the image and its loop device are made and released by a short-lived helper container on that node. It is
-privileged with the host's /dev (losetup needs CAP_SYS_ADMIN and sees loop devices made after it started only
-there): no more than the engine API access the plane has already, which is root on that node.
+the image and its loop device are made and released by a short-lived helper container on that node. It has
+CAP_SYS_ADMIN (losetup), the loop devices alone in its device cgroup and the host's /dev (a loop device made after
+it started shows only there); not `privileged`, which asks for capabilities an engine in a container may lack. That
+is less than the engine API access the plane holds already (root on that node).
 
 Placement: Swarm picks the node, so a disk is prepared on every candidate node before the service exists and
 released on the others once the task runs (as the relays' socket dirs are). A node where it could not be made
@@ -46,6 +47,10 @@ _VOLUME_REMOVE_S = 30.0
 MISSING_DEVICE = "/dev/ocsb-no-workspace-disk"
 """Named by the service's mount: a node with no prepared volume gets one Swarm makes from these options, whose
 mount fails, so the task fails rather than writing an unbounded workspace onto the node's disk."""
+
+LOOP_DEVICES = ["b 7:* rwm", "c 10:237 rwm"]
+"""The helper's only devices: loop block devices and /dev/loop-control."""
+HELPER_MEMORY = 64 << 20
 
 _HELPER = r"""
 set -eu
@@ -131,7 +136,8 @@ class NodeDisks:
             out = client.containers.run(
                 self._image, entrypoint=["sh", "-c", _HELPER, "helper"],
                 command=[args[0], f"{self._instance}/{node}", *args[1:]],
-                user="0:0", privileged=True, network_mode="none", remove=True, labels=self._own(HELPER_ROLE),
+                user="0:0", cap_drop=["ALL"], cap_add=["SYS_ADMIN"], device_cgroup_rules=LOOP_DEVICES,
+                network_mode="none", remove=True, labels=self._own(HELPER_ROLE), mem_limit=HELPER_MEMORY,
                 volumes={"/dev": {"bind": "/dev", "mode": "rw"}, self._root: {"bind": "/disks", "mode": "rw"}},
                 stdout=True, stderr=False,
             )
