@@ -44,6 +44,14 @@ def _engines(cluster: Cluster) -> dict[str, docker.DockerClient]:
     return {cluster.manager: docker.from_env(), cluster.worker: cluster.worker_client()}
 
 
+async def _nothing_left(cluster: Cluster, instance: str) -> None:
+    """Disks are released in the background once their task's container has stopped."""
+    deadline = time.monotonic() + 30
+    while left := _leftovers(cluster, instance):
+        assert time.monotonic() < deadline, f"left behind: {left}"
+        await asyncio.sleep(0.5)
+
+
 def _leftovers(cluster: Cluster, instance: str) -> list[str]:
     """This instance's volumes on either node, disk images under the disk root and loop devices on them."""
     found = []
@@ -86,7 +94,7 @@ async def test_a_failed_session_on_each_node_keeps_its_workspace(cluster: Cluste
             await client.delete_session(ended)
         await client.delete_snapshot(kept[0].id)
         engine.close()
-    assert _leftovers(cluster, disk_plane.instance) == []
+    await _nothing_left(cluster, disk_plane.instance)
 
 
 async def test_the_workspace_is_bounded_and_allows_exec_on_each_node(cluster: Cluster, disk_plane: SwarmPlane) -> None:
@@ -104,7 +112,25 @@ async def test_the_workspace_is_bounded_and_allows_exec_on_each_node(cluster: Cl
         assert DISK_MB / 2 < size_mb <= DISK_MB
         assert done.stdout.endswith(b"ran\n")
         await client.delete_session(session.id)
-    assert _leftovers(cluster, disk_plane.instance) == []
+    await _nothing_left(cluster, disk_plane.instance)
+
+
+async def test_pause_releases_the_disk_and_resume_brings_the_workspace_back(cluster: Cluster,
+                                                                           disk_plane: SwarmPlane) -> None:
+    for tenant, node in (("alpha", cluster.manager), ("beta", cluster.worker)):
+        client = disk_plane.clients[tenant]
+        session = await client.create_session(workspace_archive=tar_of({"work.txt": f"{tenant}\n"}))
+        assert any(s.endswith(f"volume ocsb-{disk_plane.instance}-{session.sandbox_id}-ws")
+                   for s in _leftovers(cluster, disk_plane.instance) if s.startswith(node))
+        await client.pause(session.id)
+        await _nothing_left(cluster, disk_plane.instance)  # the workspace is in the plane's snapshot storage
+        resumed = await client.resume(session.id)
+        done = await _sh(client, session.id, "cat /workspace/work.txt")
+        assert done.stdout == f"{tenant}\n".encode(), done.stderr
+        await client.delete_session(resumed.id)
+        for snapshot in await client.list_snapshots():
+            await client.delete_snapshot(snapshot.id)
+    await _nothing_left(cluster, disk_plane.instance)
 
 
 async def test_a_plane_start_removes_disks_a_crash_left_on_both_nodes(cluster: Cluster) -> None:

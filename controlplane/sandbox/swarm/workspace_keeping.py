@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from controlplane.config import SwarmProviderConfig
+from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import SandboxLedger, SandboxProvider
 from controlplane.sandbox.swarm.fleet import RelayFleet
 from controlplane.sandbox.swarm.node_disks import NodeDisks, service_mount
@@ -26,6 +27,7 @@ class SwarmWorkspaces(SandboxProvider):
     _fleet: RelayFleet
     _ledger: SandboxLedger
     _remove_service_and_network: Callable[[str], None]
+    _cleanups: TrackedTasks
 
     def _init_disks(self, config: SwarmProviderConfig, client: Any, instance: str) -> None:
         self._retained = set()
@@ -60,8 +62,11 @@ class SwarmWorkspaces(SandboxProvider):
         return [node for failed in done for node in failed]
 
     async def _release_disks(self, sandbox_id: str, except_node: str = "") -> None:
+        """In the background (awaited at close): a volume can go only once its task's container has stopped (its
+        grace period), which a delete, a pause or a create need not wait for; a crash meanwhile leaves what the
+        next start removes."""
         if self._disks is not None:
-            await asyncio.to_thread(self._disks.release, sandbox_id, except_node)
+            self._cleanups.start(asyncio.to_thread(self._disks.release, sandbox_id, except_node))
         if not except_node:
             self._retained.discard(sandbox_id)
 
