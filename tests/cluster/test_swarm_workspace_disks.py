@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from controlplane.client import AsyncClient, Completed
-from controlplane.sandbox.swarm.node_disks import NodeDisks
+from controlplane.sandbox.swarm.node_disks import NodeDisks, service_mount
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.cluster.support import Cluster, SwarmPlane, swarm_plane
@@ -111,6 +111,9 @@ async def test_the_workspace_is_bounded_and_allows_exec_on_each_node(cluster: Cl
         size_mb = int(done.stdout.split()[1])
         assert DISK_MB / 2 < size_mb <= DISK_MB
         assert done.stdout.endswith(b"ran\n")
+        mount = (await _sh(client, session.id, "grep ' /workspace ' /proc/mounts")).stdout.decode().split()
+        assert mount[2] == "ext4", mount
+        assert {"nosuid", "nodev"} <= set(mount[3].split(",")), mount  # no setuid file nor device node of the model's
         await client.delete_session(session.id)
     await _nothing_left(cluster, disk_plane.instance)
 
@@ -151,3 +154,36 @@ async def test_a_plane_start_removes_disks_a_crash_left_on_both_nodes(cluster: C
 def _image() -> str:
     """The sandbox image the planes use (support.swarm_plane's choice)."""
     return os.environ.get("OCSB_TEST_IMAGE", "ocsb-sandbox:latest")
+
+
+async def test_a_node_without_a_prepared_disk_fails_the_task_rather_than_give_it_an_unbounded_workspace(
+        cluster: Cluster) -> None:
+    instance = new_instance("c")
+    manager = docker.from_env()
+    spec = docker.types.ContainerSpec(_image(), command=["sleep", "60"],
+                                      mounts=[service_mount(instance, "feedface0001")])
+    template = docker.types.TaskTemplate(
+        spec, restart_policy=docker.types.RestartPolicy(condition="none"),
+        placement=docker.types.Placement(constraints=[f"node.id=={cluster.worker}"]))
+    api: Any = manager.api  # docker-py's low-level client is untyped
+    service = api.create_service(template, name=f"ocsb-{instance}-probe",
+                                 labels={"ocsb.managed": "true", "ocsb.instance": instance})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            tasks = api.tasks(filters={"service": service["ID"]})
+            states = [(t["Status"]["State"], t["Status"].get("Err", "")) for t in tasks]
+            if any(state in ("failed", "rejected") for state, _ in states):
+                break
+            assert not any(state == "running" for state, _ in states), "the task ran on a volume of no disk"
+            assert time.monotonic() < deadline, states
+            await asyncio.sleep(0.5)
+        assert any("ocsb-no-workspace-disk" in err for _, err in states), states
+    finally:
+        api.remove_service(service["ID"])
+    disks = NodeDisks(manager, [cluster.state["WORKER_SOCK"]], instance, _image(), DISK_ROOT, 16)
+    await asyncio.to_thread(disks.start)
+    await asyncio.to_thread(disks.release, "feedface0001")  # the volume Swarm made carries the sandbox's labels
+    await asyncio.to_thread(disks.close)
+    manager.close()
+    await _nothing_left(cluster, instance)

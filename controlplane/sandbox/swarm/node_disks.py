@@ -88,8 +88,10 @@ def volume_name(instance: str, sandbox_id: str) -> str:
 
 
 def service_mount(instance: str, sandbox_id: str) -> Mount:
-    """The task's /workspace: the prepared volume (no copy-up of the image's /workspace)."""
-    return Mount(WORKSPACE, volume_name(instance, sandbox_id), type="volume", no_copy=True,
+    """The task's /workspace: the prepared volume (no copy-up of the image's /workspace). The labels mark a volume
+    Swarm would make on a node without one as the sandbox's, so that its release removes that too."""
+    labels = {LABEL_MANAGED: "true", LABEL_INSTANCE: instance, LABEL_ROLE: ROLE, LABEL_SANDBOX: sandbox_id}
+    return Mount(WORKSPACE, volume_name(instance, sandbox_id), type="volume", no_copy=True, labels=labels,
                  driver_config=DriverConfig("local", {"type": "ext4", "device": MISSING_DEVICE}))
 
 
