@@ -6,8 +6,11 @@ next start)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from controlplane.sandbox.swarm.node_disks import NodeDisks, service_mount
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
 from tests.cluster.support import Cluster, SwarmPlane, swarm_plane
-from tests.planes import new_instance
+from tests.planes import new_instance, short_tmp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -134,6 +137,31 @@ async def test_pause_releases_the_disk_and_resume_brings_the_workspace_back(clus
         for snapshot in await client.list_snapshots():
             await client.delete_snapshot(snapshot.id)
     await _nothing_left(cluster, disk_plane.instance)
+
+
+async def test_a_session_lost_while_its_plane_was_down_keeps_its_disk_until_deleted(cluster: Cluster) -> None:
+    data_dir = short_tmp()
+    settings = {"data_dir": str(data_dir), "instance": new_instance("c")}
+    try:
+        async with swarm_plane(settings=settings, delete_sessions=False, **_disk_settings(cluster)) as first:
+            session = await first.clients["beta"].create_session(workspace_archive=tar_of({"work.txt": "kept\n"}))
+        worker = cluster.worker_client()
+        [container] = worker.containers.list(filters={"label": f"ocsb.sandbox={session.sandbox_id}"})
+        await asyncio.to_thread(container.kill)
+        worker.close()
+        async with swarm_plane(settings=settings, **_disk_settings(cluster)) as second:
+            client = second.clients["beta"]
+            assert (await client.get_session(session.id)).state == session_pb2.Session.FAILED
+            await asyncio.sleep(5)  # longer than a release takes: a destroyed disk would be gone by now
+            volume = f"{cluster.worker} volume ocsb-{second.instance}-{session.sandbox_id}-ws"
+            assert volume in _leftovers(cluster, second.instance)
+            kept = await second.plane.sessions.provider.salvage(session.sandbox_id)
+            with tarfile.open(fileobj=io.BytesIO(kept)) as tar:
+                assert (tar.extractfile("work.txt") or io.BytesIO()).read() == b"kept\n"
+            await client.delete_session(session.id)
+            await _nothing_left(cluster, second.instance)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def test_a_plane_start_removes_disks_a_crash_left_on_both_nodes(cluster: Cluster) -> None:
