@@ -95,6 +95,17 @@ def service_mount(instance: str, sandbox_id: str) -> Mount:
                  driver_config=DriverConfig("local", {"type": "ext4", "device": MISSING_DEVICE}))
 
 
+def mount_problems(mounts: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with a stored service's workspace volume: without its driver options (an engine that drops
+    them), a node with no prepared disk would give the task an unbounded volume of the engine's own."""
+    for mount in mounts:
+        if mount.get("Target") == WORKSPACE and mount.get("Type") == "volume":
+            options = ((mount.get("VolumeOptions") or {}).get("DriverConfig") or {}).get("Options") or {}
+            if options.get("device") != MISSING_DEVICE:
+                return ["the workspace volume lacks the driver options that keep it off a node without its disk"]
+    return []
+
+
 class NodeDisks:
     """The sandboxes' workspace disks on every node whose engine the plane reaches (`engines`, by node id)."""
 

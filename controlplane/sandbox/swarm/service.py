@@ -26,6 +26,7 @@ from controlplane.sandbox.layout import (
     limit_problems,
     privilege_problems,
 )
+from controlplane.sandbox.swarm import node_disks
 
 NO_NEW_PRIVS = (
     "import ctypes, os, sys\n"
@@ -99,6 +100,7 @@ def verify_service_hardening(
     if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
         problems.append("the Docker socket is mounted")
     problems += code_mount.service_problems(container.get("Mounts") or [])
+    problems += node_disks.mount_problems(container.get("Mounts") or [])
     problems += confinement_problems(service, tool_uid, owns_uid)
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))
