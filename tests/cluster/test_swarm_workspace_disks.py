@@ -56,11 +56,14 @@ async def _nothing_left(cluster: Cluster, instance: str) -> None:
 
 
 def _leftovers(cluster: Cluster, instance: str) -> list[str]:
-    """This instance's volumes on either node, disk images under the disk root and loop devices on them."""
+    """This instance's volumes and disk helpers on either node, disk images under the disk root and loop devices."""
     found = []
     for node, client in _engines(cluster).items():
         volumes = client.volumes.list(filters={"label": f"ocsb.instance={instance}"})
         found += [f"{node} volume {v.name}" for v in volumes]
+        helpers = client.containers.list(all=True, filters={"label": [f"ocsb.instance={instance}",
+                                                                      "ocsb.role=disk-helper"]})
+        found += [f"{node} helper {c.id}" for c in helpers]
         client.close()
     root = Path(DISK_ROOT) / instance
     found += [f"image {p}" for p in root.rglob("*.img")] if root.exists() else []
@@ -173,6 +176,10 @@ async def test_a_plane_start_removes_disks_a_crash_left_on_both_nodes(cluster: C
     failed = await asyncio.to_thread(disks.prepare, "0123456789ab", [cluster.manager, cluster.worker], labels)
     assert failed == []
     assert len(_leftovers(cluster, instance)) == 6  # a volume, an image and a loop device per node
+    worker = cluster.worker_client()  # and a helper a crash left behind
+    worker.containers.create(_image(), command=["true"], labels={**labels, "ocsb.role": "disk-helper"})
+    worker.close()
+    assert len(_leftovers(cluster, instance)) == 7
     await asyncio.to_thread(disks.close)
     manager.close()
     async with swarm_plane(settings={"instance": instance}, **_disk_settings(cluster)):

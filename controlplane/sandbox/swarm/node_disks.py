@@ -51,6 +51,8 @@ mount fails, so the task fails rather than writing an unbounded workspace onto t
 LOOP_DEVICES = ["b 7:* rwm", "c 10:237 rwm"]
 """The helper's only devices: loop block devices and /dev/loop-control."""
 HELPER_MEMORY = 64 << 20
+HELPER_TIMEOUT_S = 60
+"""A mkfs of a sparse image takes well under a second; a helper stuck longer is removed and counts as failed."""
 
 _HELPER = r"""
 set -eu
@@ -144,22 +146,32 @@ class NodeDisks:
         return labels
 
     def _helper(self, node: str, *args: str) -> str:
+        """Runs the helper script on `node` and returns its output. Removed however it ends: `run(remove=True)`
+        leaves a container behind when its start fails."""
         client = self.engines[node]
+        container = None
         try:
-            out = client.containers.run(
+            container = client.containers.create(
                 self._image, entrypoint=["sh", "-c", _HELPER, "helper"],
                 command=[args[0], f"{self._instance}/{node}", *args[1:]],
                 user="0:0", cap_drop=["ALL"], cap_add=["SYS_ADMIN"], device_cgroup_rules=LOOP_DEVICES,
-                network_mode="none", remove=True, labels=self._own(HELPER_ROLE), mem_limit=HELPER_MEMORY,
+                network_mode="none", labels=self._own(HELPER_ROLE), mem_limit=HELPER_MEMORY,
                 volumes={"/dev": {"bind": "/dev", "mode": "rw"}, self._root: {"bind": "/disks", "mode": "rw"}},
-                stdout=True, stderr=False,
             )
-        except docker.errors.ContainerError as exc:
-            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
-            raise SandboxStartError(f"workspace disk on node {node}: {args[0]} failed: {err.strip()}") from exc
+            container.start()
+            status = int(container.wait(timeout=HELPER_TIMEOUT_S).get("StatusCode", -1))
+            if status != 0:
+                err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip()
+                raise SandboxStartError(f"workspace disk on node {node}: {args[0]} failed ({status}): {err}")
+            return str(container.logs(stdout=True, stderr=False).decode(errors="replace"))
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"workspace disk on node {node}: {args[0]} failed: {exc}") from exc
-        return out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+        except Exception as exc:  # the wait's timeout (the engine's HTTP client raises its own kinds)
+            raise SandboxStartError(f"workspace disk on node {node}: {args[0]} failed: {exc}") from exc
+        finally:
+            if container is not None:
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.api.remove_container(container.id, force=True)
 
     def prepare(self, sandbox_id: str, nodes: Iterable[str], labels: dict[str, str]) -> list[str]:
         """Makes the disk and its volume on each of `nodes`; returns those it could not (to exclude)."""
@@ -224,6 +236,9 @@ class NodeDisks:
         removed: list[str] = []
         for node, client in list(self.engines.items()):
             try:
+                for helper in client.containers.list(all=True, filters={"label": [
+                        f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}={HELPER_ROLE}"]}):
+                    helper.remove(force=True)  # a crash's: none runs before the plane serves
                 for volume in client.volumes.list(filters={"label": [f"{LABEL_INSTANCE}={self._instance}",
                                                                      f"{LABEL_ROLE}={ROLE}"]}):
                     if (volume.attrs.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:
