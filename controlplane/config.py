@@ -152,7 +152,14 @@ class SwarmProviderConfig(_Closed):
     node_root: str = "/var/lib/ocsb/run"
     """Directory present on every node; the agents' socket dirs are made below it by the relay."""
     workspace_mb: int = Field(default=1024, ge=16)
-    """Size of the /workspace tmpfs (services cannot remove volumes on other nodes)."""
+    """Size of the /workspace tmpfs, or of its disk with `workspace_disk`."""
+    workspace_disk: bool = False
+    """/workspace on a `workspace_mb` ext4 disk on its node (a loop device, made through the node's engine by a
+    privileged helper container) that outlives the task: a FAILED session's work is kept (lifetime.retain_s),
+    and the workspace allows exec. Only nodes whose engine the plane reaches (the manager, `node_engines`) run
+    sessions then (docs/swarm.md)."""
+    disk_root: str = "/var/lib/ocsb/disks"
+    """Where each node keeps its workspace disk images (`workspace_disk`), made by the helper when missing."""
     reserve_fraction: float = Field(default=0.25, gt=0, le=1)
     """Share of a session's cpu/memory limit reserved with the scheduler."""
     constraints: list[str] = Field(default_factory=list)

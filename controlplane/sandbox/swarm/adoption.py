@@ -28,6 +28,9 @@ async def reconcile(provider: SwarmSandboxProvider, live: Mapping[str, str]) -> 
         record = records.get(sandbox_id)
         if record is not None and await _adopt(provider, service, record, live, report):
             kept.add(sandbox_id)
+        elif record is not None and record.state == "claimed" and live.get(sandbox_id) == record.session_id:
+            await provider.retire(sandbox_id)  # its session fails (lost); a kept workspace disk stays
+            report.removed.append(sandbox_id)
         else:
             await provider.destroy(sandbox_id)
             report.removed.append(sandbox_id)
@@ -35,7 +38,9 @@ async def reconcile(provider: SwarmSandboxProvider, live: Mapping[str, str]) -> 
         if sandbox_id not in kept:
             if record.state == "claimed" and sandbox_id in live:
                 report.lost.append(sandbox_id)
-            await provider.destroy(sandbox_id)
+                await provider.retire(sandbox_id)
+            else:
+                await provider.destroy(sandbox_id)
     networks = await asyncio.to_thread(provider._api.networks, filters=filters)
     for network in networks:
         if (network.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:

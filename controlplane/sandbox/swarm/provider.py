@@ -65,6 +65,7 @@ from controlplane.sandbox.swarm.fleet import RelayFleet
 from controlplane.sandbox.swarm.images import SwarmTemplateImages
 from controlplane.sandbox.swarm.service import sandbox_template, verify_service_hardening
 from controlplane.sandbox.swarm.tool_blocks import create_with_block
+from controlplane.sandbox.swarm.workspace_keeping import SwarmWorkspaces
 from controlplane.sandbox.tool_ids import ToolIds
 
 # The package's logger (as before the split): operators and tests read the provider's story.
@@ -91,7 +92,7 @@ class _Placement:
     node: str
 
 
-class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
+class SwarmSandboxProvider(SwarmNetworks, SwarmWorkspaces, SandboxProvider):
     def __init__(
         self,
         config: SwarmProviderConfig,
@@ -115,6 +116,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         )
         self._api: Any = self._client.api  # docker-py's low-level client is untyped
         self._fleet = RelayFleet(self._api, config, instance)
+        self._init_disks(config, self._client, instance)
         self._live: dict[str, _Remote] = {}
         self._cleanups = TrackedTasks()
         """Removals whose callers went away: awaited before the engine client closes."""
@@ -169,6 +171,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         except docker.errors.ImageNotFound as exc:
             raise SandboxStartError(f"sandbox image {self._config.image} is not on the manager; `make image`") from exc
         await self._fleet.start(self._state_dir)
+        await self._start_disks()  # and removes what no sandbox record of this instance owns
         await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by image
         report = await reconcile(self, live)
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -185,6 +188,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         await self._pools.close()
         await self._reporting.wait()
         await self._cleanups.wait()
+        await self._close_disks()
         for remote in [*self._live.values(), *self._attached.values()]:
             await remote.close()
         self._live.clear()
@@ -280,6 +284,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         if remote is not None:
             await remote.close()
         await asyncio.to_thread(self._remove_service_and_network, sandbox_id)
+        await self._release_disks(sandbox_id)
         known = self._fleet.relays
         relays = [known[remote.node]] if remote and remote.node in known else list(known.values())
         await asyncio.gather(
@@ -318,6 +323,8 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         creating: asyncio.Future[tuple[str, int]] | None = None
         try:
             excluded = await self._prepare_dirs(sandbox_id, template)
+            excluded += await self._prepare_disks(sandbox_id, [n for n in self._fleet.relays if n not in excluded],
+                                                  self._labels(sandbox_id, session_id, tenant, template))
             creating = in_thread(create_with_block, self._tool_ids, self._api, sandbox_id, functools.partial(
                 self._create_service, sandbox_id, session_id, resources, tenant, template, excluded,
             ), functools.partial(self._remove_service_and_network, sandbox_id))
@@ -353,6 +360,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         request = {"op": "remove", "instance": self._instance, "sandbox": sandbox_id}
         others = [r.client for n, r in self._fleet.relays.items() if n != node]
         await asyncio.gather(*(c.request(request) for c in others), return_exceptions=True)
+        await self._release_disks(sandbox_id, node)
 
     def _create_service(
         self, sandbox_id: str, session_id: str, resources: Resources, tenant: str, template: str, excluded: list[str],
@@ -368,7 +376,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
             self._config, labels, self._agent_dir_source(self._instance, sandbox_id), self._tmpfs_mb, resources,
             [*self._config.constraints, *self._config.tenant_constraints.get(tenant, []),
              *(f"node.id!={node}" for node in excluded)],
-            network["Id"], tool_uid, image=labels[LABEL_IMAGE],
+            network["Id"], tool_uid, image=labels[LABEL_IMAGE], workspace=self._workspace_mount(sandbox_id),
         )
         try:
             created = self._api.create_service(

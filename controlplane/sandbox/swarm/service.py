@@ -26,6 +26,7 @@ from controlplane.sandbox.layout import (
     limit_problems,
     privilege_problems,
 )
+from controlplane.sandbox.swarm import node_disks
 
 NO_NEW_PRIVS = (
     "import ctypes, os, sys\n"
@@ -43,19 +44,19 @@ AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"
 
 def sandbox_template(
     config: SwarmProviderConfig, labels: dict[str, str], agent_dir: str, tmpfs_mb: int, resources: Resources,
-    constraints: list[str], network_id: str, tool_uid: int, image: str = "",
+    constraints: list[str], network_id: str, tool_uid: int, image: str = "", workspace: Mount | None = None,
 ) -> Any:
     """The one-replica task of a sandbox (of `image`, a template's, or the sandbox image): the agent under
     no_new_privs, tmpfs /tmp, /workspace and code dir, its socket dir bound from the node, limits and
     reservations, only its own internal network; its tools run as its own uid block (`tool_uid`, also in
-    `labels`) under the agent's syscall filter."""
+    `labels`) under the agent's syscall filter. `workspace`: a kept disk's volume instead of the tmpfs (node_disks)."""
     memory = resources.memory_mb * 1024 * 1024
     spec = docker.types.ContainerSpec(
         image or config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
         env={**agent_env(), **confinement.agent_env(tool_uid)},
         mounts=[
             Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
-            Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
+            workspace or Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
             Mount(CODE_DIR, None, type="tmpfs", tmpfs_size=code_mount.code_mb(resources.memory_mb) << 20,
                   tmpfs_mode=CODE_MODE),
             Mount(AGENT_DIR, agent_dir, type="bind"),
@@ -99,6 +100,7 @@ def verify_service_hardening(
     if any("docker.sock" in str(m.get("Source", "")) for m in container.get("Mounts") or []):
         problems.append("the Docker socket is mounted")
     problems += code_mount.service_problems(container.get("Mounts") or [])
+    problems += node_disks.mount_problems(container.get("Mounts") or [])
     problems += confinement_problems(service, tool_uid, owns_uid)
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))

@@ -1,0 +1,94 @@
+"""The Swarm provider's side of `provider.workspace_disk` (node_disks): disks prepared before a service and
+released on the nodes its task did not land on, a failed sandbox retired with its workspace kept on its node,
+salvage read through that node's engine, and leftovers of crashes removed at start. A mixin of the provider
+(provider.py is at the module size bound); without `workspace_disk` every call is the tmpfs behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from controlplane.config import SwarmProviderConfig
+from controlplane.core.calls.tracked_tasks import TrackedTasks
+from controlplane.core.seam.provider import SandboxLedger, SandboxProvider
+from controlplane.sandbox.swarm.fleet import RelayFleet
+from controlplane.sandbox.swarm.node_disks import NodeDisks, service_mount
+
+log = logging.getLogger("controlplane.sandbox.swarm")
+
+
+class SwarmWorkspaces(SandboxProvider):
+    _disks: NodeDisks | None
+    _retained: set[str]
+    _instance: str
+    _live: dict[str, Any]
+    _fleet: RelayFleet
+    _ledger: SandboxLedger
+    _remove_service_and_network: Callable[[str], None]
+    _cleanups: TrackedTasks
+
+    def _init_disks(self, config: SwarmProviderConfig, client: Any, instance: str) -> None:
+        self._retained = set()
+        self._disks = NodeDisks(client, config.node_engines, instance, config.image, config.disk_root,
+                                config.workspace_mb) if config.workspace_disk else None
+
+    async def _start_disks(self) -> None:
+        """Before any sandbox is made or adopted: disks and volumes of sandboxes this instance has no record of
+        (a crash between making and recording, or between removing and forgetting) and no retained (failed, not
+        yet deleted) session owns are removed; those of records adoption drops go with their `destroy`."""
+        if self._disks is None:
+            return
+        await asyncio.to_thread(self._disks.start)
+        records = await self._ledger.list_sandboxes(self._instance)
+        removed = await asyncio.to_thread(self._disks.reconcile, {*(r.id for r in records), *self._retained})
+        if removed:
+            log.info("workspace disks of no sandbox removed: %s", ", ".join(removed))
+
+    async def _close_disks(self) -> None:
+        if self._disks is not None:
+            await asyncio.to_thread(self._disks.close)
+
+    def _workspace_mount(self, sandbox_id: str) -> Any:
+        return service_mount(self._instance, sandbox_id) if self._disks is not None else None
+
+    async def _prepare_disks(self, sandbox_id: str, nodes: Iterable[str], labels: dict[str, str]) -> list[str]:
+        """Makes the disk on each candidate node (in parallel); returns the nodes to exclude from placement."""
+        disks = self._disks
+        if disks is None:
+            return []
+        done = await asyncio.gather(*(asyncio.to_thread(disks.prepare, sandbox_id, [n], labels) for n in nodes))
+        return [node for failed in done for node in failed]
+
+    async def _release_disks(self, sandbox_id: str, except_node: str = "") -> None:
+        """In the background (awaited at close): a volume can go only once its task's container has stopped (its
+        grace period), which a delete, a pause or a create need not wait for; a crash meanwhile leaves what the
+        next start removes."""
+        if self._disks is not None:
+            self._cleanups.start(asyncio.to_thread(self._disks.release, sandbox_id, except_node))
+        if not except_node:
+            self._retained.discard(sandbox_id)
+
+    async def retire(self, sandbox_id: str) -> None:
+        """The service, network and socket dirs go; the workspace volume stays on its node until `destroy`."""
+        if self._disks is None:
+            await super().retire(sandbox_id)
+            return
+        self._retained.add(sandbox_id)
+        remote = self._live.pop(sandbox_id, None)
+        if remote is not None:
+            await remote.close()
+        await asyncio.to_thread(self._remove_service_and_network, sandbox_id)
+        request = {"op": "remove", "instance": self._instance, "sandbox": sandbox_id}
+        await asyncio.gather(*(r.client.request(request) for r in self._fleet.relays.values()),
+                             return_exceptions=True)
+        await self._ledger.forget_sandbox(sandbox_id)
+
+    async def salvage(self, sandbox_id: str) -> bytes:
+        if self._disks is None:
+            return await super().salvage(sandbox_id)
+        return await asyncio.to_thread(self._disks.read, sandbox_id)
+
+    def retain(self, sandbox_ids: Iterable[str]) -> None:
+        self._retained.update(sandbox_ids)
