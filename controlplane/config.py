@@ -155,9 +155,9 @@ class SwarmProviderConfig(_Closed):
     """Size of the /workspace tmpfs, or of its disk with `workspace_disk`."""
     workspace_disk: bool = False
     """/workspace on a `workspace_mb` ext4 disk on its node (a loop device, made through the node's engine by a
-    privileged helper container) that outlives the task: a FAILED session's work is kept (lifetime.retain_s),
-    and the workspace allows exec. Only nodes whose engine the plane reaches (the manager, `node_engines`) run
-    sessions then (docs/swarm.md)."""
+    helper container holding CAP_SYS_ADMIN and the loop devices alone) that outlives the task: a FAILED session's
+    work is kept (lifetime.retain_s), and the workspace allows exec. Only nodes whose engine the plane reaches (the
+    manager, `node_engines`) run sessions then, so list every node there (docs/swarm.md)."""
     disk_root: str = "/var/lib/ocsb/disks"
     """Where each node keeps its workspace disk images (`workspace_disk`), made by the helper when missing."""
     reserve_fraction: float = Field(default=0.25, gt=0, le=1)

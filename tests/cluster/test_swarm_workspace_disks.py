@@ -158,7 +158,7 @@ async def test_a_session_lost_while_its_plane_was_down_keeps_its_disk_until_dele
             await asyncio.sleep(5)  # longer than a release takes: a destroyed disk would be gone by now
             volume = f"{cluster.worker} volume ocsb-{second.instance}-{session.sandbox_id}-ws"
             assert volume in _leftovers(cluster, second.instance)
-            kept = await second.plane.sessions.provider.salvage(session.sandbox_id)
+            kept = b"".join([chunk async for chunk in second.plane.sessions.provider.salvage(session.sandbox_id)])
             with tarfile.open(fileobj=io.BytesIO(kept)) as tar:
                 assert (tar.extractfile("work.txt") or io.BytesIO()).read() == b"kept\n"
             await client.delete_session(session.id)

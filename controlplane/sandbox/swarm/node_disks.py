@@ -28,7 +28,6 @@ import docker.errors
 from docker.types import DriverConfig, Mount
 
 from controlplane.errors import SandboxError, SandboxStartError
-from controlplane.sandbox import workspace_salvage
 from controlplane.sandbox.layout import (
     LABEL_INSTANCE,
     LABEL_MANAGED,
@@ -223,11 +222,12 @@ class NodeDisks:
             except (SandboxError, docker.errors.DockerException) as exc:
                 log.warning("sandbox %s: workspace disk on node %s not released: %s", sandbox_id, node, exc)
 
-    def read(self, sandbox_id: str) -> bytes:
-        """The kept workspace as a tar, read on its node through a never-started container (workspace_salvage)."""
+    def volume_of(self, sandbox_id: str) -> tuple[Any, str, dict[str, str]]:
+        """The kept workspace's node engine, volume name and labels (workspace_salvage reads it on that node through
+        a never-started container)."""
         for client in self.engines.values():
             for volume in self._volumes(client, sandbox_id):
-                return workspace_salvage.read(client, volume.name, volume.attrs.get("Labels") or {})
+                return client, volume.name, volume.attrs.get("Labels") or {}
         raise SandboxError(f"sandbox {sandbox_id}'s workspace volume is on no node this plane reaches")
 
     def reconcile(self, keep: Iterable[str]) -> list[str]:

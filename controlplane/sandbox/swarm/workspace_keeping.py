@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from controlplane.config import SwarmProviderConfig
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import SandboxLedger, SandboxProvider
+from controlplane.sandbox import workspace_salvage
 from controlplane.sandbox.swarm.fleet import RelayFleet
 from controlplane.sandbox.swarm.node_disks import NodeDisks, service_mount
 
@@ -28,6 +30,7 @@ class SwarmWorkspaces(SandboxProvider):
     _ledger: SandboxLedger
     _remove_service_and_network: Callable[[str], None]
     _cleanups: TrackedTasks
+    _state_dir: Path
 
     def _init_disks(self, config: SwarmProviderConfig, client: Any, instance: str) -> None:
         self._retained = set()
@@ -85,10 +88,16 @@ class SwarmWorkspaces(SandboxProvider):
                              return_exceptions=True)
         await self._ledger.forget_sandbox(sandbox_id)
 
-    async def salvage(self, sandbox_id: str) -> bytes:
+    def salvage(self, sandbox_id: str) -> AsyncIterator[bytes]:
         if self._disks is None:
-            return await super().salvage(sandbox_id)
-        return await asyncio.to_thread(self._disks.read, sandbox_id)
+            return super().salvage(sandbox_id)
+        return self._salvage_disk(self._disks, sandbox_id)
+
+    async def _salvage_disk(self, disks: NodeDisks, sandbox_id: str) -> AsyncIterator[bytes]:
+        client, volume, labels = await asyncio.to_thread(disks.volume_of, sandbox_id)
+        # Spooled under the data dir (the state dir's parent), as the Docker provider's salvage is.
+        async for chunk in workspace_salvage.read(client, self._state_dir, volume, labels, self._cleanups):
+            yield chunk
 
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         self._retained.update(sandbox_ids)
