@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.planes import (
     PlaneProcess,
     instance_containers,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     served_plane,
     short_tmp,
@@ -203,7 +203,7 @@ async def test_a_paused_session_survives_a_killed_plane() -> None:
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_keep_snapshot_is_refused_where_nothing_is_retained(clients: dict[str, AsyncClient]) -> None:
@@ -247,7 +247,7 @@ async def test_a_plane_killed_mid_resume_leaves_no_container_and_the_session_res
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def test_a_resumed_session_keeps_its_config_and_always_approvals(clients: dict[str, AsyncClient]) -> None:

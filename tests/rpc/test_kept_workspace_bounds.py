@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +23,7 @@ from tests.planes import (
     Plane,
     PlaneProcess,
     new_instance,
+    remove_data_dir,
     remove_instance_leftovers,
     served_plane,
     short_tmp,
@@ -174,4 +174,4 @@ async def test_max_paused_s_counts_from_the_pause_across_a_restart() -> None:
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

@@ -25,7 +25,7 @@ from controlplane.client import AsyncClient, PermissionRequest
 from controlplane.config import load_settings
 from controlplane.sandbox.docker import DockerSandboxProvider
 from controlplane.v1 import session_pb2, tool_pb2
-from tests.planes import Plane, new_instance, remove_instance_leftovers, short_tmp
+from tests.planes import Plane, new_instance, remove_data_dir, remove_instance_leftovers, short_tmp
 from tests.tool_uids import tool_uid
 
 pytestmark = pytest.mark.postgres
@@ -87,7 +87,7 @@ async def test_local_planes_share_sessions_approvals_and_todos(pg_url: str) -> N
                 await _approvals_and_todos_are_consistent(a, b, created.id)
                 await _deleting_through_b_ends_it_on_a(a, b, created.id, data_dir)
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def _shared_session_works_on_both(a: Plane, b: Plane, created: session_pb2.Session) -> None:
@@ -164,7 +164,7 @@ async def test_activity_through_b_postpones_the_idle_timeout_on_a(pg_url: str) -
             ended = await b.client.get_session(created.id)
             assert (ended.state, ended.status_message) == (session_pb2.Session.DELETED, "expired: idle for 2 s")
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 @pytest.mark.docker

@@ -21,7 +21,15 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
-from tests.planes import Plane, PlaneProcess, new_instance, remove_instance_leftovers, running_plane, short_tmp
+from tests.planes import (
+    Plane,
+    PlaneProcess,
+    new_instance,
+    remove_data_dir,
+    remove_instance_leftovers,
+    running_plane,
+    short_tmp,
+)
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 TOKEN = "token-acme"
@@ -120,7 +128,7 @@ async def test_a_killed_planes_reservations_end_with_its_lease(url: str, host: d
             assert await refused(survivor.client) == FULL
     finally:
         await dying.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def _created(client: AsyncClient) -> bool:
@@ -210,4 +218,4 @@ async def test_a_restarted_docker_plane_keeps_the_reservations_of_the_sessions_i
             await app.stop(plane)
     finally:
         remove_instance_leftovers(instance)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)

@@ -4,7 +4,6 @@ refresh interval (controlplane.rpc.token_watch; the directory is read again ever
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections.abc import AsyncIterable
 
@@ -16,7 +15,7 @@ from controlplane.admin_client import AsyncAdminClient
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
 from controlplane.core.tenants.lifecycle import REFRESH_S
-from tests.planes import new_instance, short_tmp
+from tests.planes import new_instance, remove_data_dir, short_tmp
 
 TENANTS = [{"name": "alpha", "token": "token-alpha"}]
 STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -64,7 +63,7 @@ async def test_a_revoke_made_by_another_plane_ends_an_open_stream_within_the_ref
     finally:
         await app.stop(b)
         await app.stop(a)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        remove_data_dir(data_dir)
 
 
 async def _drain(stream: AsyncIterable[object]) -> None:
