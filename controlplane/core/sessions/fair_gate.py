@@ -45,6 +45,11 @@ class FairGate:
         return cls(share + 1, share)
 
     @property
+    def per_tenant(self) -> int:
+        """A lone tenant's share of the slots."""
+        return self._per_tenant
+
+    @property
     def busy(self) -> int:
         return self._busy
 
