@@ -107,7 +107,7 @@ class DockerSandboxProvider(SandboxProvider):
         """Their agent sockets (host paths, not shown to clients): gone once the owner removed the sandbox."""
         self._retained: set[str] = set()
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
-        self._creates = FairGate(max(2, os.cpu_count() or 1))
+        self._creates = FairGate.for_creates()
         """Session creates that start a container (pool misses), tenants in turn (core/sessions/fair_gate.py)."""
         self._cgroups = tenant_cgroups.TenantCgroups(instance, config.tenant_cpu_weight)
         self._templates = TemplateImages(config.base_url, config.image, templates, instance, pool.size)

@@ -184,6 +184,12 @@ class Phase:
     cpu_share: float
     """The control plane's CPU time during the phase over its wall time (1.0: one core all the time)."""
     flood: dict[str, int]
+    flood_s: float = 0.0
+    """How long A's flood ran (its ramp, B's sampling and its stop): its "ok" counts over this are A's rate."""
+
+    def a_rate(self) -> float:
+        done = sum(n for what, n in self.flood.items() if what.endswith(" ok"))
+        return done / self.flood_s if self.flood_s > 0 else 0.0
 
 
 async def measure_b(client: AsyncClient, session_id: str, creates: int, bash_per_create: int) -> tuple[Row, Row]:
@@ -250,6 +256,7 @@ async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
         for kind in (None, *kinds):
             title = "B alone" if kind is None else f"A floods {kind}"
             progress(f"fairness: {title}")
+            flood_started = time.monotonic()
             flood = await run_flood(kind, plane, tokens["a"]) if kind else None
             try:
                 if flood is not None:
@@ -262,7 +269,8 @@ async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
                 share = (plane.cpu_seconds() - cpu) / (time.monotonic() - wall)
             finally:
                 counts = await end_flood(flood) if flood is not None else {}
-            done.append(Phase(title, create, bash, peak, worker_peak, share, counts))
+            flood_s = time.monotonic() - flood_started if flood is not None else 0.0
+            done.append(Phase(title, create, bash, peak, worker_peak, share, counts, flood_s))
         await b.delete_session(own.id)
     finally:
         await b.close()
@@ -280,7 +288,7 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
         f"{A_QUOTA} sessions, {A_CALLS} calls; pool 0, so every create is cold; tenant CPU weights "
         f"{tenant_weights()}; target: B's p99 within {TARGET_RATIO:g}x of B alone)",
         f"  {'phase':26} {'B create p50/p99 ms':>21} {'p99 x':>6} {'B bash p50/p99 ms':>19} {'p99 x':>6} "
-        f"{'peak RSS MiB':>12} {'worker':>6} {'CPU':>5}  A's flood",
+        f"{'peak RSS MiB':>12} {'worker':>6} {'CPU':>5} {'A ok/s':>6}  A's flood",
     ]
     for phase in done:
         cr, br = _ratio(phase.create, alone.create), _ratio(phase.bash, alone.bash)
@@ -289,13 +297,13 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
         lines.append(
             f"  {phase.title:26} {phase.create.p50:9.1f} / {phase.create.p99:<9.1f} {cr:5.2f}x "
             f"{phase.bash.p50:8.1f} / {phase.bash.p99:<8.1f} {br:5.2f}x {phase.peak_mib:12.0f} "
-            f"{phase.worker_peak_mib:6.0f} {phase.cpu_share:5.0%}  "
+            f"{phase.worker_peak_mib:6.0f} {phase.cpu_share:5.0%} {phase.a_rate():6.1f}  "
             f"{verdict} {flood}".rstrip()
         )
     samples = f"n = {len(alone.create.samples_ms)} creates and {len(alone.bash.samples_ms)} bash calls per phase"
     peak = "peak RSS reset before each phase" if peak_reset else "peak RSS since the plane started (no clear_refs)"
     peak += "; worker: the peak RSS of the plane's argument worker process; CPU: the control plane's CPU time"
-    peak += " over the phase's wall time"
+    peak += " over the phase's wall time; A ok/s: A's flood's successful creates or calls a second over its run"
     lines.append(f"  ({samples}; {peak}; /proc/loadavg at the end: {Path('/proc/loadavg').read_text().strip()})")
     return lines
 
