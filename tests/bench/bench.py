@@ -259,6 +259,7 @@ SECTIONS = (
     ("under attack", "tests.bench.attack_bench"),
     ("tool-call path", "tests.bench.toolpath_bench"),
     ("floors", "tests.bench.floor_bench"),
+    ("CPU per call against its floor", "tests.bench.cpu_bench"),
     ("grpc engine", "tests.bench.grpc_engine_bench"),
     ("gVisor beside runc", "tests.bench.gvisor_bench"),
     ("fairness between tenants", "tests.bench.fairness_bench"),
