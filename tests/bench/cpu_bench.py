@@ -11,9 +11,10 @@ counts it. For each row, N calls through the public API on one session:
 
 Rows: ``bash`` ``echo hi`` and ``read`` of a small file (ExecuteTool), and ``exec true`` (SandboxService.Exec).
 
-The floor, in a child process of its own and counted the same way (getrusage of that process, its children
-included): one grpc.aio unary round trip over a Unix socket (client and server both in that process) plus one
-``/bin/bash -c 'echo hi'`` started from Python with ``posix_spawn`` and its output read.
+The floor, in child processes of its own and counted the same way: one grpc.aio unary round trip over a Unix
+socket between two processes (the client's getrusage plus the server's threads' CPU from /proc schedstat) plus
+one ``/bin/bash -c 'echo hi'`` started from Python with ``posix_spawn`` as the agent's spawner does, its output
+read (getrusage of the spawning process and its children).
 
 Rounds alternate floor and rows, so a noisy neighbour hits them alike; each figure is the median of its
 rounds' per-call CPU. Targets (issue 27): ``bash`` at most 1.5x the floor, ``read`` and ``exec true`` at most
@@ -41,46 +42,72 @@ TARGETS = {"bash echo hi": 1.5, "read (small file)": 1.0, "exec true": 1.0}
 BENCH_FILE = "/workspace/cpu-bench.txt"
 BENCH_TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(1, 6))
 
+FLOOR_SERVER = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[2])
+from sandbox_agent.grpc_poller import prefer_poller
+prefer_poller()
+import grpc
+from sandbox_agent import event_loop
+
+async def handler(request, context):
+    return request
+
+async def main():
+    server = grpc.aio.server()
+    same = lambda data: data
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "floor.Floor", {"Unary": grpc.unary_unary_rpc_method_handler(handler, same, same)}),))
+    server.add_insecure_port("unix:" + sys.argv[1])
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+event_loop.run(main())  # the agent's loop
+"""
+
 FLOOR_SCRIPT = """
-import asyncio, os, resource, shutil, sys, tempfile
+import asyncio, os, resource, shutil, subprocess, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 from sandbox_agent.grpc_poller import prefer_poller
 prefer_poller()
 import grpc
 from sandbox_agent import event_loop
-from sandbox_agent.gc_tuning import tune_after_startup
 
 calls = int(sys.argv[2])
+server_code = sys.argv[3]
 
 def cpu(who=resource.RUSAGE_SELF):
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
+def threads_cpu(pid):
+    # schedstat's first field is the task's CPU time in ns; summed over the server's threads.
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
+
 async def grpc_floor():
     folder = tempfile.mkdtemp(prefix="ocsb-cpufloor-", dir="/tmp")
     path = os.path.join(folder, "s")
     same = lambda data: data
-
-    async def handler(request, context):
-        return request
-
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        "floor.Floor", {"Unary": grpc.unary_unary_rpc_method_handler(handler, same, same)}),))
-    server.add_insecure_port("unix:" + path)
-    await server.start()
+    server = subprocess.Popen([sys.executable, "-c", server_code, path, sys.argv[1]], stdout=subprocess.PIPE)
     try:
+        server.stdout.readline()
         async with grpc.aio.insecure_channel("unix:" + path) as channel:
             call = channel.unary_unary("/floor.Floor/Unary", request_serializer=same, response_deserializer=same)
             payload = b"\\x08\\x01" * 8
             for _ in range(50):
                 await call(payload)
-            started = cpu()
+            started, server_started = cpu(), threads_cpu(server.pid)
             for _ in range(calls):
                 await call(payload)
-            return (cpu() - started) / calls
+            return (cpu() - started + threads_cpu(server.pid) - server_started) / calls
     finally:
-        await server.stop(None)
+        server.kill()
+        server.wait()
         shutil.rmtree(folder, ignore_errors=True)
 
 def spawn_floor():
@@ -117,10 +144,10 @@ def _cpu_self() -> float:
 
 
 def floor_round(calls: int) -> tuple[float, float]:
-    """(gRPC unary round trip, bash spawn) CPU seconds per call, from a fresh child process."""
+    """(gRPC unary round trip, bash spawn) CPU seconds per call, from fresh child processes."""
     agent_root = str(Path(__file__).resolve().parents[2] / "sandbox-image")
-    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, agent_root, str(calls)], capture_output=True,
-                          check=False, timeout=300)
+    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, agent_root, str(calls), FLOOR_SERVER],
+                          capture_output=True, check=False, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"floor process failed: {done.stderr.decode(errors='replace')[-2000:]}")
     hop, spawn = done.stdout.split()
