@@ -21,6 +21,7 @@ from sandbox_agent.egress_forwarder import SOCKET_NAME as EGRESS_SOCKET
 from sandbox_agent.egress_forwarder import EgressForwarder, NetworkStartError, proxy_env, write_ca_bundle
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.file_rpcs import FileRpcs
+from sandbox_agent.frames import FramesServer, frames_path
 from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
@@ -438,6 +439,10 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     await _prepare_home(service, config)
     await server.start()
     os.chmod(config.socket_path, 0o600)
+    frames = FramesServer(frames_path(config.socket_path), {
+        b"RunTools": (agent_pb2.RunToolsRequest, service.RunTools),
+        b"ExecMany": (agent_pb2.ExecManyRequest, service.ExecMany)})
+    await frames.start()
     if stop is None:
         # An embedding process (the control plane's in-process agents) keeps its own signal handling.
         stop = asyncio.Event()
@@ -452,6 +457,7 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
         await stop.wait()
     finally:
         await service.stop_all()
+        await frames.stop()
         await server.stop(grace=0.5)
         service.close()
         with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,127 @@
+"""The control plane's end of the agent's framed streams (sandbox_agent/frames.py): RunTools and ExecMany as
+length-prefixed protobuf frames on a Unix socket instead of gRPC, where the agent has that socket.
+
+`FramedStreamCall` stands in for the `grpc.aio.StreamStreamCall` a `SharedStream` reads: the same events, and
+the same `AioRpcError`s (the agent's STATUS frame, UNAVAILABLE for a lost connection, INTERNAL for frames that
+break the format), so everything above the stream is unchanged. The agent is inside the sandbox: whatever it
+sends is bounded (64 MiB a frame, as the gRPC channel's limit) and parsed as untrusted input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from controlplane.sandbox.agent_streams import SharedStream, drain
+from sandbox_agent.frames import MESSAGE, OPEN, STATUS, FrameError, frame, frames_path, read_frame
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+class FramedStreamCall:
+    """One framed stream: requests from `requests` up, events (of `event_type`) down."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str,
+                 requests: AsyncIterator[Any], event_type: type[Any]) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._event_type = event_type
+        self._cancelled = False
+        writer.write(frame(OPEN, method.encode()))
+        self._sender = asyncio.ensure_future(self._send(requests))
+
+    async def _send(self, requests: AsyncIterator[Any]) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            async for request in requests:
+                self._writer.write(frame(MESSAGE, request.SerializeToString()))
+                await self._writer.drain()
+            # As gRPC's half-close: the requests are over, the events may go on.
+            if self._writer.can_write_eof():
+                self._writer.write_eof()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Any]:
+        while True:
+            try:
+                item = await read_frame(self._reader)
+            except FrameError as exc:
+                raise _error(grpc.StatusCode.INTERNAL, f"the agent's stream broke its format: {exc}") from exc
+            except (ConnectionError, OSError) as exc:
+                if self._cancelled:
+                    raise asyncio.CancelledError() from exc
+                raise _error(grpc.StatusCode.UNAVAILABLE, f"the agent's stream was lost: {exc}") from exc
+            if self._cancelled:
+                raise asyncio.CancelledError()  # what iterating a cancelled grpc.aio call raises
+            if item is None:
+                raise _error(grpc.StatusCode.UNAVAILABLE, "the agent closed the stream without a status")
+            kind, payload = item
+            if kind == STATUS:
+                code_name, _, details = payload.decode("utf-8", "replace").partition("\n")
+                code = getattr(grpc.StatusCode, code_name, grpc.StatusCode.UNKNOWN)
+                raise _error(code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN, details)
+            if kind != MESSAGE:
+                raise _error(grpc.StatusCode.INTERNAL, f"the agent sent a frame of kind {kind} on a stream")
+            try:
+                event = self._event_type.FromString(payload)
+            except Exception as exc:  # protobuf's DecodeError: what the agent sends is parsed as untrusted
+                raise _error(grpc.StatusCode.INTERNAL, f"the agent sent an event that does not parse: {exc}") from exc
+            yield event
+
+    def cancel(self) -> bool:
+        if self._cancelled:
+            return False
+        self._cancelled = True
+        self._sender.cancel()
+        self._writer.close()
+        return True
+
+
+class FramedAgent:
+    """Opens framed streams to one agent, when its framed socket is there (a local agent of this version)."""
+
+    def __init__(self, target: str) -> None:
+        path = target.removeprefix("unix:") if target.startswith("unix:") else ""
+        self._path = frames_path(path) if path else ""
+        self._absent = not self._path
+
+    async def open(self, method: str, requests: AsyncIterator[Any], event_type: type[Any]) -> FramedStreamCall | None:
+        """A framed stream, or None where the agent has no framed socket (gRPC then carries the stream)."""
+        if self._absent:
+            return None
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self._path), CONNECT_TIMEOUT_S)
+        except FileNotFoundError:
+            self._absent = True  # a forwarded or older agent: not asked again
+            return None
+        except (TimeoutError, OSError):
+            return None  # not answering now (starting, or a stale socket): gRPC carries this stream
+        return FramedStreamCall(reader, writer, method, requests, event_type)
+
+
+class SharedStreams:
+    """Opens an agent's shared streams: framed where its framed socket answers, gRPC otherwise. One at a time,
+    so calls that start together share the stream the first of them opened."""
+
+    def __init__(self, target: str) -> None:
+        self._framed = FramedAgent(target)
+        self._opening = asyncio.Lock()
+
+    async def shared(self, method: str, rpc: Callable[[AsyncIterator[Any]], Any], request_type: type[Any],
+                     event_type: type[Any], current: SharedStream | None) -> SharedStream:
+        """`current` while it is open (another call opened it meanwhile), else a new stream for `method`."""
+        async with self._opening:
+            if current is not None and current.open:
+                return current
+            outbox: asyncio.Queue[object] = asyncio.Queue()
+            call = await self._framed.open(method, drain(outbox, request_type), event_type)
+            return SharedStream(call if call is not None else rpc(drain(outbox, request_type)), outbox, request_type)
