@@ -22,6 +22,8 @@ import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from sandbox_agent.errors import AgentError
+
 HEADER = struct.Struct("!IB")
 OPEN, MESSAGE, STATUS = 0, 1, 2
 MAX_PAYLOAD = 64 * 1024 * 1024
@@ -38,7 +40,7 @@ def frame(kind: int, payload: bytes) -> bytes:
     return HEADER.pack(len(payload), kind) + payload
 
 
-class FrameError(Exception):
+class FrameError(AgentError):
     """A frame that breaks the format (too large, unknown kind): the connection is dropped."""
 
 
