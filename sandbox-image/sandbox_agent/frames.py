@@ -91,12 +91,15 @@ class FramesServer:
         finally:
             self._connections.pop(task, None)
 
-    async def stop(self) -> None:
-        """As the gRPC server's stop: no new streams, and the open ones' handlers cancelled."""
+    async def stop(self, grace_s: float) -> None:
+        """As the gRPC server's stop: no new streams, what the handlers still yield within `grace_s` is sent
+        (the exits of the commands the agent just stopped), then the streams are dropped. Dropping a
+        connection ends its requests, which cancels its handler (_serve); the connection's own task ends by
+        itself (asyncio logs a cancelled client-connected task as an error)."""
         if self._server is not None:
             self._server.close()
-        # Dropping the connection ends its requests, which cancels its handler (_serve); the connection's own
-        # task is left to end by itself (asyncio logs a cancelled client-connected task as an error).
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=grace_s)
         for writer in list(self._connections.values()):
             writer.transport.abort()
         if self._connections:

@@ -457,8 +457,7 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
         await stop.wait()
     finally:
         await service.stop_all()
-        await frames.stop()
-        await server.stop(grace=0.5)
+        await asyncio.gather(frames.stop(grace_s=0.5), server.stop(grace=0.5))
         service.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(config.socket_path)

@@ -132,7 +132,7 @@ async def test_another_sessions_workspace_and_socket_are_unreachable(
         f" find / \\( -path /proc -o -path /sys \\) -prune -o \\( -name '*{pair.b_sandbox}*' -o"
         f" -name '*{pair.b}*' \\) -print 2>/dev/null; echo --;"
         f" grep -c -e {pair.b_sandbox} -e {pair.b} /proc/self/mountinfo; ls {b_socket_dir}; ls /run/agent;"
-        " awk 'NR > 1 && $8 != \"\" { print $8 }' /proc/net/unix"
+        " awk 'NR > 1 && $8 != \"\" { print $8 }' /proc/net/unix | sort"
     ))
     # The positive control (our own marker is found) shows the search sees what there is to see.
     expected = (
@@ -140,6 +140,7 @@ async def test_another_sessions_workspace_and_socket_are_unreachable(
         f"ls: cannot access '{b_socket_dir}': No such file or directory\n"
         "ls: cannot open directory '/run/agent': Permission denied\n"
         "/run/agent/agent.sock\n"
+        "/run/agent/frames.sock\n"
     )
     if runtime == "runsc":
         expected = on_gvisor(expected)
@@ -202,12 +203,13 @@ async def test_agent_socket_cannot_be_used_as_a_relay(
         " cat /proc/net/tcp /proc/net/tcp6 | awk 'NR > 1 && $4 == \"0A\"' | wc -l;\n"
         + python_probe("""
 import socket
-s = socket.socket(socket.AF_UNIX)
-try:
-    s.connect("/run/agent/agent.sock")
-    print("CONNECTED")
-except OSError as e:
-    print(type(e).__name__, e.errno)
+for path in ("/run/agent/agent.sock", "/run/agent/frames.sock"):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        print("CONNECTED")
+    except OSError as e:
+        print(type(e).__name__, e.errno)
 """)
     ))
     # No TCP listener exists inside either: nothing can be relayed over loopback.
@@ -215,6 +217,7 @@ except OSError as e:
         "700 root:root\n"
         "stat: cannot statx '/run/agent/agent.sock': Permission denied\n"
         "0\n"
+        "PermissionError 13\n"
         "PermissionError 13\n"
     )
     if runtime == "runsc":  # gVisor's statx fails on the dir too: its mode is read with os.stat instead
