@@ -109,19 +109,23 @@ class FramedAgent:
 
 
 class SharedStreams:
-    """Opens an agent's shared streams: framed where its framed socket answers, gRPC otherwise. One at a time,
-    so calls that start together share the stream the first of them opened."""
+    """An agent's shared streams, one per method: framed where its framed socket answers, gRPC otherwise. Opened
+    one at a time, so calls that start together share the stream the first of them opened."""
 
     def __init__(self, target: str) -> None:
         self._framed = FramedAgent(target)
         self._opening = asyncio.Lock()
+        self._open: dict[str, SharedStream] = {}
 
     async def shared(self, method: str, rpc: Callable[[AsyncIterator[Any]], Any], request_type: type[Any],
-                     event_type: type[Any], current: SharedStream | None) -> SharedStream:
-        """`current` while it is open (another call opened it meanwhile), else a new stream for `method`."""
+                     event_type: type[Any]) -> SharedStream:
+        """The open stream for `method`, or a new one when there is none (or it closed)."""
         async with self._opening:
+            current = self._open.get(method)
             if current is not None and current.open:
                 return current
             outbox: asyncio.Queue[object] = asyncio.Queue()
             call = await self._framed.open(method, drain(outbox, request_type), event_type)
-            return SharedStream(call if call is not None else rpc(drain(outbox, request_type)), outbox, request_type)
+            stream = SharedStream(call if call is not None else rpc(drain(outbox, request_type)), outbox, request_type)
+            self._open[method] = stream
+            return stream
