@@ -17,9 +17,23 @@ from typing import Any
 import grpc
 
 from controlplane.sandbox.agent_streams import SharedStream, drain
-from sandbox_agent.frames import MESSAGE, OPEN, STATUS, FrameError, frame, frames_path, read_frame
+from sandbox_agent.frames import (
+    MAX_PAYLOAD,
+    MESSAGE,
+    OPEN,
+    STATUS,
+    FrameError,
+    FrameTooLargeError,
+    StreamCutError,
+    frame,
+    frames_path,
+    read_frame,
+)
 
 CONNECT_TIMEOUT_S = 5.0
+YIELD_EVERY = 16
+"""Frames read before the event loop is given a turn: frames already buffered are read without waiting, so an agent
+flooding small frames would otherwise hold the plane's loop, which serves every tenant."""
 
 
 def _error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -35,13 +49,21 @@ class FramedStreamCall:
         self._writer = writer
         self._event_type = event_type
         self._cancelled = False
+        self._refused: grpc.aio.AioRpcError | None = None
         writer.write(frame(OPEN, method.encode()))
         self._sender = asyncio.ensure_future(self._send(requests))
 
     async def _send(self, requests: AsyncIterator[Any]) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             async for request in requests:
-                self._writer.write(frame(MESSAGE, request.SerializeToString()))
+                payload = request.SerializeToString()
+                if len(payload) > MAX_PAYLOAD:
+                    # As gRPC's channel refuses a message over its limit: the stream fails, nothing is sent.
+                    self._refused = _error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                           f"a request of {len(payload)} bytes is over the {MAX_PAYLOAD}-byte limit")
+                    self._writer.close()
+                    return
+                self._writer.write(frame(MESSAGE, payload))
                 await self._writer.drain()
             # As gRPC's half-close: the requests are over, the events may go on.
             if self._writer.can_write_eof():
@@ -51,18 +73,28 @@ class FramedStreamCall:
         return self._events()
 
     async def _events(self) -> AsyncIterator[Any]:
+        read = 0
         while True:
+            read += 1
+            if read % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             try:
                 item = await read_frame(self._reader)
-            except FrameError as exc:
-                raise _error(grpc.StatusCode.INTERNAL, f"the agent's stream broke its format: {exc}") from exc
-            except (ConnectionError, OSError) as exc:
+            except (StreamCutError, ConnectionError, OSError) as exc:
                 if self._cancelled:
                     raise asyncio.CancelledError() from exc
+                if self._refused is not None:
+                    raise self._refused from exc
                 raise _error(grpc.StatusCode.UNAVAILABLE, f"the agent's stream was lost: {exc}") from exc
+            except FrameTooLargeError as exc:
+                raise _error(grpc.StatusCode.RESOURCE_EXHAUSTED, f"the agent sent too much at once: {exc}") from exc
+            except FrameError as exc:
+                raise _error(grpc.StatusCode.INTERNAL, f"the agent's stream broke its format: {exc}") from exc
             if self._cancelled:
                 raise asyncio.CancelledError()  # what iterating a cancelled grpc.aio call raises
             if item is None:
+                if self._refused is not None:
+                    raise self._refused
                 raise _error(grpc.StatusCode.UNAVAILABLE, "the agent closed the stream without a status")
             kind, payload = item
             if kind == STATUS:

@@ -44,23 +44,31 @@ class FrameError(AgentError):
     """A frame that breaks the format (too large, unknown kind): the connection is dropped."""
 
 
+class FrameTooLargeError(FrameError):
+    """A frame over MAX_PAYLOAD: what gRPC refuses as RESOURCE_EXHAUSTED."""
+
+
+class StreamCutError(FrameError):
+    """The connection ended inside a frame: the other end went away mid-write (lost, as a dropped gRPC stream)."""
+
+
 async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
     """The next frame, or None at a clean end of the stream (between frames)."""
     try:
         header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError as exc:
         if exc.partial:
-            raise FrameError("the stream ended inside a frame header") from exc
+            raise StreamCutError("the stream ended inside a frame header") from exc
         return None
     size, kind = HEADER.unpack(header)
     if size > MAX_PAYLOAD:
-        raise FrameError(f"a frame of {size} bytes is over the {MAX_PAYLOAD}-byte limit")
+        raise FrameTooLargeError(f"a frame of {size} bytes is over the {MAX_PAYLOAD}-byte limit")
     if kind not in (OPEN, MESSAGE, STATUS):
         raise FrameError(f"unknown frame kind {kind}")
     try:
         return kind, await reader.readexactly(size)
     except asyncio.IncompleteReadError as exc:
-        raise FrameError("the stream ended inside a frame") from exc
+        raise StreamCutError("the stream ended inside a frame") from exc
 
 
 Handler = Callable[[AsyncIterator[Any], Any], AsyncIterator[Any]]

@@ -14,9 +14,10 @@ import grpc
 import pytest
 
 from controlplane.core.seam.messages import CommandSpec
-from controlplane.errors import SandboxError, SandboxLostError
+from controlplane.errors import ResourceExhaustedError
+from controlplane.sandbox import agent_frames
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from controlplane.sandbox.agent_frames import FramedStreamCall, SharedStreams
+from controlplane.sandbox.agent_frames import YIELD_EVERY, FramedStreamCall, SharedStreams
 from controlplane.sandbox.agent_streams import drain
 from sandbox.v1 import agent_pb2
 from sandbox_agent.config import AgentConfig
@@ -120,15 +121,16 @@ async def test_an_agents_status_frame_is_the_grpc_status_it_names() -> None:
 
 
 INTERNAL, UNAVAILABLE = {grpc.StatusCode.INTERNAL}, {grpc.StatusCode.UNAVAILABLE}
+EXHAUSTED = {grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 @pytest.mark.parametrize(("sent", "codes"), [
-    (struct.pack("!IB", MAX_PAYLOAD + 1, MESSAGE), INTERNAL),  # an oversized frame is not read
+    (struct.pack("!IB", MAX_PAYLOAD + 1, MESSAGE), EXHAUSTED),  # an oversized frame is not read, as gRPC's limit
     (struct.pack("!IB", 3, 9) + b"abc", INTERNAL),  # an unknown kind
     (frame(OPEN, b"RunTools"), INTERNAL),  # a kind that has no place on the way down
     (frame(MESSAGE, b"\xff\xff\xff"), INTERNAL),  # an event that does not parse
-    # The stream ends inside a frame: which end of the socket notices first decides between the two.
-    (struct.pack("!IB", 100, MESSAGE) + b"short", INTERNAL | UNAVAILABLE),
+    # The stream ends inside a frame: the agent went away mid-write, a lost stream as with gRPC.
+    (struct.pack("!IB", 100, MESSAGE) + b"short", UNAVAILABLE),
     (b"", UNAVAILABLE),  # closed without a status
 ])
 async def test_what_a_hostile_agent_sends_ends_the_stream_with_an_error(sent: bytes,
@@ -157,9 +159,8 @@ async def test_a_broken_stream_fails_its_calls_as_a_broken_grpc_stream_does() ->
     client = GrpcSandboxAgent(f"unix:{root / 'agent.sock'}", "sbx")
     try:
         run = await client.run_builtin(bash("echo hi"))
-        with pytest.raises(SandboxError) as raised:
+        with pytest.raises(ResourceExhaustedError):  # as gRPC's limit: the call failed, not the sandbox
             await collect(run)
-        assert not isinstance(raised.value, SandboxLostError)  # INTERNAL: the call failed, not the sandbox
     finally:
         await client.close()
         server.close()
@@ -188,3 +189,64 @@ def test_the_framed_socket_sits_beside_the_agents_socket() -> None:
     assert frames_path("/run/agent/agent.sock") == "/run/agent/frames.sock"
     assert SharedStreams("unix:/x/agent.sock")._framed._path == "/x/frames.sock"
     assert SharedStreams("127.0.0.1:5000")._framed._absent  # not a Unix socket: gRPC only
+
+
+async def test_a_flood_of_small_frames_does_not_hold_the_planes_loop() -> None:
+    # Frames already buffered are read without waiting: an agent sending many small ones would keep the plane's
+    # loop, which serves every tenant, to itself. The reader gives the loop a turn every few frames.
+    flood = 20_000
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        size, _ = HEADER.unpack(await reader.readexactly(HEADER.size))
+        await reader.readexactly(size)  # the request: read, so that closing resets nothing
+        writer.write(frame(MESSAGE, b"") * flood + frame(STATUS, b"FAILED_PRECONDITION\nend"))
+        await writer.drain()
+        await reader.read()  # until the plane closes its end
+
+    other = asyncio.ensure_future(ticker())
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await _events_from(reply)
+        assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # every frame was read, to the status
+    finally:
+        stop.set()
+        await other
+    assert ticks >= flood // YIELD_EVERY // 2
+
+
+async def test_a_request_over_the_frame_limit_fails_the_stream_as_grpcs_limit_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent_frames, "MAX_PAYLOAD", 1000)
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # the plane closes its end instead of sending the oversized request
+
+    root = short_tmp()
+    path = str(root / "frames.sock")
+
+    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reply(reader, writer)
+        writer.close()
+
+    server = await asyncio.start_unix_server(serve_one, path)
+    try:
+        reader, writer = await asyncio.open_unix_connection(path)
+        outbox: asyncio.Queue[object] = asyncio.Queue()
+        outbox.put_nowait(agent_pb2.RunToolsRequest(call=1, trace={"traceparent": "x" * 2000}))
+        call = FramedStreamCall(reader, writer, "RunTools", drain(outbox, agent_pb2.RunToolsRequest),
+                                agent_pb2.RunToolsEvent)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            _ = [event async for event in call]
+        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        call.cancel()
+    finally:
+        server.close()
+        shutil.rmtree(root, ignore_errors=True)
