@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 
 .PHONY: run test venv engine image base-image proto proto-check lint type unit bench attack clean-containers
 .PHONY: postgres test-postgres oracle-record
-.PHONY: trace-demo soak
+.PHONY: trace-demo soak bench-scale
 
 run: venv image  ## start the platform on embedded defaults
 	$(PY) -m controlplane serve
@@ -63,6 +63,9 @@ trace-demo: venv image  ## one traced session (slow custom tool) exported to a r
 bench: venv image  ## single-host figures with their baselines, then the cluster's (bench-cluster, where possible)
 	$(PY) -m tests.bench.bench $(BENCH_ARGS)
 	$(MAKE) --no-print-directory bench-cluster
+
+bench-scale: venv image  ## many sessions at once: calls at 8/32/64 sessions, a create burst, idle memory at 10/100/200, pool upkeep (bounded: 30 min; BENCH_ARGS=--quick)
+	timeout 1800 $(PY) -m tests.bench.scale_bench $(BENCH_ARGS)
 
 attack: venv image  ## the escape and resource-attack suite with more samples, then the attack bench (bounded: 15 min)
 	OCSB_ATTACK_SAMPLES=40 OCSB_ATTACK_ABORTS=5 OCSB_ATTACK_ROUNDS=3 timeout 900 $(PY) -m pytest -q --timeout 600 \

@@ -81,14 +81,16 @@ def build_provider(settings: Settings, store: Store) -> SandboxProvider:
             tenant_runtimes(settings), settings.templates,
         )
     tenant_runtimes(settings)  # refuses a tenant runtime where the provider cannot honour it
-    if settings.templates:  # a template is a Docker image built on the engine: only that provider has one
-        raise ConfigError(f"[[templates]] {[t.name for t in settings.templates]} need provider.type = \"docker\"")
     if isinstance(settings.provider, SwarmProviderConfig):
         from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
 
         return SwarmSandboxProvider(
-            settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store
+            settings.provider, settings.pool, settings.resources, settings.data_dir, settings.instance, store,
+            settings.templates,
         )
+    if settings.templates:  # a template is a Docker image built on the engine: the local provider has none
+        raise ConfigError(f"[[templates]] {[t.name for t in settings.templates]} need provider.type = \"docker\" "
+                          "or \"swarm\"")
     from controlplane.sandbox.local import LocalSandboxProvider
 
     return LocalSandboxProvider(settings.data_dir, settings.instance, store)

@@ -115,10 +115,15 @@ async def _session_cmd(args: argparse.Namespace, archive: bytes, config_json: st
             _print_sessions(await client.list_sessions(args.all), args)
         elif args.action == "get":
             _print_sessions([await client.get_session(args.session)], args)
+        elif args.action == "delete" and args.keep_snapshot:
+            from controlplane.cli_snapshots import print_snapshots
+
+            print_snapshots([await client.delete_keeping(args.session)], args)
         elif args.action == "delete":
             _print_sessions([await client.delete_session(args.session)], args)
-        elif args.action == "fork":
-            _print_sessions([await client.fork(args.session)], args)
+        elif args.action in ("fork", "pause", "resume"):
+            call = {"fork": client.fork, "pause": client.pause, "resume": client.resume}[args.action]
+            _print_sessions([await call(args.session)], args)
         elif args.action == "snapshot":
             from controlplane.cli_snapshots import print_snapshots
 
@@ -236,10 +241,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
     listing = actions.add_parser("list", parents=[common])
     listing.add_argument("--all", action="store_true", help="include deleted sessions")
     listing.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
-    for name in ("get", "delete", "fork", "snapshot"):
+    for name in ("get", "delete", "fork", "snapshot", "pause", "resume"):
         actions.add_parser(name, parents=[common]).add_argument("session")
         if name in ("fork", "snapshot"):
             actions.choices[name].add_argument("-q", "--quiet", action="store_true", help="print only the new id")
+    actions.choices["delete"].add_argument("--keep-snapshot", action="store_true",
+                                           help="keep its workspace and state as a retained snapshot; print it")
     run = sub.add_parser("exec", parents=[common], help="run a command in a session's sandbox")
     run.add_argument("session")
     run.add_argument("--cwd", default="")

@@ -32,10 +32,14 @@ def print_snapshots(snapshots: Sequence[session_pb2.Snapshot], args: argparse.Na
     if args.json:
         print(json.dumps([as_dict(s) for s in snapshots], indent=2))
         return
-    rows = [("ID", "SESSION", "SIZE", "CREATED", "TEMPLATE")]
+    retained = any(s.retained for s in snapshots)
+    rows = [("ID", "SESSION", "SIZE", "CREATED", "TEMPLATE", *(("PURGED AT",) if retained else ()))]
     for s in snapshots:
         created = datetime.fromtimestamp(s.created_at.seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        rows.append((s.id, s.session_id, f"{s.size_bytes / (1 << 20):.1f} MiB", created, s.template))
+        # A retained snapshot (kept at its session's end) goes at its purge time; one taken stays until deleted.
+        purge = datetime.fromtimestamp(s.purge_at.seconds, UTC).strftime("%Y-%m-%d %H:%M:%S") if s.retained else ""
+        rows.append((s.id, s.session_id, f"{s.size_bytes / (1 << 20):.1f} MiB", created, s.template,
+                     *((purge,) if retained else ())))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -174,8 +174,9 @@ class AsyncClient(AsyncFiles, AsyncSnapshots):
         response = await self.sessions.ListSessions(request, metadata=self._metadata)
         return list(response.sessions)
 
-    async def delete_session(self, session_id: str) -> Session:
-        request = session_pb2.DeleteSessionRequest(session_id=session_id)
+    async def delete_session(self, session_id: str, *, keep_snapshot: bool = False) -> Session:
+        """`keep_snapshot`: its workspace and state stay as a retained snapshot (`delete_keeping` returns it)."""
+        request = session_pb2.DeleteSessionRequest(session_id=session_id, keep_snapshot=keep_snapshot)
         return (await self.sessions.DeleteSession(request, metadata=self._metadata)).session
 
     async def list_templates(self) -> list[session_pb2.Template]:

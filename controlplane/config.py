@@ -45,7 +45,7 @@ from pydantic_settings import (
 
 from controlplane.config_base import _Closed
 from controlplane.config_egress import EgressConfig
-from controlplane.config_lifecycle import SnapshotsConfig, TemplateConfig
+from controlplane.config_lifecycle import LifetimeConfig, SnapshotsConfig, TemplateConfig
 from controlplane.discovery import ADMIN_TOKEN_FILE, DEFAULT_DATA_DIR, DEFAULT_LISTEN, TOKEN_FILE
 from controlplane.errors import ConfigError
 from controlplane.tenant_egress import TenantEgressConfig
@@ -120,6 +120,11 @@ class DockerProviderConfig(_Closed):
     tool_uid_count: int = 65536
     """The ids sandboxes' tool processes run as, a block of 8 per sandbox (sandbox/tool_ids.py); no host account
     may use one (checked at start). Every control plane sharing an engine may use the same range."""
+    tenant_cpu_weight: bool | None = None
+    """Each tenant's sandboxes under a cgroup parent of its own, every tenant of equal CPU weight (so ten busy
+    sandboxes of one tenant weigh what another's one does; sandbox/tenant_cgroups.py). Unset: on where the engine
+    uses the cgroupfs driver and the control plane runs as root on its host, else off with a warning; true: the
+    control plane refuses to start without it; false: off (every sandbox weighs the same)."""
     global_dir: Path | None = None
     """The operator's global tools dir: a host dir mounted read-only at /opt/opencode/global in every sandbox,
     upstream's global config dir (`~/.config/opencode`). Its `tool/`, `plugin/` and `skill/` come before a
@@ -156,6 +161,9 @@ class SwarmProviderConfig(_Closed):
     """Extra constraints per tenant name (tenant placement through node labels)."""
     spread: str = ""
     """A placement preference to spread over, e.g. "node.labels.zone"."""
+    node_engines: list[str] = Field(default_factory=list)
+    """Docker endpoints of the other nodes (unix://, tcp://, ssh://): the `[[templates]]` images built on the
+    manager are copied there (no registry). A node not listed runs no template's sessions (docs/templates.md)."""
     watch_interval_s: float = Field(default=1.0, gt=0)
     """How often tasks and relays are checked; a lost node fails its sessions within a few of these."""
     relay_failures: int = Field(default=3, ge=1)
@@ -176,15 +184,6 @@ class PoolConfig(_Closed):
     """Ready sandboxes kept for CreateSession; 0 disables the pool."""
     refill_concurrency: int = Field(default=2, ge=1)
     """Sandboxes created at once while refilling."""
-
-
-class LifetimeConfig(_Closed):
-    idle_timeout_s: float = Field(default=1800.0, gt=0)
-    """A session unused this long is deleted."""
-    max_lifetime_s: float = Field(default=8 * 3600.0, gt=0)
-    """A session is deleted this long after creation, used or not."""
-    reap_interval_s: float = Field(default=5.0, gt=0)
-    """How often lifetimes are checked."""
 
 
 class ServerConfig(_Closed):

@@ -1,5 +1,5 @@
-"""The sections about sessions that outlive one container: `[[templates]]` (images of the operator's own) and
-`[snapshots]` (where saved workspaces live)."""
+"""The sections about a session's life and what outlives its container: `[lifetime]` (idle, maximum, pause and
+retention times), `[[templates]]` (images of the operator's own) and `[snapshots]` (where saved workspaces live)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,25 @@ class SnapshotsConfig(_Closed):
 
     def root(self, data_dir: Path) -> Path:
         return self.path if self.path is not None else data_dir / "snapshots"
+
+
+class LifetimeConfig(_Closed):
+    idle_timeout_s: float = Field(default=1800.0, gt=0)
+    """A session unused this long is deleted."""
+    max_lifetime_s: float = Field(default=8 * 3600.0, gt=0)
+    """A session is deleted this long after creation, used or not."""
+    reap_interval_s: float = Field(default=5.0, gt=0)
+    """How often lifetimes are checked."""
+    pause_after_idle_s: float = Field(default=0.0, ge=0)
+    """A session unused this long is paused instead (its workspace stored, its sandbox removed); 0: never.
+    Below idle_timeout_s, or the idle timeout deletes it first."""
+    retain_s: float = Field(default=0.0, ge=0)
+    """An expired or FAILED session's workspace and state are kept this long as a retained snapshot (and so is
+    a session deleted with keep_snapshot); 0: nothing is kept at the end, and keep_snapshot is refused."""
+
+    @model_validator(mode="after")
+    def _pause_before_delete(self) -> LifetimeConfig:
+        if self.pause_after_idle_s and self.pause_after_idle_s >= self.idle_timeout_s:
+            raise ValueError(f"lifetime.pause_after_idle_s ({self.pause_after_idle_s:g}) must be below "
+                             f"lifetime.idle_timeout_s ({self.idle_timeout_s:g}), or idle sessions are deleted first")
+        return self

@@ -11,6 +11,7 @@ from pathlib import Path
 from controlplane.config import Settings
 from controlplane.core.sessions.capacity import DiskRule, HostCapacity, HostLedger, Reservation, ReservationBook
 from controlplane.errors import SandboxError
+from controlplane.sandbox.runtime_pools import pooled_sandboxes
 
 
 def machine_cpus() -> float:
@@ -109,5 +110,5 @@ def disk_rule(settings: Settings) -> DiskRule | None:
 
 def ledger(settings: Settings, book: ReservationBook | None = None, host: str = "host") -> HostLedger:
     r = settings.resources.reserve
-    return HostLedger(capacity(settings), Reservation(r.cpu, r.memory_mb), pooled=settings.pool.size, book=book,
+    return HostLedger(capacity(settings), Reservation(r.cpu, r.memory_mb), pooled=pooled_sandboxes(settings), book=book,
                       host=host, plane=settings.instance, lease_s=settings.host.lease_s, disk=disk_rule(settings))

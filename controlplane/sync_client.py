@@ -144,8 +144,8 @@ class Client(Files, Snapshots):
     def list_sessions(self, include_deleted: bool = False) -> list[session_pb2.Session]:
         return self._call(self._async.list_sessions(include_deleted))
 
-    def delete_session(self, session_id: str) -> session_pb2.Session:
-        return self._call(self._async.delete_session(session_id))
+    def delete_session(self, session_id: str, *, keep_snapshot: bool = False) -> session_pb2.Session:
+        return self._call(self._async.delete_session(session_id, keep_snapshot=keep_snapshot))
 
     def list_templates(self) -> list[session_pb2.Template]:
         return self._call(self._async.list_templates())

@@ -34,7 +34,8 @@ def session_disk_mb(settings: Settings) -> int:
 
 def quotas(settings: Settings, store: Store) -> TenantQuotas:
     async def live(tenant: str) -> list:  # type: ignore[type-arg]
-        return await store.list_sessions(tenant, live_only=True)
+        # One query for what holds quota: every session the tenant ever had would be read on each admission.
+        return await store.list_sessions(tenant, live_only=True, with_paused=True)
 
     return TenantQuotas(
         live, defaults=_quota(settings.quota.model_dump()),

@@ -16,6 +16,7 @@ _STATE = {
     SessionState.READY: session_pb2.Session.READY,
     SessionState.FAILED: session_pb2.Session.FAILED,
     SessionState.DELETED: session_pb2.Session.DELETED,
+    SessionState.PAUSED: session_pb2.Session.PAUSED,
 }
 
 

@@ -10,6 +10,7 @@ from controlplane.config import Settings
 from controlplane.core.calls.tool_runtime import ToolRuntime
 from controlplane.core.permissions.exec_policy import ExecGate
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.pausing import SessionPauses
 from controlplane.core.sessions.recent_logs import RecentLogs
 from controlplane.core.sessions.snapshotting import SessionSnapshots
 from controlplane.core.tenants.lifecycle import TenantAdmin
@@ -87,7 +88,9 @@ def build_server(
     snapshots = None if audit is None else SessionSnapshots(
         sessions, FsSnapshotStorage(settings.snapshots.root(settings.data_dir)), audit[0], audit[0], quotas,
         settings.snapshots.max_per_tenant)
-    session_pb2_grpc.add_SessionServiceServicer_to_server(SessionService(sessions, auth, quotas, snapshots), server)
+    pauses = None if snapshots is None or audit is None else pausing(settings, sessions, snapshots, audit[0])
+    session_pb2_grpc.add_SessionServiceServicer_to_server(
+        SessionService(sessions, auth, quotas, snapshots, pauses), server)
     sandbox = SandboxService(sessions, auth, settings.exec, exec_gate)
     sandbox_pb2_grpc.add_SandboxServiceServicer_to_server(sandbox, server)
     tool_pb2_grpc.add_ToolServiceServicer_to_server(ToolService(tools, auth), server)
@@ -113,6 +116,12 @@ def build_server(
     else:
         port = server.add_insecure_port(settings.server.listen)
     return server, health_servicer, port
+
+
+def pausing(settings: Settings, sessions: SessionManager, snapshots: SessionSnapshots, store: Store) -> SessionPauses:
+    lifetime = settings.lifetime
+    return SessionPauses(sessions, snapshots, snapshots.storage, store, lifetime.pause_after_idle_s, lifetime.retain_s,
+                         settings.snapshots.max_per_tenant)
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:

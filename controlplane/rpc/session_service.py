@@ -5,22 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.core.sessions.manager import SessionManager
+from controlplane.core.sessions.pausing import SessionPauses
 from controlplane.core.sessions.snapshotting import SessionSnapshots
-from controlplane.core.tenants.quota import TenantQuotas, with_defaults
+from controlplane.core.tenants.quota import QuotaExceededError, TenantQuotas, with_defaults
+from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 from controlplane.rpc import convert
 from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.errors import unary
+from controlplane.rpc.pause_rpcs import PauseRpcs
 from controlplane.rpc.snapshot_rpcs import SnapshotRpcs
 from controlplane.v1 import session_pb2, session_pb2_grpc
 
 
-class SessionService(SnapshotRpcs, session_pb2_grpc.SessionServiceServicer):
+class SessionService(SnapshotRpcs, PauseRpcs, session_pb2_grpc.SessionServiceServicer):
     def __init__(self, sessions: SessionManager, auth: Authenticator, quotas: TenantQuotas | None = None,
-                 snapshots: SessionSnapshots | None = None) -> None:
+                 snapshots: SessionSnapshots | None = None, pauses: SessionPauses | None = None) -> None:
         self._sessions = sessions
         self._auth = auth
         self._quotas = quotas or TenantQuotas.unlimited()
         self._snapshots = snapshots
+        self._pauses = pauses
 
     def _proto(self, session: Any) -> session_pb2.Session:
         return convert.session_to_proto(session, self._sessions.expires_at(session))
@@ -31,8 +35,16 @@ class SessionService(SnapshotRpcs, session_pb2_grpc.SessionServiceServicer):
         if request.from_snapshot:
             return self._proto(await self._restore(tenant.name, request))
         spec = convert.create_spec(request)
-        async with self._quotas.creating(tenant.name, with_defaults(spec.resources, self._sessions.policy.defaults)):
-            return self._proto(await self._sessions.create(tenant.name, spec))
+        resources = with_defaults(spec.resources, self._sessions.policy.defaults)
+        try:
+            async with self._quotas.creating(tenant.name, resources):
+                return self._proto(await self._sessions.create(tenant.name, spec))
+        except (InvalidArgumentError, ResourceExhaustedError) as exc:
+            # A refused request (an archive bomb, a bad spec) is held like a quota's refusal (held already):
+            # a client sending bombs in a loop made 300 a second, half a CPU of the plane every tenant shares.
+            if not isinstance(exc, QuotaExceededError):
+                await self._quotas.pause_refusal(tenant.name)
+            raise
 
     @unary
     async def GetSession(self, request: session_pb2.GetSessionRequest, context: Any) -> session_pb2.Session:
@@ -52,6 +64,8 @@ class SessionService(SnapshotRpcs, session_pb2_grpc.SessionServiceServicer):
         self, request: session_pb2.DeleteSessionRequest, context: Any
     ) -> session_pb2.DeleteSessionResponse:
         tenant = self._auth.tenant_of(context)
+        if self._pauses is not None:  # a paused session's stored workspace goes too (or is kept)
+            return await self._delete(tenant.name, request)
         session = await self._sessions.delete(tenant.name, request.session_id)
         return session_pb2.DeleteSessionResponse(session=self._proto(session))
 

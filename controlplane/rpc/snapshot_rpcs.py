@@ -19,8 +19,12 @@ from controlplane.v1 import session_pb2
 def snapshot_to_proto(s: Snapshot) -> session_pb2.Snapshot:
     created = Timestamp()
     created.FromNanoseconds(int(s.created_at * 1e9))
-    return session_pb2.Snapshot(id=s.id, session_id=s.session_id, size_bytes=s.size_bytes, created_at=created,
-                                template=s.template)
+    out = session_pb2.Snapshot(id=s.id, session_id=s.session_id, size_bytes=s.size_bytes, created_at=created,
+                               template=s.template)
+    if s.kind == "retained":  # kept at its session's end (pausing.py), until purge_at
+        out.retained = True
+        out.purge_at.FromNanoseconds(int(s.state.purge_at * 1e9))
+    return out
 
 
 def restore_only(request: session_pb2.CreateSessionRequest) -> None:

@@ -33,4 +33,24 @@ def cpu_seconds(container_id: str, root: Path = ROOT) -> float | None:
                     return int(value) / 1e6
         except (OSError, ValueError):
             pass
-    return None
+    return _under_tenant_parents(container_id, root)
+
+
+def _under_tenant_parents(container_id: str, root: Path) -> float | None:
+    """A container under a tenant's or the pool's parent (tenant_cgroups.py): `ocsb-<instance>/<name>/<id>`. A
+    claimed pooled container's CPU group moved, so where cpu and cpuacct share a hierarchy its time is in two
+    groups (before and after the claim): the sum."""
+    found: list[float] = []
+    for v1 in _V1_DIRS:
+        for usage in (root / v1).glob(f"ocsb-*/*/{container_id}/cpuacct.usage"):
+            try:
+                found.append(int(usage.read_text()) / 1e9)
+            except (OSError, ValueError):
+                pass
+    for stat in root.glob(f"ocsb-*/*/{container_id}/cpu.stat"):
+        try:
+            lines = stat.read_text().splitlines()
+        except OSError:
+            continue
+        found += [int(v) / 1e6 for k, _, v in (line.partition(" ") for line in lines) if k == "usage_usec"]
+    return sum(found) if found else None

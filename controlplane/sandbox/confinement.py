@@ -27,6 +27,7 @@ from typing import Any
 from docker.types import Mount
 
 from controlplane.errors import HardeningError
+from controlplane.sandbox import tenant_cgroups
 from controlplane.sandbox.layout import ENV_SYSCALL_DENY, ENV_TOOL_UID, LABEL_TOOL_UID
 
 CLONE_NAMESPACES = "clone:namespaces"
@@ -76,7 +77,11 @@ def create_container(client: Any, image: str, kwargs: dict[str, Any]) -> Any:
     create_kwargs = _create_container_args({**kwargs, "image": image, "version": client.api._version})
     create_kwargs["host_config"]["MaskedPaths"] = list(MASKED_PATHS)
     created = client.api.create_container(**create_kwargs)
-    return client.containers.get(created["Id"])
+    container = client.containers.get(created["Id"])
+    found = tenant_cgroups.parent_problems(container.attrs, kwargs.get("cgroup_parent"))
+    if found:
+        raise HardeningError("sandbox hardening could not be applied: " + "; ".join(found))
+    return container
 
 
 def verify(attrs: dict[str, Any], tool_uid: int, owns_uid: Callable[[int], bool]) -> None:
@@ -89,11 +94,12 @@ def verify(attrs: dict[str, Any], tool_uid: int, owns_uid: Callable[[int], bool]
 def verify_agent_filter(container: Any, runtime: str | None) -> None:
     """HardeningError unless the started agent runs under its filter, seen from the host. Under gVisor the
     sandbox's kernel is gVisor's own, whose processes the host does not see: there the agent's own check
-    (it stops when io_setup still succeeds) is what holds."""
-    if runtime == "runsc":
-        return
+    (it stops when io_setup still succeeds) is what holds. On both, the container's processes must be in the
+    tenant's CPU group it was created under (tenant_cgroups.py)."""
     container.reload()
-    problem = agent_filter_problem(int((container.attrs.get("State") or {}).get("Pid") or 0))
+    problem = tenant_cgroups.process_problem(container.attrs)
+    if problem is None and runtime != "runsc":
+        problem = agent_filter_problem(int((container.attrs.get("State") or {}).get("Pid") or 0))
     if problem is not None:
         raise HardeningError(f"sandbox hardening could not be applied: {problem}")
 

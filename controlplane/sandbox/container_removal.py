@@ -6,11 +6,12 @@ down on a loaded machine. Treating the timeout as a failure surfaced a raw `Read
 DeleteSession; treating a 409 ("removal already in progress") as success let the volume's removal run into the
 container still holding it. Here both are waited out, up to `REMOVAL_PATIENCE_S`, by asking again; past it the
 caller gets a SandboxError (UNAVAILABLE) and the session stays held, so that the next delete or reaper round
-tries again.
+tries again. The waits are the event loop's: only a request in flight holds one of the plane's few threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import docker
@@ -26,13 +27,13 @@ RETRY_PAUSE_S = 0.5
 _ENGINE_SLOW = (requests.exceptions.Timeout, requests.exceptions.ConnectionError)
 
 
-def remove_container(api: docker.APIClient, name: str, patience_s: float = REMOVAL_PATIENCE_S) -> None:
+async def remove_container(api: docker.APIClient, name: str, patience_s: float = REMOVAL_PATIENCE_S) -> None:
     """Force-removes the container (and its anonymous volumes); returns once the engine no longer has it."""
     deadline = time.monotonic() + patience_s
     last = ""
     while True:
         try:
-            api.remove_container(name, force=True, v=True)
+            await asyncio.to_thread(api.remove_container, name, force=True, v=True)
             return
         except docker.errors.NotFound:
             return
@@ -47,16 +48,16 @@ def remove_container(api: docker.APIClient, name: str, patience_s: float = REMOV
                 f"container {name} was not removed within {patience_s:.0f} s ({last}); the engine may still finish"
                 " it, and the session's next delete or the reaper tries again"
             )
-        time.sleep(RETRY_PAUSE_S)
+        await asyncio.sleep(RETRY_PAUSE_S)
 
 
-def remove_volume(api: docker.APIClient, name: str, patience_s: float = REMOVAL_PATIENCE_S) -> None:
+async def remove_volume(api: docker.APIClient, name: str, patience_s: float = REMOVAL_PATIENCE_S) -> None:
     """Force-removes the volume once nothing holds it; a volume already gone is fine."""
     deadline = time.monotonic() + patience_s
     last = ""
     while True:
         try:
-            api.remove_volume(name, force=True)
+            await asyncio.to_thread(api.remove_volume, name, force=True)
             return
         except docker.errors.NotFound:
             return
@@ -69,4 +70,11 @@ def remove_volume(api: docker.APIClient, name: str, patience_s: float = REMOVAL_
         if time.monotonic() >= deadline:
             raise SandboxError(f"volume {name} was not removed within {patience_s:.0f} s ({last}); the session's"
                                " next delete or the reaper tries again")
-        time.sleep(RETRY_PAUSE_S)
+        await asyncio.sleep(RETRY_PAUSE_S)
+
+
+async def remove_sandbox(api: docker.APIClient, container: str, volume: str) -> None:
+    """The container, then its workspace volume, within one patience: a delete is bounded as a whole."""
+    started = time.monotonic()
+    await remove_container(api, container)
+    await remove_volume(api, volume, patience_s=max(RETRY_PAUSE_S, REMOVAL_PATIENCE_S - (time.monotonic() - started)))

@@ -36,7 +36,8 @@ from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.core.sessions.models import Resources
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import ConfigError, HardeningError, SandboxError, SandboxLostError, SandboxStartError
-from controlplane.sandbox import cgroup_cpu, code_mount, confinement, container_removal, gvisor_limits
+from controlplane.sandbox import cgroup_cpu, code_mount, confinement, container_removal, gvisor_limits, tenant_cgroups
+from controlplane.sandbox import workspace_salvage as salvage
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
 from controlplane.sandbox.layout import (
@@ -60,8 +61,10 @@ from controlplane.sandbox.layout import (
     SandboxDirs,
     agent_env,
     engine_name,
+    global_source,
     limit_problems,
     privilege_problems,
+    wanted_global_source,
 )
 from controlplane.sandbox.runtime_pools import RuntimePools, pool_maker
 from controlplane.sandbox.templates import TemplateImages
@@ -106,6 +109,7 @@ class DockerSandboxProvider(SandboxProvider):
         """Sandboxes of failed sessions whose workspaces stay until the session is deleted (`retire`, `retain`)."""
         self._creates = FairGate(max(2, os.cpu_count() or 1))
         """Session creates that start a container (pool misses), tenants in turn (core/sessions/fair_gate.py)."""
+        self._cgroups = tenant_cgroups.TenantCgroups(instance, config.tenant_cpu_weight)
         self._templates = TemplateImages(config.base_url, config.image, templates, instance, pool.size)
         self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
             pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy), self._templates.pool_sizes())
@@ -144,9 +148,11 @@ class DockerSandboxProvider(SandboxProvider):
             ) from exc
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"the Docker engine does not answer: {exc}") from exc
+        await asyncio.to_thread(self._cgroups.start, self._client)
         await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by tag
         report = await self._reconcile(live)
         self._pools.start(DEFAULT_TEMPLATE, *self._templates.ready())
+        self._templates.start_pruning()
         return report
 
     async def close(self) -> None:
@@ -179,6 +185,7 @@ class DockerSandboxProvider(SandboxProvider):
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
+                    await asyncio.to_thread(self._cgroups.claim, sandbox, tenant)
                     labels = self._labels(sandbox.id, session_id, template) | {LABEL_TENANT: tenant}
                     await asyncio.to_thread(self._dirs.write_labels, sandbox.id, labels)
                 except BaseException:  # out of the pool, in no session: nothing else would remove it
@@ -239,7 +246,9 @@ class DockerSandboxProvider(SandboxProvider):
         sandbox = self._live.pop(sandbox_id, None)
         if sandbox is not None:
             await sandbox.agent.close()
-        await asyncio.to_thread(self._remove_everything, sandbox_id)
+        await container_removal.remove_sandbox(self._client.api, self._name(sandbox_id), self._volume(sandbox_id))
+        await asyncio.to_thread(self._cgroups.release, sandbox_id)
+        await asyncio.to_thread(self._release_storage, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
         self._retained.discard(sandbox_id)
 
@@ -249,19 +258,18 @@ class DockerSandboxProvider(SandboxProvider):
         if sandbox is not None:
             await sandbox.agent.close()
         self._retained.add(sandbox_id)
-        await asyncio.to_thread(self._remove_container, sandbox_id)
+        await container_removal.remove_container(self._client.api, self._name(sandbox_id))
+        await asyncio.to_thread(self._cgroups.release, sandbox_id)
         await asyncio.to_thread(self._dirs.remove, sandbox_id)
         await self._ledger.forget_sandbox(sandbox_id)
+
+    async def salvage(self, sandbox_id: str) -> bytes:
+        return await asyncio.to_thread(salvage.read, self._client, self._volume(sandbox_id), self._labels(sandbox_id))
 
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         self._retained.update(sandbox_ids)
 
-    def _remove_container(self, sandbox_id: str) -> None:
-        container_removal.remove_container(self._client.api, self._name(sandbox_id))
-
-    def _remove_everything(self, sandbox_id: str) -> None:
-        self._remove_container(sandbox_id)
-        container_removal.remove_volume(self._client.api, self._volume(sandbox_id))
+    def _release_storage(self, sandbox_id: str) -> None:
         if self._disks is not None:
             self._disks.release(sandbox_id)
         self._dirs.remove(sandbox_id)
@@ -332,6 +340,7 @@ class DockerSandboxProvider(SandboxProvider):
             "environment": agent_env() | {ENV_OUTPUT_BUDGET: str(self._output_budget_mb << 20)}
                            | confinement.agent_env(tool_uid),
             "detach": True,
+            **self._cgroups.join(sandbox_id, tenant),
         }
         if runtime:
             kwargs["runtime"] = runtime
@@ -431,7 +440,7 @@ class DockerSandboxProvider(SandboxProvider):
         template = container.labels.get(LABEL_TEMPLATE, DEFAULT_TEMPLATE)
         if record.state == "pool" and container.labels.get(LABEL_IMAGE) != self._templates.ready_image(template):
             return False  # not its template's image now (the template was rebuilt, or is not configured any more)
-        if record.state == "pool" and _global_source(container.attrs) != _wanted_source(self._config.global_dir):
+        if record.state == "pool" and global_source(container.attrs) != wanted_global_source(self._config.global_dir):
             return False  # pooled under another global tools dir: its sessions would see the wrong tools
         if record.state == "creating":
             return False
@@ -487,14 +496,3 @@ def verify_hardening(attrs: dict[str, Any], resources: Resources, runtime: str |
     if problems:
         raise HardeningError("sandbox hardening could not be applied: " + "; ".join(problems))
 
-
-def _global_source(attrs: dict[str, Any]) -> str | None:
-    """The host dir a container has at GLOBAL_DIR, if any."""
-    for mount in attrs.get("Mounts") or []:
-        if mount.get("Destination") == GLOBAL_DIR:
-            return str(mount.get("Source", ""))
-    return None
-
-
-def _wanted_source(global_dir: Path | None) -> str | None:
-    return None if global_dir is None else str(global_dir.resolve())

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from controlplane.core.sessions.models import Resources
 from controlplane.errors import ConfigError
@@ -170,3 +171,16 @@ class SandboxDirs:
         if not self.root.is_dir():
             return []
         return [p.name for p in self.root.iterdir() if p.is_dir()]
+
+
+def global_source(attrs: dict[str, Any]) -> str | None:
+    """The host dir a container has at GLOBAL_DIR, if any."""
+    for mount in attrs.get("Mounts") or []:
+        if mount.get("Destination") == GLOBAL_DIR:
+            return str(mount.get("Source", ""))
+    return None
+
+
+def wanted_global_source(global_dir: Path | None) -> str | None:
+    """The host dir `global_dir` names, as a container's mount reports it (None: no global tools dir)."""
+    return None if global_dir is None else str(global_dir.resolve())

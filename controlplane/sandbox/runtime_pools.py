@@ -97,3 +97,11 @@ def tenant_runtimes(settings: Settings) -> dict[str, str]:
     if runtimes and settings.provider.type != "docker":
         raise ConfigError(f"tenants {sorted(runtimes)} ask for a runtime; only provider.type = \"docker\" has one")
     return runtimes
+
+
+def pooled_sandboxes(settings: Settings) -> int:
+    """How many warm sandboxes the provider keeps ready, for host admission's pool reservation: each runtime in use
+    has a pool of every template, the default's `pool.size` and each other template's own `pool`."""
+    default = getattr(settings.provider, "runtime", None)
+    runtimes = 1 + len({t.runtime for t in settings.tenants if t.runtime and t.runtime != default})
+    return runtimes * (settings.pool.size + sum(t.pool or 0 for t in settings.templates))

@@ -16,6 +16,8 @@ hardening after creation and fails closed. What this module adds is the image si
   image that dropped, moved or patched the agent, or one built on an older sandbox image, speaks another
   protocol or runs other code as the sandbox's root, and is refused. The check reads the files from a
   created, never started container.
+- After the provider's start, this instance's template images that no declared template uses any more are
+  removed in the background (template_prune: never the sandbox image, another instance's, or one in use).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -41,6 +43,7 @@ from controlplane.config_lifecycle import TemplateConfig
 from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo, TemplateState
 from controlplane.errors import FailedPreconditionError
 from controlplane.sandbox.layout import LABEL_INSTANCE, LABEL_TEMPLATE
+from controlplane.sandbox.template_prune import prune_templates
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +179,7 @@ class TemplateImages:
         self._settled: dict[str, asyncio.Event] = {}
         self._client: Any = None
         self._builds: asyncio.Task[None] | None = None
+        self._pruning: asyncio.Task[list[str]] | None = None
         self._base_id = ""
         self._base_digest = ""
 
@@ -275,7 +279,10 @@ class TemplateImages:
 
     async def _build_all(self, names: list[str], on_ready: Callable[[str], None]) -> None:
         for name in names:
-            error = await _in_daemon_thread(self._build, name)
+            try:
+                error = await _in_daemon_thread(self._build, name)
+            except Exception as exc:  # reported as the template's error
+                error = f"the build failed: {exc}"
             if error:
                 log.error("template %s failed to build: %s", name, error)
                 self._info(name, self.image(name), "failed", error)
@@ -306,32 +313,71 @@ class TemplateImages:
             return f"the build of {dockerfile} failed: {exc} | " + " | ".join(tail)
         return ""
 
+    def start_pruning(self) -> None:
+        """`prune` in the background: called by the provider once it has adopted or removed its sandboxes (a
+        pooled sandbox of an old image, removed at start, no longer holds it)."""
+        self._pruning = asyncio.get_running_loop().create_task(self.prune())
+
+    async def prune(self) -> list[str]:
+        """Removes this instance's template images that no declared template uses any more (template_prune), once
+        `start` has named every template's current tag; what it removed. Never fails the plane: an engine error
+        is logged, and the next start tries again."""
+        keep = {name: "" for name in self._specs}  # a template whose tag is unknown keeps all of its images
+        keep.update((name, info.image) for name, info in self._infos.items()
+                    if info.image.startswith(TAG_PREFIX) and not self._specs[name].image)
+        try:
+            return await _in_daemon_thread(self._prune, keep)
+        except docker.errors.DockerException as exc:
+            log.warning("template images not pruned: %s", exc)
+            return []
+
+    def _prune(self, keep: dict[str, str]) -> list[str]:
+        client = self._client or (docker.DockerClient(base_url=self._base_url) if self._base_url else docker.from_env())
+        try:
+            return prune_templates(client, self._instance, keep, self._base_image)
+        finally:
+            if client is not self._client:
+                client.close()
+
     async def close(self) -> None:
+        if self._pruning is not None:
+            self._pruning.cancel()  # a removal under way finishes in its thread; the next start prunes the rest
         if self._builds is not None:
             self._builds.cancel()  # a build under way finishes in its thread and is cached for the next start
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
 
 
-async def _in_daemon_thread(fn: Callable[[str], str], arg: str) -> str:
-    """`fn(arg)` in a daemon thread: a build can take minutes, and a plane that stops meanwhile must neither wait
-    for it nor keep its process alive (the default executor's threads are joined at exit)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[str] = loop.create_future()
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
-    def settle(result: str) -> None:
-        if not done.done():
-            done.set_result(result)
+
+async def _in_daemon_thread(fn: Callable[[_A], _R], arg: _A) -> _R:
+    """`fn(arg)` in a daemon thread: a build (or an image removal on a busy engine) can take minutes, and a plane
+    that stops meanwhile must neither wait for it nor keep its process alive (the default executor's threads are
+    joined at exit). What `fn` raises is raised here."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_R] = loop.create_future()
+
+    def settle(result: _R | None, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]  # set only when fn returned
 
     def run() -> None:
+        result: _R | None = None
+        error: BaseException | None = None
         try:
             result = fn(arg)
-        except Exception as exc:  # reported as the template's error, never lost with the thread
-            result = f"the build failed: {exc}"
+        except Exception as exc:  # handed to the awaiting task, never lost with the thread
+            error = exc
         try:
-            loop.call_soon_threadsafe(settle, result)
+            loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:
-            pass  # the loop is gone: the plane stopped while building
+            pass  # the loop is gone: the plane stopped meanwhile
 
-    threading.Thread(target=run, name=f"template-build-{arg}", daemon=True).start()
+    threading.Thread(target=run, name=f"template-{fn.__name__.strip('_')}", daemon=True).start()
     return await done

@@ -78,6 +78,20 @@ class FsSnapshotStorage:
             raise
         return snapshot
 
+    async def tenants(self) -> list[str]:
+        def scan() -> list[str]:
+            found: list[str] = []
+            for folder in self.root.iterdir() if self.root.is_dir() else []:
+                # Each directory's records name its tenant: a directory's own name may be an encoding of it.
+                for record in folder.glob("snap_*.json"):
+                    snapshot = self._load(record)
+                    if snapshot is not None:
+                        found.append(snapshot.tenant)
+                        break
+            return sorted(found)
+
+        return await asyncio.to_thread(scan)
+
     async def get(self, tenant: str, snapshot_id: str) -> Snapshot | None:
         return await asyncio.to_thread(self._load, self._paths(tenant, snapshot_id)[1])
 

@@ -231,13 +231,15 @@ class PostgresStore:
         rows = await self._fetch("SELECT * FROM sessions WHERE id = %s", (session_id,))
         return session_of(rows[0]) if rows else None
 
-    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]:
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False,
+                            with_paused: bool = False) -> list[Session]:
         sql, params = "SELECT * FROM sessions WHERE true", []
         if tenant is not None:
             sql += " AND tenant = %s"
             params.append(tenant)
         if live_only:
-            sql += " AND state IN ('CREATING', 'READY')"
+            sql += " AND state IN ('CREATING', 'READY', 'PAUSED')" if with_paused else \
+                " AND state IN ('CREATING', 'READY')"
         rows = await self._fetch(sql + " ORDER BY created_at, id", params)
         return [session_of(row) for row in rows]
 

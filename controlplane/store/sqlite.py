@@ -229,13 +229,15 @@ class SqliteStore:
         row = await self._run(lambda db: db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone())
         return session_of(row) if row else None
 
-    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]:
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False,
+                            with_paused: bool = False) -> list[Session]:
         sql, params = "SELECT * FROM sessions WHERE 1=1", []
         if tenant is not None:
             sql += " AND tenant = ?"
             params.append(tenant)
         if live_only:
-            sql += " AND state IN ('CREATING', 'READY')"
+            sql += " AND state IN ('CREATING', 'READY', 'PAUSED')" if with_paused else \
+                " AND state IN ('CREATING', 'READY')"
         rows = await self._run(lambda db: db.execute(sql + " ORDER BY created_at", params).fetchall())
         return [session_of(row) for row in rows]
 

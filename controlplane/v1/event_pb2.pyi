@@ -50,7 +50,9 @@ class Event(_message.Message):
     PROPERTIES_JSON_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
     type: _builtins.str
-    """session.created, session.deleted, session.failed, tool.state, permission.asked, permission.replied"""
+    """session.created, session.deleted, session.failed, session.paused, session.resumed (its properties list the
+    custom code files the resumed session loaded: codeLoaded), tool.state, permission.asked, permission.replied
+    """
     session_id: _builtins.str
     properties_json: _builtins.str
     """The event's properties, a JSON object (OpenCode's bus payload shapes)."""

@@ -177,6 +177,8 @@ class Session(_message.Message):
         READY: Session._State.ValueType  # 2
         FAILED: Session._State.ValueType  # 3
         DELETED: Session._State.ValueType  # 4
+        PAUSED: Session._State.ValueType  # 5
+        """No sandbox: the workspace and state are kept until ResumeSession (or DeleteSession)."""
 
     class State(_State, metaclass=_StateEnumTypeWrapper): ...
     STATE_UNSPECIFIED: Session.State.ValueType  # 0
@@ -184,6 +186,8 @@ class Session(_message.Message):
     READY: Session.State.ValueType  # 2
     FAILED: Session.State.ValueType  # 3
     DELETED: Session.State.ValueType  # 4
+    PAUSED: Session.State.ValueType  # 5
+    """No sandbox: the workspace and state are kept until ResumeSession (or DeleteSession)."""
 
     @_typing.final
     class LabelsEntry(_message.Message):
@@ -342,15 +346,21 @@ class DeleteSessionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    KEEP_SNAPSHOT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    keep_snapshot: _builtins.bool
+    """Keep the session's workspace and state as a retained snapshot (listed with retained = true and purged
+    after the operator's lifetime.retain_s), restorable with CreateSession(from_snapshot).
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
+        keep_snapshot: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_snapshot", b"keep_snapshot", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -361,16 +371,22 @@ class DeleteSessionResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def session(self) -> Global___Session: ...
+    @_builtins.property
+    def snapshot(self) -> Global___Snapshot:
+        """The retained snapshot, when keep_snapshot asked for one."""
+
     def __init__(
         self,
         *,
         session: Global___Session | None = ...,
+        snapshot: Global___Snapshot | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session", "snapshot", b"snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session", "snapshot", b"snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -473,14 +489,22 @@ class Snapshot(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     TEMPLATE_FIELD_NUMBER: _builtins.int
+    RETAINED_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     session_id: _builtins.str
     """The session it was taken from."""
     size_bytes: _builtins.int
     """The stored (compressed) workspace's size."""
     template: _builtins.str
+    retained: _builtins.bool
+    """Kept by the platform when its session ended (expired, FAILED, or deleted with keep_snapshot); purged at
+    purge_at.
+    """
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -489,10 +513,12 @@ class Snapshot(_message.Message):
         size_bytes: _builtins.int = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         template: _builtins.str = ...,
+        retained: _builtins.bool = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "purge_at", b"purge_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "session_id", b"session_id", "size_bytes", b"size_bytes", "template", b"template"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "id", b"id", "purge_at", b"purge_at", "retained", b"retained", "session_id", b"session_id", "size_bytes", b"size_bytes", "template", b"template"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -609,3 +635,41 @@ class ForkSessionRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ForkSessionRequest: _TypeAlias = ForkSessionRequest  # noqa: Y015
+
+@_typing.final
+class PauseSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseSessionRequest: _TypeAlias = PauseSessionRequest  # noqa: Y015
+
+@_typing.final
+class ResumeSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeSessionRequest: _TypeAlias = ResumeSessionRequest  # noqa: Y015

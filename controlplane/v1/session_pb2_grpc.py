@@ -79,6 +79,16 @@ class SessionServiceStub:
                 request_serializer=controlplane_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
                 response_deserializer=controlplane_dot_v1_dot_session__pb2.Session.FromString,
                 _registered_method=True)
+        self.PauseSession = channel.unary_unary(
+                '/controlplane.v1.SessionService/PauseSession',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.PauseSessionRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
+        self.ResumeSession = channel.unary_unary(
+                '/controlplane.v1.SessionService/ResumeSession',
+                request_serializer=controlplane_dot_v1_dot_session__pb2.ResumeSessionRequest.SerializeToString,
+                response_deserializer=controlplane_dot_v1_dot_session__pb2.Session.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -149,6 +159,23 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseSession(self, request, context):
+        """Stores the READY session's workspace and removes its sandbox: the session is PAUSED, keeps its id, todos,
+        approvals, config and network policy, and its CPU and memory no longer count against the tenant's quota
+        (its stored workspace still counts as disk). Tool calls, Exec and file RPCs on it are FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSession(self, request, context):
+        """A fresh sandbox for a PAUSED session, with its workspace, tools and state; admitted and counted against
+        quotas as a CreateSession is (RESOURCE_EXHAUSTED if the tenant is now over).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +222,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
             'ForkSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSession,
                     request_deserializer=controlplane_dot_v1_dot_session__pb2.ForkSessionRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.Session.SerializeToString,
+            ),
+            'PauseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSession,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.PauseSessionRequest.FromString,
+                    response_serializer=controlplane_dot_v1_dot_session__pb2.Session.SerializeToString,
+            ),
+            'ResumeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSession,
+                    request_deserializer=controlplane_dot_v1_dot_session__pb2.ResumeSessionRequest.FromString,
                     response_serializer=controlplane_dot_v1_dot_session__pb2.Session.SerializeToString,
             ),
     }
@@ -440,6 +477,60 @@ class SessionService:
             target,
             '/controlplane.v1.SessionService/ForkSession',
             controlplane_dot_v1_dot_session__pb2.ForkSessionRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/PauseSession',
+            controlplane_dot_v1_dot_session__pb2.PauseSessionRequest.SerializeToString,
+            controlplane_dot_v1_dot_session__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/controlplane.v1.SessionService/ResumeSession',
+            controlplane_dot_v1_dot_session__pb2.ResumeSessionRequest.SerializeToString,
             controlplane_dot_v1_dot_session__pb2.Session.FromString,
             options,
             channel_credentials,

@@ -56,6 +56,15 @@ class SessionServiceStub:
     """A new, independent session with a copy of the READY session's workspace and state (admitted and
     counted against quotas as a CreateSession is).
     """
+    PauseSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.PauseSessionRequest, _session_pb2.Session]
+    """Stores the READY session's workspace and removes its sandbox: the session is PAUSED, keeps its id, todos,
+    approvals, config and network policy, and its CPU and memory no longer count against the tenant's quota
+    (its stored workspace still counts as disk). Tool calls, Exec and file RPCs on it are FAILED_PRECONDITION.
+    """
+    ResumeSession: _grpc.UnaryUnaryMultiCallable[_session_pb2.ResumeSessionRequest, _session_pb2.Session]
+    """A fresh sandbox for a PAUSED session, with its workspace, tools and state; admitted and counted against
+    quotas as a CreateSession is (RESOURCE_EXHAUSTED if the tenant is now over).
+    """
 
 @_typing.type_check_only
 class SessionServiceAsyncStub(SessionServiceStub):
@@ -82,6 +91,15 @@ class SessionServiceAsyncStub(SessionServiceStub):
     ForkSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ForkSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
     """A new, independent session with a copy of the READY session's workspace and state (admitted and
     counted against quotas as a CreateSession is).
+    """
+    PauseSession: _aio.UnaryUnaryMultiCallable[_session_pb2.PauseSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
+    """Stores the READY session's workspace and removes its sandbox: the session is PAUSED, keeps its id, todos,
+    approvals, config and network policy, and its CPU and memory no longer count against the tenant's quota
+    (its stored workspace still counts as disk). Tool calls, Exec and file RPCs on it are FAILED_PRECONDITION.
+    """
+    ResumeSession: _aio.UnaryUnaryMultiCallable[_session_pb2.ResumeSessionRequest, _session_pb2.Session]  # type: ignore[assignment]
+    """A fresh sandbox for a PAUSED session, with its workspace, tools and state; admitted and counted against
+    quotas as a CreateSession is (RESOURCE_EXHAUSTED if the tenant is now over).
     """
 
 class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -160,6 +178,27 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
         """A new, independent session with a copy of the READY session's workspace and state (admitted and
         counted against quotas as a CreateSession is).
+        """
+
+    @_abc_1.abstractmethod
+    def PauseSession(
+        self,
+        request: _session_pb2.PauseSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
+        """Stores the READY session's workspace and removes its sandbox: the session is PAUSED, keeps its id, todos,
+        approvals, config and network policy, and its CPU and memory no longer count against the tenant's quota
+        (its stored workspace still counts as disk). Tool calls, Exec and file RPCs on it are FAILED_PRECONDITION.
+        """
+
+    @_abc_1.abstractmethod
+    def ResumeSession(
+        self,
+        request: _session_pb2.ResumeSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.Session, _abc.Awaitable[_session_pb2.Session]]:
+        """A fresh sandbox for a PAUSED session, with its workspace, tools and state; admitted and counted against
+        quotas as a CreateSession is (RESOURCE_EXHAUSTED if the tenant is now over).
         """
 
 def add_SessionServiceServicer_to_server(servicer: SessionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

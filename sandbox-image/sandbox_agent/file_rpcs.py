@@ -19,10 +19,8 @@ import grpc
 
 from sandbox.v1 import agent_pb2
 from sandbox_agent.fileops import frame
+from sandbox_agent.helper_temps import Announced, Helper, collect, stop_and_clean
 from sandbox_agent.process import Chunk, Execution, Exit
-
-Helper = Callable[[list[str], bool], Awaitable[Execution]]
-"""Starts `python -m sandbox_agent.<argv>` as the tool user (stdin kept open when asked)."""
 
 
 async def _refuse(context: Any, stderr: bytes, exit_: Exit) -> None:
@@ -33,15 +31,6 @@ async def _refuse(context: Any, stderr: bytes, exit_: Exit) -> None:
     if not isinstance(code, grpc.StatusCode):
         code, message = grpc.StatusCode.INTERNAL, (lines[-1] if lines else f"file helper failed ({exit_.exit_code})")
     await context.abort(code, message)
-
-
-async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
-    out, err = bytearray(), bytearray()
-    async for item in helper.events():
-        if isinstance(item, Exit):
-            return bytes(out), bytes(err), item
-        (out if item.stream == "stdout" else err).extend(item.data)
-    raise RuntimeError("file helper ended without an exit event")
 
 
 class FileRpcs:
@@ -88,12 +77,20 @@ class FileRpcs:
             ["write", self._workspace, first.path, mode, "1" if first.parents else "0", str(self._max_write_bytes)],
             stdin=True,
         )
+        announced = Announced(self._workspace)
+        collected = False
         try:
             feeding = _feed(helper, first.chunk, (r.chunk async for r in iterator))
-            out, err, exit_ = await _collect_while(helper, feeding)
+            out, err, exit_ = await _collect_while(helper, feeding, announced)
+            collected = True
         finally:
-            self._done(helper)
+            self._running.discard(helper)
+            if not collected:
+                # The caller went away: the helper is stopped, and what it could not remove is removed for it.
+                cleaning = stop_and_clean(helper, announced, "file call cancelled", self._helper)
+                self._background(asyncio.ensure_future(cleaning))
         if exit_.exit_code != 0:
+            await announced.remove_left(self._helper)
             await _refuse(context, err, exit_)
         written = agent_pb2.FileEntry(**json.loads(out))
         self.caller_changed(written.path)
@@ -108,7 +105,7 @@ class FileRpcs:
             ["list", self._workspace, request.path, "1" if request.recursive else "0", str(request.limit)]
         )
         try:
-            out, err, exit_ = await _collect(helper)
+            out, err, exit_ = await collect(helper, Announced(self._workspace))
         finally:
             self._done(helper)
         if exit_.exit_code != 0:
@@ -150,13 +147,13 @@ async def _feed(helper: Execution, first: bytes, rest: AsyncIterator[bytes]) -> 
     helper.close_stdin()
 
 
-async def _collect_while(helper: Execution, feeding: Awaitable[None]) -> tuple[bytes, bytes, Exit]:
+async def _collect_while(helper: Execution, feeding: Awaitable[None], stdout: Announced) -> tuple[bytes, bytes, Exit]:
     """The helper's output and exit while `feeding` writes its stdin. A helper that refused early (a bad path)
     still has the caller's stream read to its end (writes to it are dropped), as UploadWorkspace does: a caller
     still writing when the call ends would see its own write fail instead of the refusal."""
     feed = asyncio.ensure_future(feeding)
     try:
-        result = await _collect(helper)
+        result = await collect(helper, stdout)
         await feed
         return result
     finally:

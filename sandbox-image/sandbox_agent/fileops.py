@@ -7,8 +7,9 @@
 
 A write's content comes framed (each piece after its 4-byte big-endian length, then an empty piece): the file
 is put in place only after that end mark, so a write whose caller went away (its stdin closed early, which the
-agent does before it stops a helper) never leaves a truncated file. A refusal exits 1 with `STATUS message` (a
-gRPC status name) as the last line of stderr, before any output.
+agent does before it stops a helper) never leaves a truncated file. Its temporary file's path is announced on
+stdout before the entry JSON (helper_temps.py), so the agent can remove it if this process is killed. A
+refusal exits 1 with `STATUS message` (a gRPC status name) as the last line of stderr, before any output.
 
 Every path is resolved once (symlinks inside the workspace are followed, one leading out is refused), then the
 resolved path is walked from `/` with O_NOFOLLOW at each step (tools/safe_open.py): a link swapped in by a tool
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from sandbox_agent.errors import AgentError
+from sandbox_agent.helper_temps import announce
 from sandbox_agent.tools.safe_open import PathChangedError, Target, inspect, open_checked, open_directory
 
 CHUNK = 1024 * 1024
@@ -134,9 +136,11 @@ def _replace(dir_fd: int, name: str, target: Target, mode: int | None, max_bytes
     except FileNotFoundError:
         pass
     temp = f".{name}.ocsb-{os.getpid()}"
+    announce(os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), temp))
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     except OSError as exc:
+        announce(None)  # not made: whatever holds the name (EEXIST) is not ours
         raise _os_refusal(exc, target.path) from None
     try:
         written = 0

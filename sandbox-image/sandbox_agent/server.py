@@ -23,6 +23,7 @@ from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, Workspa
 from sandbox_agent.file_rpcs import FileRpcs
 from sandbox_agent.frames import FramesServer, frames_path
 from sandbox_agent.gc_tuning import tune_after_startup
+from sandbox_agent.helper_temps import Announced, collect, stop_and_clean
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.saved_outputs import resource_error
@@ -268,15 +269,20 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             ["sandbox_agent.tario", "extract", dest, str(self._config.max_upload_bytes), *confine], stdin=True
         )
         self._running.add(helper)
+        announced = Announced(self._config.workspace)
+        collected = False
         try:
             feed = asyncio.ensure_future(_feed(helper, first, iterator))
-            stdout, stderr, exit_ = await _collect(helper)
+            stdout, stderr, exit_ = await collect(helper, announced)
             await feed
+            collected = True
         finally:
             self._running.discard(helper)
-            if not helper.finished:
-                self._spawn_background(helper.stop(reason="upload cancelled"))
+            if not collected:
+                # The caller went away: the helper is stopped, and a member it could not remove is removed for it.
+                self._spawn_background(stop_and_clean(helper, announced, "upload cancelled", self._start_helper))
         if exit_.exit_code != 0:
+            await announced.remove_left(self._start_helper)
             message = stderr.decode(errors="replace").strip() or f"extraction failed ({exit_.exit_code})"
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exit_.exit_code == 3 else grpc.StatusCode.INVALID_ARGUMENT
             await context.abort(code, f"workspace upload refused: {message}")
@@ -391,15 +397,6 @@ async def _drain(rest: AsyncIterator[agent_pb2.UploadWorkspaceRequest]) -> None:
             pass
 
 
-async def _collect(helper: Execution) -> tuple[bytes, bytes, Exit]:
-    out, err = bytearray(), bytearray()
-    async for item in helper.events():
-        if isinstance(item, Exit):
-            return bytes(out), bytes(err), item
-        (out if item.stream == "stdout" else err).extend(item.data)
-    raise RuntimeError("helper ended without an exit event")
-
-
 def _end_exec_span(span: tracing.Span, item: Exit) -> None:
     span.set("process.exit.code", item.exit_code)
     if item.timed_out or item.aborted or item.signal:
@@ -468,4 +465,4 @@ async def _prepare_home(service: SandboxAgentService, config: AgentConfig) -> No
     since the agent has no CAP_CHOWN."""
     os.makedirs(os.path.dirname(config.tool_home) or "/", exist_ok=True)
     helper = await service.run_tool(tool_home.prepare_command(config.tool_home))
-    await _collect(helper)
+    await collect(helper, Announced(config.workspace))

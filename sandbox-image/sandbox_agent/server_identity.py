@@ -58,11 +58,11 @@ SERVER_NICENESS = 10
 SERVER_OOM_SCORE_ADJ = 500
 """Between the agent and the tool processes (1000): a memory hog that is a tool process goes first."""
 _AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GUARD = [sys.executable, "-I", "-B", "-c",
+GUARD = [sys.executable, "-I", "-S", "-B", "-c",
          f"import sys; sys.path.insert(0, {_AGENT_ROOT!r}); from sandbox_agent.proc_guard import exec_restricted;"
          " exec_restricted()"]
 """The first program of a server's chain: it enters proc_guard's domain (as root, before the uid switch) and execs
-the rest."""
+the rest. `-S`: it needs nothing beyond the standard library, and `site` (its .pth files) costs every host start."""
 VERIFY_TIMEOUT_S = 10.0
 _POLL_S = 0.002
 

@@ -2,7 +2,7 @@
 
 Switching uid in `Popen` makes CPython fork the whole (large) agent; a small process that is the
 tool user already spawns with vfork, in a fraction of the time. Both sides of the channel are here:
-`main()` (the helper, `python3 -m sandbox_agent.spawner FD PARENT`) and `Spawner` (the agent side).
+`spawner_helper.main()` (the helper) and `Spawner` (the agent side, here).
 
 Protocol, over a SOCK_SEQPACKET socketpair, each message JSON in one or more frames:
   agent -> helper  {"id", "argv", "env", "cwd", "umask", "stdin": bool, "stderr": "pipe"|"stdout"}
@@ -28,237 +28,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import errno
-import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox_agent import pidfds, proc_guard
+from sandbox_agent import pidfds
 from sandbox_agent.errors import SpawnError
 
-FRAME = 64 * 1024
-"""Payload per SEQPACKET frame: large argv/env are split, since one datagram must fit the buffer."""
-_MORE, _LAST = b"\x01", b"\x00"
-_MAX_FDS = 4
+# The helper's side lives in its own module (it imports no asyncio); TOOL_NICENESS and FRAME are named here too.
+from sandbox_agent.spawner_helper import FRAME as FRAME
+from sandbox_agent.spawner_helper import TOOL_NICENESS as TOOL_NICENESS
+from sandbox_agent.spawner_helper import _Assembler, _close_all, _frames, _recv_frame
+
 START_TIMEOUT_S = 10.0
-TOOL_NICENESS = 10
-TOOL_OOM_SCORE_ADJ = 1000
 STOP_TIMEOUT_S = 1.0
 REPLY_TIMEOUT_S = 10.0
 """A helper silent this long on a request is stuck (a tool process may SIGSTOP it): it is replaced."""
 STATUS_TIMEOUT_S = 2.0
 """Same, for the status of a command that has visibly exited."""
-_PR_SET_PDEATHSIG = 1
-_PR_SET_DUMPABLE = 4
 PYTHON = sys.executable
 """Interpreter of the helper; it must be executable by the tool user (host tests point it elsewhere)."""
 _AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-# -- framing (both sides) -----------------------------------------------------------------------
-
-
-def _frames(message: dict[str, Any]) -> list[bytes]:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    parts = [data[i:i + FRAME] for i in range(0, len(data), FRAME)] or [b""]
-    return [(_LAST if i == len(parts) - 1 else _MORE) + part for i, part in enumerate(parts)]
-
-
-def _recv_frame(sock: socket.socket) -> tuple[bytes, list[int]]:
-    """One datagram and the fds it carried (close-on-exec); b"" at end of stream."""
-    data, ancdata, flags, _ = sock.recvmsg(
-        FRAME + 1, socket.CMSG_SPACE(_MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
-    )
-    fds: list[int] = []
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(payload) - len(payload) % 4
-            fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder) for i in range(0, usable, 4))
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-        _close_all(fds)
-        raise OSError(errno.EMSGSIZE, "truncated message on the spawner channel")
-    return data, fds
-
-
-class _Assembler:
-    """Joins frames into messages; the fds travel with the last frame."""
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def feed(self, frame: bytes) -> dict[str, Any] | None:
-        self._parts.append(frame[1:])
-        if frame[:1] == _MORE:
-            return None
-        data, self._parts = b"".join(self._parts), []
-        message: dict[str, Any] = json.loads(data)
-        return message
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-# -- the helper process -------------------------------------------------------------------------
-
-
-def _harden(parent: int) -> None:
-    _yield_to_the_agent()  # first: a non-dumpable process's /proc/self files belong to root
-    # Then no tool process started from here may write under /proc: the OOM score above is not pinned, and a
-    # tool process lowering it back to 0 could make the agent the OOM killer's choice (proc_guard).
-    proc_guard.restrict_proc_writes()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
-    # The socket's EOF already ends the helper with the agent; the signal also covers a stuck read.
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        raise SystemExit(0)
-
-
-def _yield_to_the_agent() -> None:
-    """Tool processes (inheriting from the helper) lose to the agent for CPU and for the OOM killer.
-
-    Within the container's cgroup a fork bomb otherwise shares the CPU with the agent as equals,
-    and health and abort wait behind hundreds of runnable tasks. Both changes need no privilege; the
-    OOM score is not pinned (that would need CAP_SYS_RESOURCE), so `proc_guard` keeps it from being lowered.
-    """
-    with contextlib.suppress(OSError):
-        os.nice(TOOL_NICENESS)
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
-        f.write(str(TOOL_OOM_SCORE_ADJ))
-
-
-_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
-"""Ignored by CPython (so by the helper); a command starts with them at their defaults, as Popen gives it."""
-
-
-def _spawn(request: dict[str, Any], fds: list[int]) -> int:
-    """Starts the command in a session of its own; its pid.
-
-    `posix_spawn` (a vfork underneath) with what Popen(cwd, umask, start_new_session, close_fds) would do:
-    the helper is single-threaded, so it takes the command's directory and umask itself first, and every
-    fd of its own is close-on-exec (`_close_on_exec_all`), so the command gets fds 0-2 only.
-    """
-    stdout = fds[0]
-    rest = fds[1:]
-    stderr = stdout
-    if request["stderr"] == "pipe":
-        stderr, rest = rest[0], rest[1:]
-    actions: list[tuple[Any, ...]] = [
-        (os.POSIX_SPAWN_DUP2, rest[0], 0) if request["stdin"] else (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_DUP2, stdout, 1),
-        (os.POSIX_SPAWN_DUP2, stderr, 2),
-    ]
-    argv: list[str] = request["argv"]
-    env: dict[str, str] = request["env"]
-    if not argv:
-        raise ValueError("empty argv")
-    os.chdir(request["cwd"])
-    os.umask(request["umask"])
-    failure: OSError | None = None
-    for program in _candidates(argv[0], env):
-        try:
-            return os.posix_spawn(program, argv, env, file_actions=actions, setsid=True,
-                                  setsigdef=_DEFAULT_SIGNALS)
-        except OSError as exc:
-            # As execvp (and Popen): a missing candidate is skipped, the first other failure is kept.
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) and failure is None:
-                failure = exc
-    raise failure or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-
-
-def _candidates(name: str, env: dict[str, str]) -> Iterator[str]:
-    """Where `name` may be, in order: itself when it has a slash, else each file of that name on env's PATH
-    (the first directory's entry when there is none, for the error)."""
-    if "/" in name:
-        yield name
-        return
-    paths = [os.path.join(directory, name) for directory in os.get_exec_path(env)]
-    found = False
-    for path in paths:
-        if os.path.isfile(path):
-            found = True
-            yield path
-    if not found and paths:
-        yield paths[0]
-
-
-def _close_on_exec_all() -> None:
-    """Marks every fd the helper holds close-on-exec (the channel itself came inheritable)."""
-    for entry in os.listdir("/proc/self/fd"):
-        fd = int(entry)
-        if fd > 2:
-            with contextlib.suppress(OSError):
-                os.set_inheritable(fd, False)
-
-
-def _serve(sock: socket.socket) -> None:
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ, None)
-    assembler = _Assembler()
-    pending_fds: list[int] = []
-
-    def send(message: dict[str, Any], fds: list[int] | None = None) -> None:
-        *first, last = _frames(message)
-        for frame in first:
-            sock.sendmsg([frame])
-        socket.send_fds(sock, [last], fds or [])
-
-    send({"ready": True})
-    while True:
-        for key, _ in selector.select():
-            if key.data is not None:
-                pid: int = key.data
-                selector.unregister(key.fileobj)
-                # The pidfd is readable once the child is exiting; this wait returns right away.
-                _, status = os.waitpid(pid, 0)
-                os.close(key.fd)
-                send({"pid": pid, "status": os.waitstatus_to_exitcode(status)})
-                continue
-            frame, fds = _recv_frame(sock)
-            if not frame:
-                return
-            pending_fds.extend(fds)
-            request = assembler.feed(frame)
-            if request is None:
-                continue
-            try:
-                child = _spawn(request, pending_fds)
-            except OSError as exc:
-                send({"id": request["id"], "error": {"errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}})
-            except (ValueError, TypeError, KeyError, IndexError) as exc:
-                send({"id": request["id"], "error": {"errno": 0, "strerror": str(exc)}})
-            else:
-                pidfd = pidfds.pidfd_for(child)
-                selector.register(pidfd, selectors.EVENT_READ, child)
-                send({"id": request["id"], "pid": child}, [pidfd])
-            finally:
-                _close_all(pending_fds)
-                pending_fds = []
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    fd, parent = int(args[0]), int(args[1])
-    _harden(parent)
-    _close_on_exec_all()
-    sock = socket.socket(fileno=fd)
-    sock.setblocking(True)
-    try:
-        _serve(sock)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
+HELPER_MODULE = "sandbox_agent.spawner_helper"
+"""What the helper runs: a module that imports no asyncio (one helper lives as long as its sandbox)."""
 
 
 # -- the agent side ------------------------------------------------------------------------------
@@ -379,7 +175,7 @@ class Spawner:
 
     async def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        code = f"import sys; sys.path.insert(0, {_AGENT_ROOT!r}); from sandbox_agent.spawner import main; main()"
+        code = f"import sys; sys.path.insert(0, {_AGENT_ROOT!r}); from {HELPER_MODULE} import main; main()"
         try:
             proc = subprocess.Popen(  # noqa: ASYNC220 - once per helper start
                 [self._python, "-I", "-B", "-c", code, str(theirs.fileno()), str(os.getpid())],
@@ -587,4 +383,6 @@ async def close_all() -> None:
 
 
 if __name__ == "__main__":
+    from sandbox_agent.spawner_helper import main
+
     main()

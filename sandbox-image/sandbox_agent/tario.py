@@ -1,6 +1,7 @@
 """Workspace archives, run as the unprivileged tool user in a child process.
 
     python3 -m sandbox_agent.tario extract DEST MAX_BYTES [WORKSPACE] < archive.tar   -> JSON summary on stdout
+      (after a line per temporary entry: helper_temps.announce)
     python3 -m sandbox_agent.tario create SRC > archive.tar
 
 Extraction never follows a symlink and never resolves a path by name: DEST is opened once, walking from `/`
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from sandbox_agent.errors import AgentError
+from sandbox_agent.helper_temps import announce
 
 
 class ArchiveTooLargeError(AgentError):
@@ -239,8 +241,17 @@ def _put(parent: int, name: str, make: Callable[[str], None]) -> None:
     global _temp_count
     _temp_count += 1
     temp = f".ocsb-upload-{os.getpid()}-{_temp_count}"
+    announce(os.path.join(os.readlink(f"/proc/self/fd/{parent}"), temp))
     try:
         make(temp)
+    except FileExistsError:
+        announce(None)  # the name was taken (a tool process can guess it): that entry is not ours to remove
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+        raise
+    try:
         os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with contextlib.suppress(OSError):

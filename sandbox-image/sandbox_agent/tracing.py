@@ -235,6 +235,11 @@ def child(name: str, attributes: Mapping[str, AttributeValue] | None = None) -> 
     return span(current.recorder if current is not None else None, name, attributes)
 
 
+def detach() -> None:
+    """Leaves the current trace for the rest of this task: background work must not add spans to a finished one."""
+    _current.set(None)
+
+
 def host_trace() -> dict[str, str] | None:
     """The trace fields a tool host request carries: its spans become children of the current span."""
     current = _current.get()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -53,7 +54,8 @@ class Measured:
 def live_pids(cid: str) -> set[int]:
     """The container's processes (not threads) that are not zombies, read on the host (cgroup v1 or v2)."""
     for path in (f"/sys/fs/cgroup/pids/docker/{cid}/cgroup.procs",
-                 f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cgroup.procs"):
+                 f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cgroup.procs",
+                 *glob.glob(f"/sys/fs/cgroup/pids/ocsb-*/*/{cid}/cgroup.procs")):  # under a tenant's parent
         try:
             pids = Path(path).read_text().split()
         except FileNotFoundError:

@@ -254,6 +254,8 @@ async def run(args: argparse.Namespace, asyncio_errors: AsyncioErrorCounter) -> 
 
 SECTIONS = (
     ("custom tools", "tests.bench.custom_tools_bench"),
+    ("custom Python tools", "tests.bench.python_tools_bench"),
+    ("cold create", "tests.bench.cold_create_bench"),
     ("tracing overhead", "tests.bench.tracing_bench"),
     ("bash permission analysis", "tests.bench.bash_rules_bench"),
     ("under attack", "tests.bench.attack_bench"),
@@ -263,10 +265,13 @@ SECTIONS = (
     ("grpc engine", "tests.bench.grpc_engine_bench"),
     ("gVisor beside runc", "tests.bench.gvisor_bench"),
     ("fairness between tenants", "tests.bench.fairness_bench"),
+    ("CPU between tenants' busy sandboxes", "tests.bench.tenant_cpu_bench"),
     ("accept-header wait", "tests.bench.accept_wait_bench"),
     ("CLI start and the MCP front end", "tests.bench.adopter_bench"),
     ("a session's network through its proxy", "tests.bench.egress_bench"),
     ("snapshots and fork", "tests.bench.snapshot_bench"),
+    ("pause and resume", "tests.bench.pause_bench"),
+    ("template build", "tests.bench.template_bench"),
 )
 """`make bench` then runs the cluster's section (tests.bench.cluster_bench) with a two-node swarm it brings up."""
 """Benchmarks of their own modules (each starts and removes its own control plane), run after the core rows."""

@@ -3,17 +3,20 @@ CLI it uses for baselines and for finding what an instance left behind."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import shutil
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from sandbox_agent import event_loop
 from tests.bench.bench_common import (
     POOL_REFILL_TIMEOUT_S,
     scratch_dir,
@@ -113,3 +116,23 @@ async def stop_plane(p: Plane) -> None:
     with contextlib.suppress(Exception):
         await p.client.close()
     await app.stop(p.plane)
+
+
+def run_alone(section: Callable[[bool], Awaitable[list[str]]], doc: str | None,
+              scratch: list[Path] | None = None) -> int:
+    """A bench section run by itself (`python -m tests.bench.NAME [--quick]`): its lines, then its scratch
+    directories removed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    quick = parser.parse_args().quick
+
+    async def run() -> None:
+        for line in await section(quick):
+            print(line, flush=True)
+
+    try:
+        event_loop.run(run())
+    finally:
+        if scratch is not None:
+            remove_scratch(scratch)
+    return 0

@@ -34,6 +34,7 @@ from controlplane.client import AsyncClient
 from controlplane.config import ResourcesConfig
 from controlplane.core.seam.provider import SandboxProvider
 from sandbox_agent import event_loop
+from tests.bench import swarm_snapshot_bench
 from tests.bench.bench_common import Row
 from tests.cluster.support import Cluster, running_cluster, swarm_plane
 from tests.planes import running_plane
@@ -212,7 +213,13 @@ async def section(quick: bool) -> list[str]:
     except Exception as exc:
         logging.getLogger(__name__).exception("cluster section failed")
         notes.append(f"failed: {exc!r}")
-    return report(rows, notes)
+    lines = report(rows, notes)
+    try:
+        lines += await swarm_snapshot_bench.section(quick)
+    except Exception as exc:
+        logging.getLogger(__name__).exception("cluster snapshot rows failed")
+        lines.append(f"  snapshots on the swarm failed: {exc!r}")
+    return lines
 
 
 def main() -> int:

@@ -5,8 +5,9 @@ Rows (wall clock seen by the public-API client, in-process control plane on loop
 per session):
 
 * ``ListTools, 20 TS tools (cold)`` -- the first ListTools of a fresh session whose workspace holds 20 tool
-  files: scan, Bun host start, 20 imports and schema conversions. One sample per session; the warm pool is
-  refilled (untimed) before each sample so that no container start competes for the CPUs.
+  files: scan, 20 imports and schema conversions, and what is left of the Bun host's start, which begins when
+  the session's code snapshot is taken at create. One sample per session; the warm pool is refilled
+  (untimed) before each sample so that no container start competes for the CPUs.
 * ``ListTools, 20 TS tools (repeated)`` -- the same session listed again (re-scan, nothing changed).
 * ``custom tool call`` -- ExecuteTool of one of those tools (client -> control plane -> agent -> Bun host).
 * Baseline ``fresh bun run per call`` -- the same tool run by a new `bun --no-install run once.ts` per call,
@@ -19,17 +20,18 @@ per session):
   20 files, and one fresh Bun process's runtime start, import of @opencode-ai/plugin and zod, and import of
   the 20 files with their schema conversion.
 
-Targets (DESIGN §10): cold 20-tool ListTools <= 300 ms; custom tool call p50 <= 5 ms.
+Targets (DESIGN §10, issue: tools that start fast): cold 20-tool ListTools <= 300 ms; custom tool call p50 <= 5 ms;
+the Bun host's first start (exec to its first pong) <= 150 ms. The Python host's rows: python_tools_bench.py.
 Run alone: ``.venv/bin/python -m tests.bench.custom_tools_bench [--quick]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,12 +40,13 @@ from typing import Any
 from controlplane.client import AsyncClient
 from controlplane.core.seam.messages import BuiltinCall, RunAsk, RunFailed, RunResult
 from controlplane.core.seam.provider import SandboxAgent
-from sandbox_agent import event_loop
 from tests.archives import tar_of
+from tests.bench.bench_plane import run_alone
 from tests.planes import Plane, running_plane
 
 TOOLS = 20
 COLD_TARGET_MS = 300.0
+BUN_START_TARGET_MS = 150.0
 CALL_TARGET_MS = 5.0
 BUN = "/usr/local/bin/bun"
 STEP_TIMEOUT_S = 60.0
@@ -335,6 +338,8 @@ def report(rows: dict[str, Row], notes: list[str]) -> list[str]:
         "  targets:",
         f"    {'PASS' if cold.p50 <= COLD_TARGET_MS else 'FAIL'}  cold {TOOLS}-tool ListTools p50 {cold.p50:.1f} ms "
         f"<= {COLD_TARGET_MS:g} ms",
+        f"    {'PASS' if rows['host_start'].p50 <= BUN_START_TARGET_MS else 'FAIL'}  Bun host's first start "
+        f"{rows['host_start'].p50:.1f} ms <= {BUN_START_TARGET_MS:g} ms",
         f"    {'PASS' if call.p50 <= CALL_TARGET_MS else 'FAIL'}  custom tool call p50 {call.p50:.2f} ms "
         f"<= {CALL_TARGET_MS:g} ms ({fresh.p50 / call.p50:.1f}x faster than a fresh bun run)",
     ]
@@ -349,13 +354,9 @@ async def section(quick: bool) -> list[str]:
     return report(rows, notes)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer samples")
-    quick = parser.parse_args().quick
-    for line in event_loop.run(section(quick)):
-        print(line)
+def main() -> int:
+    return run_alone(section, __doc__)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

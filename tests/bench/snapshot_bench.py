@@ -15,7 +15,6 @@ Usage: ``.venv/bin/python -m tests.bench.snapshot_bench [--quick]`` (also a sect
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import secrets
@@ -27,10 +26,9 @@ import time
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
-from sandbox_agent import event_loop
 from tests.bench.bench import cleanup
 from tests.bench.bench_common import IMAGE, SCRATCH, Row, scratch_dir
-from tests.bench.bench_plane import Plane, remove_scratch
+from tests.bench.bench_plane import Plane, run_alone
 
 MAKE_TREE = """
 import os, random, sys
@@ -116,19 +114,7 @@ async def section(quick: bool) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-
-    async def run() -> None:
-        for line in await section(args.quick):
-            print(line, flush=True)
-
-    try:
-        event_loop.run(run())
-    finally:
-        remove_scratch(SCRATCH)
-    return 0
+    return run_alone(section, __doc__, SCRATCH)
 
 
 if __name__ == "__main__":

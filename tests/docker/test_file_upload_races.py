@@ -116,6 +116,40 @@ async def test_a_cancelled_upload_leaves_the_old_file(plane: Plane, session_id: 
     await _sh(client, session_id, "rm -rf /workspace/clobber")
 
 
+KILL_EXTRACTOR = ("for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null"
+                  " | grep -q 'sandbox_agent[.]tario extract' && kill -9 ${d#/proc/}; done; true")
+"""SIGKILLs the upload's extraction helper (the tool user's own process): it gets no chance to clean up."""
+
+
+async def test_a_killed_upload_helper_leaves_the_old_file(plane: Plane, session_id: str) -> None:
+    # The helper cannot remove its half-written member when it is SIGKILLed (by a tool process of the same uid,
+    # or at the end of the agent's grace on a starved machine): the agent removes the one it announced.
+    client = plane.client
+    await client.write_file(session_id, "killed/only.txt", b"OLD CONTENT THAT MATTERS\n")
+    sent, killed = asyncio.Event(), asyncio.Event()
+
+    async def requests() -> AsyncIterator[file_pb2.UploadRequest]:
+        yield file_pb2.UploadRequest(session_id=session_id, path="killed")
+        yield file_pb2.UploadRequest(data=_tar("only.txt", b"N" * 300_000)[:64 * 1024])
+        sent.set()
+        await killed.wait()  # then the stream ends: the agent reads a caller's stream to its end before answering
+
+    call = client._files.Upload(requests(), metadata=client._metadata)
+    await sent.wait()
+    for _ in range(100):  # until the helper has made its temporary member
+        if ".ocsb-upload-" in await _sh(client, session_id, "ls -A /workspace/killed"):
+            break
+        await asyncio.sleep(0.1)
+    await _sh(client, session_id, KILL_EXTRACTOR)
+    killed.set()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await asyncio.wait_for(call, 30)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert await _sh(client, session_id, "ls -A /workspace/killed") == "only.txt\n"
+    assert await _sh(client, session_id, "cat /workspace/killed/only.txt") == "OLD CONTENT THAT MATTERS\n"
+    await _sh(client, session_id, "rm -rf /workspace/killed")
+
+
 async def test_a_cut_archive_leaves_the_old_file(plane: Plane, session_id: str) -> None:
     client = plane.client
     await client.write_file(session_id, "cut/only.txt", b"OLD\n")

@@ -39,7 +39,9 @@ TOOL_NAMES = ["bash", "read", "list", "glob", "grep", "todoread", "invalid", "BA
 
 
 def strings_for(fp: FuzzPlane, method: str) -> st.SearchStrategy[str]:
-    ids = [i for i in fp.id_pool() if not (method == "SessionService.DeleteSession" and i == fp.live)]
+    # Deleting or pausing the live session would take its sandbox (and the workspace the checks compare) away.
+    removing = method in ("SessionService.DeleteSession", "SessionService.PauseSession")
+    ids = [i for i in fp.id_pool() if not (removing and i == fp.live)]
     return st.one_of(st.sampled_from(ids), st.sampled_from(TOOL_NAMES), hostile_text, malformed_json)
 
 

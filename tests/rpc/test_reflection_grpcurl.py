@@ -102,6 +102,8 @@ async def test_describe_a_service(plane: Plane) -> None:
         " ( .controlplane.v1.ListSnapshotsResponse );\n"
         "  rpc ListTemplates ( .controlplane.v1.ListTemplatesRequest ) returns"
         " ( .controlplane.v1.ListTemplatesResponse );\n"
+        "  rpc PauseSession ( .controlplane.v1.PauseSessionRequest ) returns ( .controlplane.v1.Session );\n"
+        "  rpc ResumeSession ( .controlplane.v1.ResumeSessionRequest ) returns ( .controlplane.v1.Session );\n"
         "  rpc SnapshotSession ( .controlplane.v1.SnapshotSessionRequest ) returns ( .controlplane.v1.Snapshot );\n"
         "}\n"
     ), "")

@@ -6,6 +6,7 @@ a tenant's pending questions bounded by bytes."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import resource
 import tarfile
@@ -115,6 +116,31 @@ async def test_an_archive_declaring_a_512_mib_pax_header_is_refused_in_bounded_m
     assert took < 10, took
     assert grown < 64 * 1024, f"the plane's peak memory grew by {grown // 1024} MiB"
     assert await flood.list_sessions() == []
+
+
+async def test_a_refused_archive_is_answered_after_a_pause_so_a_loop_of_bombs_cannot_spin(
+    clients: dict[str, AsyncClient],
+) -> None:
+    from controlplane.core.tenants.quota import REFUSAL_PAUSE_S
+
+    huge = 64 << 20
+    bomb = gzip_of_zeros(header(tarfile.XHDTYPE, huge), huge)
+    for archive, code in ((bomb, grpc.StatusCode.RESOURCE_EXHAUSTED),
+                          (gzip.compress(bomb), grpc.StatusCode.INVALID_ARGUMENT)):  # gzip in gzip
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await clients["flood"].create_session(workspace_archive=archive)
+        assert info.value.code() == code, info.value.details()
+        assert time.monotonic() - started >= REFUSAL_PAUSE_S * 0.9
+    # Only the refused request waits: another tenant is answered meanwhile.
+    held = asyncio.ensure_future(clients["flood"].create_session(workspace_archive=bomb))
+    await asyncio.sleep(REFUSAL_PAUSE_S / 4)
+    quiet = time.monotonic()
+    await clients["quiet"].list_sessions()
+    assert time.monotonic() - quiet < REFUSAL_PAUSE_S / 2
+    with pytest.raises(grpc.aio.AioRpcError):
+        await held
+    assert await clients["flood"].list_sessions() == []
 
 
 def big_question(mib: float, tag: str) -> dict[str, Any]:

@@ -20,7 +20,10 @@ RUNSC_TIMEOUT_S = 30.0
 
 
 def _cgroup_file(cid: str, name: str) -> Path:
-    for path in (f"/sys/fs/cgroup/pids/docker/{cid}/{name}", f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/{name}"):
+    # Under the engine's own parent, or under its tenant's or the pool's (controlplane/sandbox/tenant_cgroups.py).
+    tenants = glob.glob(f"/sys/fs/cgroup/pids/ocsb-*/*/{cid}/{name}")
+    for path in (f"/sys/fs/cgroup/pids/docker/{cid}/{name}", f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/{name}",
+                 *tenants):
         if os.path.exists(path):
             return Path(path)
     raise AssertionError(f"no pids cgroup found for container {cid}")

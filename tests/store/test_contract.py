@@ -263,6 +263,11 @@ async def test_sessions_list_by_tenant_and_liveness_in_creation_order(store: Sto
     assert [s.id for s in await store.list_sessions(live_only=True)] == ["ses_a", "ses_b", "ses_c"]
     assert [s.id for s in await store.list_sessions("acme", live_only=True)] == ["ses_a", "ses_c"]
     assert await store.list_sessions("nobody") == []
+    # A paused session still holds quota (its disk): the store selects it with the live ones, nothing else.
+    await store.put_session(_session("ses_f", created=7.0, state=SessionState.PAUSED))
+    assert [s.id for s in await store.list_sessions("acme", live_only=True)] == ["ses_a", "ses_c"]
+    assert [s.id for s in await store.list_sessions("acme", live_only=True, with_paused=True)] == [
+        "ses_a", "ses_c", "ses_f"]
 
 
 # -- approvals, todos -----------------------------------------------------------------------------

@@ -87,6 +87,23 @@ async def test_the_defaults_admit_200_idle_sessions_on_this_machine(tmp_path: ob
     assert (await made.reserved()).slots == 200 + settings.pool.size
 
 
+async def test_the_pool_reservation_counts_every_templates_and_runtimes_pool(tmp_path: object) -> None:
+    templates = [{"name": "node", "image": "x", "pool": 3}, {"name": "rust", "image": "y"}]
+    settings = load_settings(None, data_dir=tmp_path, pool={"size": 2}, templates=templates,
+                             host={"cpu": 4, "memory_mb": 4096})
+    assert (await ledger(settings).reserved()).slots == 2 + 3  # rust keeps none
+    gvisor = load_settings(None, data_dir=tmp_path, pool={"size": 2}, templates=templates,
+                           host={"cpu": 4, "memory_mb": 4096},
+                           tenants=[{"name": "g", "token": "g" * 32, "runtime": "runsc"}])
+    held = await ledger(gvisor).reserved()  # the runc pools and the runsc pools, each of every template
+    assert (held.slots, held.memory_mb) == (2 * (2 + 3), 2 * (2 + 3) * gvisor.resources.reserve.memory_mb)
+    full = load_settings(None, data_dir=tmp_path, pool={"size": 2}, templates=templates,
+                         host={"cpu": 4, "memory_mb": 5 * gvisor.resources.reserve.memory_mb})
+    with pytest.raises(ResourceExhaustedError):  # the five pooled sandboxes already hold the host
+        async with ledger(full).admitting():
+            pass
+
+
 def test_host_settings_override_the_machine(tmp_path: object) -> None:
     settings = load_settings(None, data_dir=tmp_path, host={"cpu": 1.5, "memory_mb": 300})
     assert capacity(settings) == HostCapacity(1.5, 300)

@@ -223,3 +223,18 @@ async def test_a_terminal_is_asked_and_its_answer_taken(local_plane: Plane, sess
         if code:
             assert b"SECRET" not in out
             assert b"rejected permission" in err
+
+
+async def test_session_pause_and_resume(local_plane: Plane, session_id: str) -> None:
+    code, out, err = await cli(local_plane, "--json", "session", "pause", session_id)
+    assert code == 0, err
+    assert json.loads(out)[0]["state"] == "PAUSED"
+    code, _, err = await cli(local_plane, "exec", session_id, "--", "true")
+    assert code != 0
+    assert "ResumeSession" in err
+    code, out, err = await cli(local_plane, "--json", "session", "resume", session_id)
+    assert code == 0, err
+    assert json.loads(out)[0]["state"] == "READY"
+    code, out, err = await cli(local_plane, "exec", session_id, "--", "cat", "notes.txt")
+    assert code == 0, err
+    assert out == "alpha\n"

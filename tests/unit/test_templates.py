@@ -50,7 +50,7 @@ def test_a_tenant_may_name_only_declared_templates(tmp_path: Path) -> None:
         settings(tmp_path, templates=templates, tenants=[{"name": "a", "token": "t" * 32, "templates": ["rust"]}])
 
 
-def test_only_the_docker_provider_takes_templates(tmp_path: Path) -> None:
+def test_the_local_provider_takes_no_templates(tmp_path: Path) -> None:
     local = load_settings(None, data_dir=tmp_path, provider={"type": "local"}, templates=[{"name": "a", "image": "y"}])
     with pytest.raises(ConfigError, match=r"\[\[templates\]\] \['a'\] need provider.type = \"docker\""):
         build_provider(local, None)  # type: ignore[arg-type]

@@ -135,3 +135,18 @@ async def test_a_refused_create_is_held_a_moment_so_a_retry_loop_cannot_spin_and
     async with quotas.creating("other", Resources(1.0, 256, 64)):
         pass
     assert loop.time() - started < REFUSAL_PAUSE_S / 2
+
+
+async def test_a_paused_session_keeps_its_disk_but_not_its_cpu_memory_or_slot() -> None:
+    paused = _session("p", "t", 1.0)
+    paused.state = SessionState.PAUSED
+
+    async def sessions(tenant: str) -> list[Session]:
+        return [_session("a", "t", 1.0), paused]
+
+    quotas = TenantQuotas(sessions, configured={"t": Quota(cpu=2, disk_mb=20)}, disk_mb_per_session=10)
+    usage = await quotas.usage("t")
+    assert (usage.sessions, usage.cpu, usage.memory_mb, usage.disk_mb) == (1, 1.0, 256, 20)
+    with pytest.raises(QuotaExceededError, match=r"quota of 20 MiB of workspace disk would be exceeded"):
+        async with quotas.creating("t", Resources(1.0, 256, 64)):
+            pass

@@ -252,6 +252,11 @@ class SandboxProvider(abc.ABC):
         dies with the sandbox: swarm's tmpfs, the local plane's in-process agents): the same as `destroy`."""
         await self.destroy(sandbox_id)
 
+    async def salvage(self, sandbox_id: str) -> bytes:
+        """A retired sandbox's kept workspace as a tar, read without its agent (core/sessions/pausing.py keeps it
+        for a FAILED session). Here (providers that keep none): there is nothing to read."""
+        raise FailedPreconditionError(f"sandbox {sandbox_id}'s workspace went with it")
+
     def retain(self, sandbox_ids: Iterable[str]) -> None:
         """Before `start`: workspaces of these (failed, not yet deleted) sessions' sandboxes are not orphans, so
         reconciliation keeps them. Nothing to keep for providers whose workspaces die with their sandboxes."""

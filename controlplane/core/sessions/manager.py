@@ -7,12 +7,13 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
+from controlplane.core.seam.messages import CodeChanges
 from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import admission, network
+from controlplane.core.sessions import admission, expiry, network, sandbox_setup, store_sync
 from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.capacity import HostCapacity, HostLedger
 from controlplane.core.sessions.cpu_usage import CpuAccount, CpuStore
@@ -64,6 +65,8 @@ class SessionManager:
         self._background = TrackedTasks()
         self._end_listeners: list[Callable[[str], None]] = []
         self._networks = networks
+        self.reapers: list[Callable[[], Awaitable[None]]] = []  # pausing.py
+        self.before_removal: Callable[[Session, SessionState, str], Awaitable[None]] | None = None
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
         provider.on_lost(self._sandbox_lost)
 
@@ -74,6 +77,10 @@ class SessionManager:
     @property
     def policy(self) -> SessionPolicy:
         return self._policy
+
+    @property
+    def provider(self) -> SandboxProvider:
+        return self._provider
 
     def expires_at(self, session: Session) -> float:
         return session.expires_at(self._policy.idle_timeout_s, self._policy.max_lifetime_s)
@@ -168,29 +175,14 @@ class SessionManager:
             await self._finish(session, SessionState.FAILED, str(exc))
             raise
         session.sandbox_id = sandbox.id
-        try:
-            if session.network is not None and self._networks is not None:  # before anything of the caller's runs
-                await self._networks.open(session, sandbox)
-            if spec.workspace_archive:
-                summary = await sandbox.agent.upload(spec.workspace_archive)
-                if summary.skipped:
-                    log.warning("session %s: upload skipped %s", session.id, summary.skipped)
-            # The code the session may run is fixed now, before any tool call: a tool, plugin or skill the
-            # model writes later is workspace data until the caller says ReloadTools.
-            await sandbox.agent.snapshot_code(config_json, {})
+        try:  # the sandbox and network are gone when this fails
+            await sandbox_setup.fill(self._networks, self._provider, session, sandbox, spec.workspace_archive,
+                                     config_json)
         except (InvalidArgumentError, ResourceExhaustedError, FailedPreconditionError) as exc:
-            await self._close_network(session)
-            await self._provider.destroy(sandbox.id)  # refused by the agent's own checks: leave nothing
-            log.info("session %s not created: %s", session.id, exc)
+            log.info("session %s not created: %s", session.id, exc)  # the agent's own checks: leave nothing
             raise
         except ControlPlaneError as exc:
-            await self._close_network(session)
-            await self._provider.destroy(sandbox.id)
             await self._finish(session, SessionState.FAILED, f"workspace upload failed: {exc}")
-            raise
-        except BaseException:
-            await asyncio.shield(self._close_network(session))
-            await asyncio.shield(self._provider.destroy(sandbox.id))
             raise
         # Stored only now: a restart in between removes the claimed sandbox of no known session.
         # Held first: a caller gone during the write (shielded, it still lands) leaves a READY session this
@@ -261,6 +253,28 @@ class SessionManager:
         if session.state == SessionState.DELETED:
             return session
         return await self._end(session, SessionState.DELETED, "deleted")
+
+    async def park(self, session: Session, message: str) -> Session:
+        """The sandbox goes, the session stays PAUSED (pausing.py)."""
+        if (held := self._live.get(session.id)) is None:
+            raise FailedPreconditionError(f"session {session.id} is not running")
+        return await self._end(held, SessionState.PAUSED, message)
+
+    async def unpark(self, session: Session, archive: bytes) -> CodeChanges:
+        """A PAUSED session runs on a new sandbox (pausing.py); a failure leaves it PAUSED, no sandbox."""
+        sandbox = await self._provider.acquire(session.id, session.tenant, session.resources, session.template)
+        changes = await sandbox_setup.fill(self._networks, self._provider, session, sandbox, archive,
+                                           session.config_json)
+        session.sandbox_id, session.state, session.status_message = sandbox.id, SessionState.READY, ""
+        session.last_active_at = self._clock()
+        self._live[session.id] = session
+        try:
+            await asyncio.shield(self._store.put_session(session))
+        except Exception:
+            self._live.pop(session.id, None)
+            await asyncio.shield(self._remove_sandbox(session, None))
+            raise
+        return changes
 
     async def cpu_seconds(self, tenant: str) -> float:
         """CPU time of the tenant's sandboxes, removed and live (those this plane holds)."""
@@ -339,8 +353,6 @@ class SessionManager:
         # A READY session this plane does not hold is another plane's: its owner removes the sandbox
         # when it sees the new state (`_sync_with_store`).
         held = self._live.pop(session.id, None)
-        if not session.parent_id:  # a child reserves nothing (it runs on its parent's sandbox)
-            await self.host.release(session.id)
         foreign = held is None and session.state == SessionState.READY
         self._touched.pop(session.id, None)
         self._touch_written.pop(session.id, None)
@@ -354,7 +366,11 @@ class SessionManager:
         for child in [s for s in self._live.values() if s.parent_id == session.id]:
             await self._end(child, state, f"its parent session {session.id} ended ({message})")
         if session.sandbox_id and not session.parent_id and not foreign:  # a child borrows its parent's
+            if self.before_removal is not None:
+                await self.before_removal(session, state, message)
             await self._remove_sandbox(session, held, keep_workspace=state == SessionState.FAILED)
+        if not session.parent_id:  # only once the sandbox is gone; a child reserves nothing
+            await self.host.release(session.id)
         return await self._finish(session, state, message)
 
     async def _remove_sandbox(self, session: Session, held: Session | None, *, keep_workspace: bool = False) -> None:
@@ -379,11 +395,13 @@ class SessionManager:
         session.state = state
         session.status_message = message
         session.deleted_at = self._clock() if state == SessionState.DELETED else None
+        if state == SessionState.PAUSED:
+            session.sandbox_id = ""  # a resume gives it another
         await self._store.put_session(session)
         for listener in self._end_listeners:
             listener(session.id)
-        kind = "session.deleted" if state == SessionState.DELETED else "session.failed"
-        self.bus.publish(kind, session.tenant, session.id, id=session.id, message=message)
+        kinds = {SessionState.DELETED: "session.deleted", SessionState.PAUSED: "session.paused"}
+        self.bus.publish(kinds.get(state, "session.failed"), session.tenant, session.id, id=session.id, message=message)
         return replace(session)
 
     async def _attached_sandbox(self, session: Session) -> Sandbox:
@@ -396,20 +414,6 @@ class SessionManager:
             ) from exc
         self._touch(session.id)
         return sandbox
-
-    async def _sync_with_store(self) -> None:
-        """Other control planes sharing the store may have used this plane's sessions (their activity
-        postpones the idle timeout) or ended them (their sandboxes are removed here, by their owner)."""
-        stored = {s.id: s for s in await self._store.list_sessions(live_only=True)}
-        for session in list(self._live.values()):
-            current = stored.get(session.id)
-            if current is None:
-                ended = await self._store.get_session(session.id)
-                live = (SessionState.CREATING, SessionState.READY)
-                if ended is not None and ended.state not in live and self._live.get(session.id) is session:
-                    await self._ended_elsewhere(session, ended)
-            elif current.last_active_at > session.last_active_at:
-                session.last_active_at = current.last_active_at
 
     async def _ended_elsewhere(self, session: Session, ended: Session) -> None:
         self._live.pop(session.id, None)
@@ -426,17 +430,14 @@ class SessionManager:
         self.bus.publish(kind, session.tenant, session.id, id=session.id, message=ended.status_message)
 
     async def reap_expired(self) -> list[str]:
-        await self._sync_with_store()
+        await store_sync.sync(self._store, self._live, self._ended_elsewhere)
         now = self._clock()
         ended = []
         for session in list(self._live.values()):
             if session.state != SessionState.READY:
                 continue
-            if now >= session.created_at + self._policy.max_lifetime_s:
-                reason = f"expired: reached the maximum lifetime of {self._policy.max_lifetime_s:g} s"
-            elif now >= session.last_active_at + self._policy.idle_timeout_s:
-                reason = f"expired: idle for {self._policy.idle_timeout_s:g} s"
-            else:
+            reason = expiry.reason(session, self._policy, now)
+            if reason is None:
                 continue
             try:
                 await self._end(session, SessionState.DELETED, reason)
@@ -451,5 +452,7 @@ class SessionManager:
             await asyncio.sleep(self._policy.reap_interval_s)
             try:
                 await self.reap_expired()
+                for extra in self.reapers:
+                    await extra()
             except Exception:  # any failure: lifetimes must keep being enforced, next round tries again
                 log.exception("reaping expired sessions failed")

@@ -12,6 +12,8 @@ class SessionState(enum.Enum):
     READY = "READY"
     FAILED = "FAILED"
     DELETED = "DELETED"
+    PAUSED = "PAUSED"
+    """No sandbox; its workspace is stored until ResumeSession (core/sessions/pausing.py)."""
 
 
 @dataclass(frozen=True)

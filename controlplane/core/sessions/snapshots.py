@@ -43,6 +43,10 @@ class SnapshotState:
     todos: list[dict[str, Any]] = field(default_factory=list)
     approvals: list[tuple[str, str, str]] = field(default_factory=list)
     """"always" approvals as (permission, pattern, action)."""
+    kind: str = "taken"
+    """"taken" (SnapshotSession), "paused" (a PAUSED session's own workspace: not listed, not restorable) or
+    "retained" (kept at a session's end, purged at `purge_at`)."""
+    purge_at: float = 0.0
 
     @classmethod
     def of(cls, session: Session, todos: list[dict[str, Any]], approvals: list[Rule]) -> SnapshotState:
@@ -66,6 +70,7 @@ class SnapshotState:
             labels=dict(data["labels"]), resources=Resources(**data["resources"]),
             network=NetworkPolicy.from_json(json.dumps(network)) if network is not None else None,
             todos=list(data["todos"]), approvals=[tuple(a) for a in data["approvals"]],
+            kind=str(data.get("kind", "taken")), purge_at=float(data.get("purge_at", 0.0)),
         )
 
 
@@ -87,6 +92,10 @@ class Snapshot:
     def template(self) -> str:
         return self.state.template
 
+    @property
+    def kind(self) -> str:
+        return self.state.kind
+
 
 class SnapshotStorage(Protocol):
     """Where snapshots are kept. A tenant sees only its own: every call names the tenant."""
@@ -94,6 +103,10 @@ class SnapshotStorage(Protocol):
     async def write(self, tenant: str, snapshot_id: str, session_id: str, state: SnapshotState,
                     tar: AsyncIterator[bytes]) -> Snapshot:
         """Compresses and stores `tar`; the snapshot lists only once all of it is stored."""
+        ...
+
+    async def tenants(self) -> list[str]:
+        """The tenants that keep any snapshot (the reaper purges retained ones past their time)."""
         ...
 
     async def get(self, tenant: str, snapshot_id: str) -> Snapshot | None: ...

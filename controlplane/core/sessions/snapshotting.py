@@ -25,6 +25,7 @@ from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, Snapsh
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
+TAKEN, PAUSED, RETAINED = "taken", "paused", "retained"
 MIB = 1024 * 1024
 PIECE = 1 << 20
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class SessionSnapshots:
 
     async def _snapshot(self, tenant: str, session_id: str) -> Snapshot:
         session, state = await self._source(tenant, session_id)
-        kept = len(await self._storage.list(tenant))
+        kept = len([s for s in await self._storage.list(tenant) if s.kind == TAKEN])
         if kept >= self._max_per_tenant:
             raise ResourceExhaustedError(
                 f"tenant {tenant} keeps {kept} snapshots, the most allowed (snapshots.max_per_tenant = "
@@ -64,8 +65,24 @@ class SessionSnapshots:
             raise
         return taken
 
+    @property
+    def storage(self) -> SnapshotStorage:
+        return self._storage
+
     async def list(self, tenant: str) -> list[Snapshot]:
-        return await self._storage.list(tenant)
+        return [s for s in await self._storage.list(tenant) if s.kind != PAUSED]
+
+    async def keep(self, session: Session, download: AsyncIterator[bytes], kind: str,
+                   purge_at: float = 0.0) -> Snapshot:
+        """Stores `session`'s workspace for the platform: a paused session's own, or an ending session's
+        (retained). Neither counts toward max_per_tenant nor is refused by the disk quota: the tenant had that
+        workspace already, and refusing would lose it."""
+        todos = await self._todos.get_todos(session.id)
+        approvals = await self._approvals.load_approvals(session.id)
+        state = replace(SnapshotState.of(session, todos, approvals), kind=kind, purge_at=purge_at)
+        tar = await self._portable(session.id, download)
+        return await self._storage.write(session.tenant, "snap_" + secrets.token_hex(12), session.id, state,
+                                         _pieces(tar))
 
     async def delete(self, tenant: str, snapshot_id: str) -> Snapshot:
         snapshot = await self._owned(tenant, snapshot_id)
@@ -124,7 +141,7 @@ class SessionSnapshots:
 
     async def _owned(self, tenant: str, snapshot_id: str) -> Snapshot:
         snapshot = await self._storage.get(tenant, checked_id(snapshot_id))
-        if snapshot is None:
+        if snapshot is None or snapshot.kind == PAUSED:  # a paused session's own: its session resumes from it
             raise NotFoundError(f"snapshot {snapshot_id!r} not found")
         return snapshot
 

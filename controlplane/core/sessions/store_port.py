@@ -14,4 +14,7 @@ class SessionStore(Protocol):
 
     async def get_session(self, session_id: str) -> Session | None: ...
 
-    async def list_sessions(self, tenant: str | None = None, live_only: bool = False) -> list[Session]: ...
+    async def list_sessions(self, tenant: str | None = None, live_only: bool = False,
+                            with_paused: bool = False) -> list[Session]:
+        """`live_only`: only CREATING and READY sessions (and PAUSED ones `with_paused`), selected by the store, so
+        that a caller never reads every session a tenant ever had."""

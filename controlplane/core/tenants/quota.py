@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from controlplane.core.sessions.models import Resources, Session
+from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.errors import ResourceExhaustedError
 
 UNLIMITED = -1
@@ -161,11 +161,13 @@ class TenantQuotas:
 
     async def usage(self, tenant: str) -> Usage:
         held = self._of(tenant)
-        reserved = [s.resources for s in await self._live_sessions(tenant) if not s.parent_id]
-        reserved += held.creating
+        roots = [s for s in await self._live_sessions(tenant) if not s.parent_id]
+        # A PAUSED session runs nothing (its CPU and memory are free), but its stored workspace keeps its disk.
+        reserved = [s.resources for s in roots if s.state != SessionState.PAUSED] + held.creating
         return Usage(
             sessions=len(reserved), cpu=round(sum(r.cpu for r in reserved), 4),
-            memory_mb=sum(r.memory_mb for r in reserved), disk_mb=self._disk_mb * len(reserved),
+            memory_mb=sum(r.memory_mb for r in reserved),
+            disk_mb=self._disk_mb * (len(roots) + len(held.creating)),
             calls=held.calls, calls_started=held.calls_started, subscriptions=held.subscriptions,
         )
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import docker
 import docker.errors
 
 from controlplane.config import PoolConfig, ResourcesConfig, SwarmProviderConfig
+from controlplane.config_lifecycle import TemplateConfig
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.provider import (
     LostListener,
@@ -39,6 +40,7 @@ from controlplane.core.seam.provider import (
     SandboxState,
 )
 from controlplane.core.sessions.models import Resources
+from controlplane.core.sessions.templates import DEFAULT_TEMPLATE, TemplateInfo
 from controlplane.errors import HardeningError, SandboxError, SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.engine_calls import after, in_thread
@@ -50,14 +52,17 @@ from controlplane.sandbox.layout import (
     LABEL_ROLE,
     LABEL_SANDBOX,
     LABEL_SESSION,
+    LABEL_TEMPLATE,
     LABEL_TENANT,
     LABEL_TOOL_UID,
     engine_name,
 )
-from controlplane.sandbox.pool import WarmPool
+from controlplane.sandbox.runtime_pools import RuntimePools, pool_maker
+from controlplane.sandbox.swarm.adoption import reconcile
 from controlplane.sandbox.swarm.channel import LocalForward
 from controlplane.sandbox.swarm.egress_link import SwarmNetworks
 from controlplane.sandbox.swarm.fleet import RelayFleet
+from controlplane.sandbox.swarm.images import SwarmTemplateImages
 from controlplane.sandbox.swarm.service import sandbox_template, verify_service_hardening
 from controlplane.sandbox.swarm.tool_blocks import create_with_block
 from controlplane.sandbox.tool_ids import ToolIds
@@ -95,6 +100,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         data_dir: Path,
         instance: str,
         ledger: SandboxLedger,
+        templates: Iterable[TemplateConfig] = (),
     ) -> None:
         self._config = config
         self._defaults = Resources(resources.cpu, resources.memory_mb, resources.pids)
@@ -121,17 +127,19 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         """Loss reports being handled apart from the watcher, whose rounds must not wait for a session's end
         (slow on a dead node)."""
         self._watcher: asyncio.Task[None] | None = None
-        self._pool = WarmPool(pool.size, pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy)
+        self._templates = SwarmTemplateImages(config, templates, instance, pool.size)
+        self._pools = RuntimePools(None, {}, pool_maker(
+            pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy), self._templates.pool_sizes())
 
     # -- naming ---------------------------------------------------------------------------------
 
     def _name(self, sandbox_id: str) -> str:
         return engine_name(self._instance, sandbox_id)
 
-    def _labels(self, sandbox_id: str, session_id: str = "", tenant: str = "") -> dict[str, str]:
+    def _labels(self, sandbox_id: str, session_id: str, tenant: str, template: str) -> dict[str, str]:
         labels = {
             LABEL_MANAGED: "true", LABEL_INSTANCE: self._instance, LABEL_SANDBOX: sandbox_id,
-            LABEL_IMAGE: self._config.image, LABEL_ROLE: "sandbox",
+            LABEL_IMAGE: self._templates.image(template), LABEL_ROLE: "sandbox", LABEL_TEMPLATE: template,
         }
         if session_id:
             labels[LABEL_SESSION] = session_id
@@ -161,9 +169,11 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         except docker.errors.ImageNotFound as exc:
             raise SandboxStartError(f"sandbox image {self._config.image} is not on the manager; `make image`") from exc
         await self._fleet.start(self._state_dir)
-        report = await self._reconcile(live)
+        await self._templates.start(self._pools.start)  # tags first: pooled sandboxes are adopted by image
+        report = await reconcile(self, live)
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
-        self._pool.start()
+        self._pools.start(DEFAULT_TEMPLATE, *self._templates.ready())
+        self._templates.start_pruning()
         return report
 
     async def close(self) -> None:
@@ -171,7 +181,8 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        await self._pool.close()
+        await self._templates.close()
+        await self._pools.close()
         await self._reporting.wait()
         await self._cleanups.wait()
         for remote in [*self._live.values(), *self._attached.values()]:
@@ -191,14 +202,19 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
             api.close()
 
     def pool_stats(self) -> PoolStats:
-        return self._pool.stats()
+        return self._pools.stats()
+
+    def templates(self) -> list[TemplateInfo]:
+        return self._templates.infos()
 
     def on_lost(self, listener: LostListener) -> None:
         self._lost_listeners.append(listener)
 
-    async def acquire(self, session_id: str, tenant: str, resources: Resources, template: str = "default") -> Sandbox:
+    async def acquire(self, session_id: str, tenant: str, resources: Resources,
+                      template: str = DEFAULT_TEMPLATE) -> Sandbox:
+        await self._templates.wait(template)
         if resources == self._defaults and not self._config.tenant_constraints.get(tenant):
-            sandbox = await self._pool.take(tenant)
+            sandbox = await self._pools.pool_for(tenant, template).take(tenant)
             if sandbox is not None:
                 try:
                     await self._ledger.claim_sandbox(sandbox.id, session_id)
@@ -207,7 +223,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
                     raise
                 sandbox.from_pool = True
                 return sandbox
-        return await self._create(session_id, resources, tenant)
+        return await self._create(session_id, resources, tenant, template)
 
     async def get(self, sandbox_id: str) -> Sandbox:
         remote = self._live.get(sandbox_id)
@@ -291,18 +307,19 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
 
     # -- creation -------------------------------------------------------------------------------
 
-    async def _create_pooled(self) -> Sandbox:
-        return await self._create("", self._defaults, "")
+    async def _create_pooled(self, runtime: str | None, template: str) -> Sandbox:
+        del runtime  # a Swarm service cannot choose one (runtime_pools.tenant_runtimes refuses it)
+        return await self._create("", self._defaults, "", template)
 
-    async def _create(self, session_id: str, resources: Resources, tenant: str) -> Sandbox:
+    async def _create(self, session_id: str, resources: Resources, tenant: str, template: str) -> Sandbox:
         sandbox_id = secrets.token_hex(6)
         state: SandboxState = "claimed" if session_id else "pool"
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "creating", session_id, time.time()))
         creating: asyncio.Future[tuple[str, int]] | None = None
         try:
-            excluded = await self._prepare_dirs(sandbox_id)
+            excluded = await self._prepare_dirs(sandbox_id, template)
             creating = in_thread(create_with_block, self._tool_ids, self._api, sandbox_id, functools.partial(
-                self._create_service, sandbox_id, session_id, resources, tenant, excluded,
+                self._create_service, sandbox_id, session_id, resources, tenant, template, excluded,
             ), functools.partial(self._remove_service_and_network, sandbox_id))
             service_id, _ = await asyncio.shield(creating)
             placement = await self._wait_placed(sandbox_id, service_id)
@@ -315,17 +332,22 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
             raise
         return remote.sandbox
 
-    async def _prepare_dirs(self, sandbox_id: str) -> list[str]:
-        """Makes the socket dir on every node whose relay answers; the others are excluded from placement."""
+    async def _prepare_dirs(self, sandbox_id: str, template: str) -> list[str]:
+        """Makes the socket dir on every node whose relay answers and that holds the template's image; the
+        others are excluded from placement."""
         request = {"op": "prepare", "instance": self._instance, "sandbox": sandbox_id}
-        nodes = list(self._fleet.relays)
+        lacking = self._templates.lacking(template, self._fleet.relays)
+        nodes = [node for node in self._fleet.relays if node not in lacking]
+        if not nodes:
+            raise SandboxStartError(f"no node with a relay holds template {template!r}'s image (provider.node_engines "
+                                    f"lists the engines it is copied to)")
         results = await asyncio.gather(
             *(self._fleet.relays[n].client.request(request) for n in nodes), return_exceptions=True
         )
         excluded = [n for n, r in zip(nodes, results, strict=True) if isinstance(r, BaseException)]
         if len(excluded) == len(nodes):
             raise SandboxStartError(f"no node's relay answered: {results[0] if results else 'no nodes'}")
-        return excluded
+        return excluded + lacking
 
     async def _release_other_dirs(self, sandbox_id: str, node: str) -> None:
         request = {"op": "remove", "instance": self._instance, "sandbox": sandbox_id}
@@ -333,10 +355,11 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
         await asyncio.gather(*(c.request(request) for c in others), return_exceptions=True)
 
     def _create_service(
-        self, sandbox_id: str, session_id: str, resources: Resources, tenant: str, excluded: list[str], tool_uid: int
+        self, sandbox_id: str, session_id: str, resources: Resources, tenant: str, template: str, excluded: list[str],
+        tool_uid: int,
     ) -> str:
         name = self._name(sandbox_id)
-        labels = self._labels(sandbox_id, session_id, tenant)
+        labels = self._labels(sandbox_id, session_id, tenant, template)
         network = self._api.create_network(
             name, driver="overlay", internal=True, attachable=False, labels=labels, check_duplicate=True,
         )
@@ -345,7 +368,7 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
             self._config, labels, self._agent_dir_source(self._instance, sandbox_id), self._tmpfs_mb, resources,
             [*self._config.constraints, *self._config.tenant_constraints.get(tenant, []),
              *(f"node.id!={node}" for node in excluded)],
-            network["Id"], tool_uid,
+            network["Id"], tool_uid, image=labels[LABEL_IMAGE],
         )
         try:
             created = self._api.create_service(
@@ -454,58 +477,3 @@ class SwarmSandboxProvider(SwarmNetworks, SandboxProvider):
                 await listener(LostSandbox(sandbox_id, session_id, reason))
         except Exception:  # the next use still finds the sandbox lost
             log.exception("could not report sandbox %s lost", sandbox_id)
-
-    # -- reconciliation -------------------------------------------------------------------------
-
-    async def _reconcile(self, live: Mapping[str, str]) -> ReconcileReport:
-        report = ReconcileReport()
-        records = {r.id: r for r in await self._ledger.list_sandboxes(self._instance)}
-        filters = {"label": [f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}=sandbox"]}
-        services = await asyncio.to_thread(self._api.services, filters=filters)
-        kept: set[str] = set()
-        for service in services:
-            sandbox_id = service["Spec"]["Labels"].get(LABEL_SANDBOX, "")
-            record = records.get(sandbox_id)
-            if record is not None and await self._adopt(service, record, live, report):
-                kept.add(sandbox_id)
-            else:
-                await self.destroy(sandbox_id)
-                report.removed.append(sandbox_id)
-        for sandbox_id, record in records.items():
-            if sandbox_id not in kept:
-                if record.state == "claimed" and sandbox_id in live:
-                    report.lost.append(sandbox_id)
-                await self.destroy(sandbox_id)
-        networks = await asyncio.to_thread(self._api.networks, filters=filters)
-        for network in networks:
-            if (network.get("Labels") or {}).get(LABEL_SANDBOX) not in kept:
-                await asyncio.to_thread(self._remove_service_and_network, network["Labels"].get(LABEL_SANDBOX, ""))
-                report.removed.append(network.get("Name", ""))
-        retain = {"op": "retain", "instance": self._instance, "keep": sorted(kept)}
-        await asyncio.gather(*(r.client.request(retain) for r in self._fleet.relays.values()), return_exceptions=True)
-        return report
-
-    async def _adopt(
-        self, service: dict[str, Any], record: SandboxRecord, live: Mapping[str, str], report: ReconcileReport
-    ) -> bool:
-        if record.state == "creating" or (record.state == "claimed" and live.get(record.id) != record.session_id):
-            return False
-        if record.state == "pool" and service["Spec"]["Labels"].get(LABEL_IMAGE) != self._config.image:
-            return False
-        node = await asyncio.to_thread(self._running_node, str(service["ID"]))
-        if node is None:
-            return False
-        try:
-            remote = await self._connect(record.id, node, service["ID"])
-            await remote.sandbox.agent.health(timeout_s=10.0)
-        except SandboxError:
-            remote_ = self._live.pop(record.id, None)
-            if remote_ is not None:
-                await remote_.close()
-            return False
-        if record.state == "pool":
-            self._pool.adopt(remote.sandbox)
-            report.pooled.append(record.id)
-        else:
-            report.adopted.append(record.id)
-        return True

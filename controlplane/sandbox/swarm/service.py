@@ -43,14 +43,15 @@ AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"
 
 def sandbox_template(
     config: SwarmProviderConfig, labels: dict[str, str], agent_dir: str, tmpfs_mb: int, resources: Resources,
-    constraints: list[str], network_id: str, tool_uid: int,
+    constraints: list[str], network_id: str, tool_uid: int, image: str = "",
 ) -> Any:
-    """The one-replica task of a sandbox: the agent under no_new_privs, tmpfs /tmp, /workspace and code dir,
-    its socket dir bound from the node, limits and reservations, only its own internal network; its tools run
-    as its own uid block (`tool_uid`, also in `labels`) under the agent's syscall filter."""
+    """The one-replica task of a sandbox (of `image`, a template's, or the sandbox image): the agent under
+    no_new_privs, tmpfs /tmp, /workspace and code dir, its socket dir bound from the node, limits and
+    reservations, only its own internal network; its tools run as its own uid block (`tool_uid`, also in
+    `labels`) under the agent's syscall filter."""
     memory = resources.memory_mb * 1024 * 1024
     spec = docker.types.ContainerSpec(
-        config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
+        image or config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
         env={**agent_env(), **confinement.agent_env(tool_uid)},
         mounts=[
             Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),

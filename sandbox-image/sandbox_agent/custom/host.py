@@ -247,6 +247,10 @@ class ToolHost:
         self._last_load = body
         return _loaded(await self._exchange(process, body))
 
+    async def start(self) -> None:
+        """Starts the host process now (if it is not running), so that a later request does not wait for it."""
+        await self._running()
+
     async def call(
         self, tool: str, args: dict[str, Any], context: dict[str, Any], *, on_metadata: MetadataFn, on_ask: AskFn,
         abort: asyncio.Event, timeout_s: float | None, on_log: LogFn | None = None,

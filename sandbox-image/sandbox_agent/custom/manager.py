@@ -78,6 +78,7 @@ class CustomTools:
         self._listing = CustomListing()
         self._fingerprint: str | None = None
         self._lock = asyncio.Lock()
+        self._warming: asyncio.Task[None] | None = None
 
     def _host_env(self) -> dict[str, str]:
         return {"HOME": self._tool_home, "NO_COLOR": "1"}
@@ -110,7 +111,29 @@ class CustomTools:
                 await self.close()
                 self._listing, self._owners, self._fingerprint = CustomListing(), {}, None
                 await asyncio.to_thread(snapshot.remove, before.root)
+            self._warming = asyncio.get_running_loop().create_task(self._warm(fresh, dict(config)))
             return snapshot.changes(before, fresh)
+
+    async def _warm(self, code: snapshot.CodeSnapshot, config: dict[str, Any]) -> None:
+        """Starts the hosts this snapshot's files need while the client is still busy with the session's creation.
+
+        A host's start (an interpreter and its imports, the identity checks) was most of a session's first listing;
+        started here, the listing finds it running. Nothing is imported yet: tool code still first runs when the
+        tools are listed, as before. A failed start is not reported here: the listing starts the host again and
+        reports what fails then. No span: the request that took the snapshot has ended by then."""
+        tracing.detach()
+        try:
+            scan = await self._runner.io(self._scan, code, config)
+        except Exception:  # the listing scans again and reports what is wrong
+            return
+        hosts: list[ToolHost] = []
+        if any(f.path.endswith(".py") for f in scan.tool_files):
+            hosts.append(self._python_host())
+        if any(not f.path.endswith(".py") for f in scan.tool_files) or scan.plugin_files:
+            bun = self._bun_host()
+            if bun is not None:
+                hosts.append(bun)
+        await asyncio.gather(*(host.start() for host in hosts), return_exceptions=True)
 
     async def _take(self, config: Mapping[str, Any], env: Mapping[str, str], worktree: str) -> snapshot.CodeSnapshot:
         return await snapshot.take(self._runner, base=self._code_dir, workspace=self._workspace, worktree=worktree,
@@ -148,10 +171,12 @@ class CustomTools:
         py = [f for f in scan.tool_files if f.path.endswith(".py")]
         problems = list(scan.problems)
         loaded: list[tuple[ToolHost, Loaded]] = []
-        bun = self._bun_host()
+        # Only a host with files to load (or that holds files it must now drop) runs: an idle Bun host is a start
+        # of its own on a session's first listing and tens of MiB for the session's whole life.
+        bun = self._bun_host() if js or self._bun is not None else None
         if js and bun is None:
             problems += [LoadError(f.path, "Bun is not available in this sandbox") for f in js]
-        elif bun is not None and (js or self._bun is not None):
+        elif bun is not None:
             loaded.append((bun, await self._load_into(bun, js, problems, config)))
         if py or self._python is not None:
             python = self._python_host()
@@ -205,6 +230,9 @@ class CustomTools:
         return await self._bun.hook(name, input_, output, timeout_s or HOOK_TIMEOUT_S)
 
     async def close(self) -> None:
+        warming, self._warming = self._warming, None
+        if warming is not None:
+            await warming  # a host it is starting must be closed below, not left running
         hosts = [h for h in (self._bun, self._python) if h is not None]
         self._bun = self._python = None
         await asyncio.gather(*(h.close() for h in hosts), return_exceptions=True)
