@@ -195,41 +195,6 @@ async def test_network_reaches_nothing_outside(
     assert loop.hits == []
 
 
-async def test_agent_socket_cannot_be_used_as_a_relay(
-    runtime_plane: Plane, pair: Pair, vector: Vector, runtime: str,
-) -> None:
-    out = await vector.run(runtime_plane.client, pair.a, (
-        "stat -c '%a %U:%G' /run/agent; stat -c '%a %U' /run/agent/agent.sock;"
-        " cat /proc/net/tcp /proc/net/tcp6 | awk 'NR > 1 && $4 == \"0A\"' | wc -l;\n"
-        + python_probe("""
-import socket
-for path in ("/run/agent/agent.sock", "/run/agent/frames.sock"):
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.connect(path)
-        print("CONNECTED")
-    except OSError as e:
-        print(type(e).__name__, e.errno)
-""")
-    ))
-    # No TCP listener exists inside either: nothing can be relayed over loopback.
-    expected = (
-        "700 root:root\n"
-        "stat: cannot statx '/run/agent/agent.sock': Permission denied\n"
-        "0\n"
-        "PermissionError 13\n"
-        "PermissionError 13\n"
-    )
-    if runtime == "runsc":  # gVisor's statx fails on the dir too: its mode is read with os.stat instead
-        expected = on_gvisor(expected).replace("700 root:root\n", "stat: cannot statx '/run/agent': Invalid argument\n")
-        mode = await vector.run(runtime_plane.client, pair.a, python_probe(
-            "import os; s = os.stat('/run/agent'); print(oct(s.st_mode & 0o777), s.st_uid, s.st_gid)"))
-        assert mode == "0o700 0 0\n"
-        assert await reasons(runtime_plane, pair.a, vector, "/run/agent/agent.sock") == {
-            "/run/agent/agent.sock": "EACCES"}
-    assert out == expected
-
-
 SYSCALL_PROBE = """
 import ctypes, errno, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
