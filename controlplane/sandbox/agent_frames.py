@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -130,13 +132,25 @@ class FramedAgent:
         """A framed stream, or None where the agent has no framed socket (gRPC then carries the stream)."""
         if self._absent:
             return None
+        # The socket's dir is the sandbox's too: an agent (root in there) could put a symlink in the socket's place,
+        # and connecting by name would follow it to any socket of the host. The name is opened without following
+        # links, only a socket is taken, and the connection goes through that very inode.
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(self._path), CONNECT_TIMEOUT_S)
+            fd = os.open(self._path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             self._absent = True  # a forwarded or older agent: not asked again
             return None
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                return None  # a link or anything else the sandbox put there: gRPC carries this stream
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(f"/proc/self/fd/{fd}"), CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError):
             return None  # not answering now (starting, or a stale socket): gRPC carries this stream
+        finally:
+            os.close(fd)
         return FramedStreamCall(reader, writer, method, requests, event_type)
 
 

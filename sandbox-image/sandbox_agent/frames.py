@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ OPEN, MESSAGE, STATUS = 0, 1, 2
 MAX_PAYLOAD = 64 * 1024 * 1024
 """As the gRPC server's and channel's message limits."""
 SOCKET_NAME = "frames.sock"
+log = logging.getLogger(__name__)
 
 
 def frames_path(socket_path: str) -> str:
@@ -84,11 +86,18 @@ class FramesServer:
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
+        """Listens, or says it could not (a path over the Unix socket limit beside an agent socket just under it):
+        the frames are a faster carrier, never the only one, so the agent then serves gRPC alone."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        self._server = await asyncio.start_unix_server(self._connected, self.path)
+        try:
+            self._server = await asyncio.start_unix_server(self._connected, self.path)
+        except OSError as exc:
+            log.warning("no framed socket at %s, the streams stay on gRPC: %s", self.path, exc)
+            return False
         os.chmod(self.path, 0o600)
+        return True
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -434,12 +434,18 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     agent_pb2_grpc.add_SandboxAgentServicer_to_server(service, server)
     server.add_insecure_port(f"unix:{config.socket_path}")
     await _prepare_home(service, config)
-    await server.start()
-    os.chmod(config.socket_path, 0o600)
     frames = FramesServer(frames_path(config.socket_path), {
         b"RunTools": (agent_pb2.RunToolsRequest, service.RunTools),
         b"ExecMany": (agent_pb2.ExecManyRequest, service.ExecMany)})
+    # Before the gRPC socket answers: the plane's first stream follows its first health answer, and a plane that
+    # finds no framed socket then keeps this agent's streams on gRPC for good.
     await frames.start()
+    try:
+        await server.start()
+    except BaseException:
+        await frames.stop(grace_s=0)
+        raise
+    os.chmod(config.socket_path, 0o600)
     if stop is None:
         # An embedding process (the control plane's in-process agents) keeps its own signal handling.
         stop = asyncio.Event()

@@ -76,6 +76,58 @@ async def test_calls_that_start_together_share_one_stream(agent: tuple[GrpcSandb
         assert f"output='{i}" in repr(events[-1])
 
 
+async def test_a_link_in_the_framed_sockets_place_is_not_followed(agent: tuple[GrpcSandboxAgent, Path]) -> None:
+    # The socket's dir is the sandbox's too: a hostile agent may leave a symlink there, to a socket of the host.
+    client, root = agent
+    decoy_dir = short_tmp()
+    reached: list[bytes] = []
+
+    async def decoy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reached.append(await reader.read(64))
+        writer.close()
+
+    server = await asyncio.start_unix_server(decoy, str(decoy_dir / "host.sock"))
+    try:
+        (root / "frames.sock").unlink()
+        (root / "frames.sock").symlink_to(decoy_dir / "host.sock")
+        events = await collect(await client.run_builtin(bash("echo not-followed")))
+        assert "not-followed" in repr(events[-1])
+        assert client._tool_stream is not None
+        assert not isinstance(client._tool_stream._call, FramedStreamCall)
+        await asyncio.sleep(0.1)
+        assert reached == []
+    finally:
+        server.close()
+        shutil.rmtree(decoy_dir, ignore_errors=True)
+
+
+async def test_an_agent_whose_framed_socket_cannot_be_bound_serves_grpc() -> None:
+    # Beside an agent socket path just under the Unix limit (107 bytes), frames.sock's is one byte over.
+    root = short_tmp()
+    long_dir = root / ("d" * (96 - len(str(root)) - 1))
+    long_dir.mkdir()
+    (root / "ws").mkdir()
+    config = AgentConfig(socket_path=str(long_dir / "agent.sock"), workspace=str(root / "ws"), tool_uid=-1,
+                         tool_home=str(root / "home"))
+    assert (len(config.socket_path), len(frames_path(config.socket_path))) == (107, 108)
+    ready, stop = asyncio.Event(), asyncio.Event()
+    server = asyncio.ensure_future(serve(config, ready, stop))
+    await asyncio.wait([server, asyncio.ensure_future(ready.wait())], timeout=30,
+                       return_when=asyncio.FIRST_COMPLETED)
+    assert not server.done(), server.exception()
+    client = GrpcSandboxAgent(f"unix:{config.socket_path}", "sbx")
+    try:
+        events = await collect(await client.run_builtin(bash("echo grpc-only")))
+        assert "grpc-only" in repr(events[-1])
+        assert client._tool_stream is not None
+        assert not isinstance(client._tool_stream._call, FramedStreamCall)
+    finally:
+        await client.close()
+        stop.set()
+        await server
+        shutil.rmtree(root, ignore_errors=True)
+
+
 Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
