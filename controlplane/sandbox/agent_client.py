@@ -34,6 +34,7 @@ from controlplane.core.seam.messages import (
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from controlplane.errors import ControlPlaneError, InvalidArgumentError
 from controlplane.sandbox.agent_files import AgentFiles
+from controlplane.sandbox.agent_frames import SharedStreams
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
@@ -166,6 +167,7 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
         self._tool_stream: SharedStream | None = None
         self._exec_stream: SharedStream | None = None
+        self._streams = SharedStreams(target)
 
     async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
         try:
@@ -186,7 +188,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         )
         traced = AgentCallSpan("Exec", self.sandbox_id)
         if self._exec_stream is None or not self._exec_stream.open:
-            self._exec_stream = SharedStream.of(self._stub.ExecMany, agent_pb2.ExecManyRequest)
+            self._exec_stream = await self._streams.shared(
+                "ExecMany", self._stub.ExecMany, agent_pb2.ExecManyRequest, agent_pb2.ExecManyEvent)
         return StreamedExec(self._exec_stream, start, self.sandbox_id, traced)
 
     async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
@@ -201,7 +204,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
             start.path_rules.CopyFrom(self._encoded(call.path_rules))
         traced = AgentCallSpan("RunTool", self.sandbox_id)
         if self._tool_stream is None or not self._tool_stream.open:
-            self._tool_stream = SharedStream.of(self._stub.RunTools, agent_pb2.RunToolsRequest)
+            self._tool_stream = await self._streams.shared(
+                "RunTools", self._stub.RunTools, agent_pb2.RunToolsRequest, agent_pb2.RunToolsEvent)
         return StreamedBuiltinRun(self._tool_stream, agent_pb2.RunToolRequest(start=start), self.sandbox_id, traced)
 
     def _encoded(self, rules: LocalRules) -> agent_pb2.PermissionRules:

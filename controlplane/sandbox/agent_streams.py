@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -70,6 +70,14 @@ async def drain(outbox: asyncio.Queue[object], kind: type[Any]) -> AsyncIterator
         yield item
 
 
+class StreamCall(Protocol):
+    """What a SharedStream reads: a grpc.aio stream call, or its framed stand-in (agent_frames)."""
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    def cancel(self) -> bool: ...
+
+
 class SharedStream:
     """One long-lived agent call (RunTools, ExecMany) carrying many numbered calls, each with its own inbox.
 
@@ -77,7 +85,7 @@ class SharedStream:
     `call`, `event`, `done`, `error` down.
     """
 
-    def __init__(self, call: grpc.aio.StreamStreamCall[Any, Any], outbox: asyncio.Queue[object],
+    def __init__(self, call: StreamCall, outbox: asyncio.Queue[object],
                  request_type: type[Any]) -> None:
         self._outbox = outbox
         self._request_type = request_type

@@ -22,6 +22,9 @@ AgentError
 ├── ServerIdentityError     a server did not reach its protected identity (server_identity.py)
 ├── SyscallFilterError      the syscall filter the control plane asked for is not in force (syscall_filter.py)
 ├── NetworkStartError       the session's network forwarder could not start (egress_forwarder.py)
+├── FrameError              a framed stream broke its format (frames.py)
+│   ├── FrameTooLargeError      a frame over the size limit
+│   └── StreamCutError          the connection ended inside a frame
 ├── LspStartError           a language server could not be started (lsp/servers.py)
 └── LspError                a language server request failed (lsp/client.py)
     ├── LspServerExitedError    the server exited

@@ -21,6 +21,7 @@ from sandbox_agent.egress_forwarder import SOCKET_NAME as EGRESS_SOCKET
 from sandbox_agent.egress_forwarder import EgressForwarder, NetworkStartError, proxy_env, write_ca_bundle
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.file_rpcs import FileRpcs
+from sandbox_agent.frames import FramesServer, frames_path
 from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.helper_temps import Announced, collect, stop_and_clean
 from sandbox_agent.multiplex import is_start, multiplex, routed
@@ -433,7 +434,17 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     agent_pb2_grpc.add_SandboxAgentServicer_to_server(service, server)
     server.add_insecure_port(f"unix:{config.socket_path}")
     await _prepare_home(service, config)
-    await server.start()
+    frames = FramesServer(frames_path(config.socket_path), {
+        b"RunTools": (agent_pb2.RunToolsRequest, service.RunTools),
+        b"ExecMany": (agent_pb2.ExecManyRequest, service.ExecMany)})
+    # Before the gRPC socket answers: the plane's first stream follows its first health answer, and a plane that
+    # finds no framed socket then keeps this agent's streams on gRPC for good.
+    await frames.start()
+    try:
+        await server.start()
+    except BaseException:
+        await frames.stop(grace_s=0)
+        raise
     os.chmod(config.socket_path, 0o600)
     if stop is None:
         # An embedding process (the control plane's in-process agents) keeps its own signal handling.
@@ -449,7 +460,7 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
         await stop.wait()
     finally:
         await service.stop_all()
-        await server.stop(grace=0.5)
+        await asyncio.gather(frames.stop(grace_s=0.5), server.stop(grace=0.5))
         service.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(config.socket_path)

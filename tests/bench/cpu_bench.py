@@ -36,6 +36,7 @@ from pathlib import Path
 
 from sandbox_agent import event_loop
 from sandbox_agent.gc_tuning import tune_after_startup
+from tests.bench import framing_probe
 from tests.planes import running_plane
 
 TARGETS = {"bash echo hi": 1.5, "read (small file)": 1.0, "exec true": 1.0}
@@ -232,6 +233,9 @@ async def section(quick: bool, rounds: int | None = None, calls: int | None = No
         verdict = "met" if ratio <= TARGETS[name] else "not met"
         lines.append(f"  {name:<20} {plane_cpu * 1e3:>7.3f} {sandbox * 1e3:>8.3f} {total * 1e3:>7.3f} "
                      f"{ratio:>7.2f}x {TARGETS[name]:>6.1f}x  {verdict}")
+    grpc_s, frames_s = await asyncio.to_thread(framing_probe.probe, 300 if quick else 1000, 3 if quick else 5)
+    lines.append(f"  diag: bash's agent-hop shape (1 request, 3 events) between two processes: grpc.aio "
+                 f"{grpc_s * 1e3:.3f} ms, frames {frames_s * 1e3:.3f} ms (the agent streams' transport)")
     lines.append("  raw rounds (plane+sandbox ms): " + json.dumps(
         {name: [round((p + s) * 1e3, 3) for p, s in samples] for name, samples in figures.items()}))
     return lines

@@ -46,7 +46,7 @@ class SessionManager:
     ) -> None:
         self.bus = bus or EventBus()
         self.host = host or HostLedger(HostCapacity(float("inf"), 1 << 62))
-        """Host admission (capacity): unbounded unless the app gives the machine's capacity."""
+        """Host admission: unbounded unless the app gives the machine's capacity."""
         self._store = store
         self._provider = provider
         self.templates = TemplateAccess()
@@ -261,7 +261,7 @@ class SessionManager:
         return await self._end(held, SessionState.PAUSED, message)
 
     async def unpark(self, session: Session, archive: bytes, put: Callable[[Session], Awaitable[None]]) -> CodeChanges:
-        """A PAUSED session runs on a new sandbox, stored by `put`; a failure leaves it PAUSED."""
+        """A PAUSED session on a new sandbox, stored by `put`; a failure leaves it PAUSED."""
         sandbox = await self._provider.acquire(session.id, session.tenant, session.resources, session.template)
         changes = await sandbox_setup.fill(self._networks, self._provider, session, sandbox, archive,
                                            session.config_json)
@@ -310,14 +310,14 @@ class SessionManager:
             return
         root = self._root(session)
         if await still_answers(self._provider, root.sandbox_id):
-            log.warning("session %s: a call lost its sandbox stream (%s), but the agent answers: kept", root.id, reason)
+            log.warning("session %s: a call lost its sandbox stream (%s); the agent answers: kept", root.id, reason)
             return
         if self._live.get(root.id) is root:
             await self._end(root, SessionState.FAILED, reason)
 
     async def _sandbox_lost(self, lost: LostSandbox) -> None:
         """The provider found the sandbox gone: its session fails with the provider's reason, as when a call finds
-        it gone (one this plane does not hold is failed in the shared store: `fail_stored`)."""
+        it gone (one not held here fails in the shared store: `fail_stored`)."""
         held = self._live.get(lost.session_id)
         if held is None:
             await fail_stored(self._store, lost)
