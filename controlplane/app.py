@@ -257,7 +257,10 @@ async def start(settings: Settings) -> ControlPlane:
     await mark_serving(health_servicer, True)
     plane = ControlPlane(settings, store, sessions, tools, server, port, report, audit, exporting, tenant_admin)
     plane.egress = egress_accounting
-    (settings.data_dir / ENDPOINT_FILE).write_text(plane.address + "\n")
+    # Renamed into place: a client polling for the file (a supervisor, a test) never reads it half-written.
+    partial = settings.data_dir / f".{ENDPOINT_FILE}.{os.getpid()}"
+    partial.write_text(plane.address + "\n")
+    os.replace(partial, settings.data_dir / ENDPOINT_FILE)
     if settings.server.mcp_listen:
         from controlplane.mcp_front import http as mcp_http
 
