@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,10 +34,11 @@ from controlplane.core.seam.messages import (
     UploadSummary,
 )
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
-from controlplane.errors import ControlPlaneError, InvalidArgumentError
+from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxError
 from controlplane.sandbox.agent_files import AgentFiles
 from controlplane.sandbox.agent_frames import SharedStreams
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
+from controlplane.sandbox.pinned_socket import PinnedSocket
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
@@ -162,14 +165,32 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
     def __init__(self, target: str, sandbox_id: str) -> None:
         self.target = target
         self.sandbox_id = sandbox_id
-        self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-        self._stub = agent_pb2_grpc.SandboxAgentStub(self._channel)
+        # A Unix socket is reached through its inode, once it exists (pinned_socket.py: its dir is the sandbox's).
+        self._pinned = PinnedSocket(target.removeprefix("unix:")) if target.startswith("unix:") else None
+        self._channel: grpc.aio.Channel | None = None
+        self._connected: agent_pb2_grpc.SandboxAgentAsyncStub | None = None
         self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
         self._tool_stream: SharedStream | None = None
         self._exec_stream: SharedStream | None = None
         self._streams = SharedStreams(target)
 
+    @property
+    def _stub(self) -> agent_pb2_grpc.SandboxAgentAsyncStub:
+        if self._connected is None:
+            target = self.target if self._pinned is None else self._pinned.target()
+            if target is None:
+                raise SandboxError(f"sandbox {self.sandbox_id}: its agent has no socket (yet)")
+            self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+            self._connected = agent_pb2_grpc.SandboxAgentStub(self._channel)
+        return self._connected
+
     async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
+        deadline = time.monotonic() + timeout_s
+        while self._connected is None and self._pinned is not None and self._pinned.target() is None:
+            if not wait_for_ready or time.monotonic() >= deadline:  # as gRPC's own wait for a socket to appear
+                raise SandboxError(f"sandbox {self.sandbox_id}: its agent has no socket after {timeout_s:g} s")
+            await asyncio.sleep(0.005)
+        timeout_s = max(0.05, deadline - time.monotonic())
         try:
             r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
@@ -305,5 +326,6 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         for stream in (self._tool_stream, self._exec_stream):
             if stream is not None:
                 stream.close()
-        with contextlib.suppress(Exception):
-            await self._channel.close()
+        if self._channel is not None:
+            with contextlib.suppress(Exception):
+                await self._channel.close()

@@ -17,10 +17,13 @@ def _entry(e: agent_pb2.FileEntry) -> FileEntry:
 
 
 class AgentFiles(WorkspaceFiles):
-    """Mixed into the agent client, which sets `_stub` and `sandbox_id`."""
+    """Mixed into the agent client, which gives `_stub` and `sandbox_id`."""
 
-    _stub: agent_pb2_grpc.SandboxAgentAsyncStub
     sandbox_id: str
+
+    @property
+    def _stub(self) -> agent_pb2_grpc.SandboxAgentAsyncStub:
+        raise NotImplementedError
 
     async def write_file(self, path: str, content: AsyncIterator[bytes], *, mode: int | None,
                          parents: bool) -> FileEntry:

@@ -1,0 +1,39 @@
+"""An agent's Unix socket reached through its own inode, never through whatever its name leads to later.
+
+The socket lives in a directory the sandbox's agent writes (root in its container): a compromised agent could put a
+symlink in the socket's place, and a connect by name (gRPC's, on every reconnect) would follow it to any socket of
+the host, another sandbox's agent included, and send it this session's calls. So the name is opened once, without
+following links (`O_PATH | O_NOFOLLOW`); only a socket is taken; and every connect goes through
+`/proc/self/fd/N`, which names that inode whatever the directory holds afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import weakref
+
+from controlplane.errors import SandboxError
+
+
+class PinnedSocket:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def target(self) -> str | None:
+        """`unix:/proc/self/fd/N` once the socket exists (pinned from then on); None while it does not yet."""
+        if self._fd is None:
+            try:
+                fd = os.open(self.path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise SandboxError(f"the agent socket {self.path} cannot be opened: {exc.strerror}") from exc
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise SandboxError(f"the agent socket {self.path} is not a socket (a link or a file the sandbox put "
+                                   "there): not connected")
+            self._fd = fd
+            weakref.finalize(self, os.close, fd)  # an agent dropped without close() must not keep the fd
+        return f"unix:/proc/self/fd/{self._fd}"
