@@ -210,7 +210,7 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         traced = AgentCallSpan("Exec", self.sandbox_id)
         if self._exec_stream is None or not self._exec_stream.open:
             self._exec_stream = await self._streams.shared(
-                "ExecMany", self._stub.ExecMany, agent_pb2.ExecManyRequest, agent_pb2.ExecManyEvent)
+                "ExecMany", lambda r: self._stub.ExecMany(r), agent_pb2.ExecManyRequest, agent_pb2.ExecManyEvent)
         return StreamedExec(self._exec_stream, start, self.sandbox_id, traced)
 
     async def run_builtin(self, call: BuiltinCall) -> BuiltinRun:
@@ -226,7 +226,7 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         traced = AgentCallSpan("RunTool", self.sandbox_id)
         if self._tool_stream is None or not self._tool_stream.open:
             self._tool_stream = await self._streams.shared(
-                "RunTools", self._stub.RunTools, agent_pb2.RunToolsRequest, agent_pb2.RunToolsEvent)
+                "RunTools", lambda r: self._stub.RunTools(r), agent_pb2.RunToolsRequest, agent_pb2.RunToolsEvent)
         return StreamedBuiltinRun(self._tool_stream, agent_pb2.RunToolRequest(start=start), self.sandbox_id, traced)
 
     def _encoded(self, rules: LocalRules) -> agent_pb2.PermissionRules:
