@@ -34,7 +34,7 @@ from controlplane.core.seam.messages import (
     UploadSummary,
 )
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
-from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxError
+from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxError, SandboxLostError
 from controlplane.sandbox.agent_files import AgentFiles
 from controlplane.sandbox.agent_frames import SharedStreams
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
@@ -178,8 +178,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
     def _stub(self) -> agent_pb2_grpc.SandboxAgentAsyncStub:
         if self._connected is None:
             target = self.target if self._pinned is None else self._pinned.target()
-            if target is None:
-                raise SandboxError(f"sandbox {self.sandbox_id}: its agent has no socket (yet)")
+            if target is None:  # not made yet (health() waits for it) or gone with its agent
+                raise SandboxLostError(f"sandbox {self.sandbox_id} is not answering (its agent has no socket)")
             self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
             self._connected = agent_pb2_grpc.SandboxAgentStub(self._channel)
         return self._connected
