@@ -23,27 +23,15 @@ from sandbox.v1 import agent_pb2
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.frames import HEADER, MAX_PAYLOAD, MESSAGE, OPEN, STATUS, frame, frames_path
 from sandbox_agent.server import serve
+from tests.local_agent import local_agent
 from tests.planes import short_tmp
 from tests.rpc.test_agent_tool_stream import bash, collect
 
 
 @pytest.fixture
 async def agent() -> AsyncIterator[tuple[GrpcSandboxAgent, Path]]:
-    root = short_tmp()
-    (root / "ws").mkdir()
-    config = AgentConfig(socket_path=str(root / "a.sock"), workspace=str(root / "ws"), tool_uid=-1,
-                         tool_home=str(root / "home"))
-    ready, stop = asyncio.Event(), asyncio.Event()
-    server = asyncio.ensure_future(serve(config, ready, stop))
-    await ready.wait()
-    client = GrpcSandboxAgent(f"unix:{config.socket_path}", "sbx")
-    try:
+    async with local_agent("a.sock") as (client, _, root):
         yield client, root
-    finally:
-        await client.close()
-        stop.set()
-        await server
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def test_calls_and_commands_ride_frames_where_the_agent_has_the_socket(

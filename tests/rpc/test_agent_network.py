@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,28 +13,13 @@ import pytest
 
 from controlplane.core.seam.messages import CommandSpec, Exited, Output
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
-from sandbox_agent.config import AgentConfig
-from sandbox_agent.server import serve
-from tests.planes import short_tmp
+from tests.local_agent import local_agent
 
 
 @pytest.fixture
 async def agent() -> AsyncIterator[tuple[GrpcSandboxAgent, Path]]:
-    root = short_tmp()
-    (root / "ws").mkdir()
-    config = AgentConfig(socket_path=str(root / "agent.sock"), workspace=str(root / "ws"), tool_uid=-1,
-                         tool_home=str(root / "home"))
-    ready, stop = asyncio.Event(), asyncio.Event()
-    server = asyncio.ensure_future(serve(config, ready, stop))
-    await ready.wait()
-    client = GrpcSandboxAgent(f"unix:{config.socket_path}", "sbx")
-    try:
+    async with local_agent("agent.sock") as (client, _, root):
         yield client, root
-    finally:
-        await client.close()
-        stop.set()
-        await server
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def run(agent: GrpcSandboxAgent, command: str) -> str:

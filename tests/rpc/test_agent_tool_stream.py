@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,28 +17,13 @@ from controlplane.core.seam.provider import BuiltinRun
 from controlplane.errors import SandboxLostError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent, StreamedBuiltinRun
 from controlplane.sandbox.agent_streams import SharedStream
-from sandbox_agent.config import AgentConfig
-from sandbox_agent.server import serve
-from tests.planes import short_tmp
+from tests.local_agent import local_agent
 
 
 @pytest.fixture
 async def agent() -> AsyncIterator[tuple[GrpcSandboxAgent, asyncio.Event, Path]]:
-    root = short_tmp()
-    (root / "ws").mkdir()
-    config = AgentConfig(socket_path=str(root / "a.sock"), workspace=str(root / "ws"), tool_uid=-1,
-                         tool_home=str(root / "home"))
-    ready, stop = asyncio.Event(), asyncio.Event()
-    server = asyncio.ensure_future(serve(config, ready, stop))
-    await ready.wait()
-    client = GrpcSandboxAgent(f"unix:{config.socket_path}", "sbx")
-    try:
+    async with local_agent("a.sock") as (client, stop, root):
         yield client, stop, root / "ws"
-    finally:
-        await client.close()
-        stop.set()
-        await server
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def bash(command: str, call_id: str = "c") -> BuiltinCall:
