@@ -43,6 +43,9 @@ class DestinationError(AgentError):
 
 _DIR_WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _temp_count = 0
+_PAGE = 4096
+_COPY_BLOCK = 256 * _PAGE
+_ZEROS = bytes(_COPY_BLOCK)
 
 
 @dataclass
@@ -198,11 +201,11 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, parent: i
         def fill(temp: str) -> None:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode | 0o600,
                          dir_fd=parent)
-            with os.fdopen(fd, "wb") as out:
-                while source is not None and (block := source.read(1024 * 1024)):
-                    out.write(block)
-                out.flush()
-                os.utime(out.fileno(), (member.mtime, member.mtime))
+            try:
+                _write_sparse(fd, source)
+                os.utime(fd, (member.mtime, member.mtime))
+            finally:
+                os.close(fd)
         _put(parent, name, fill)
         summary.files += 1
         summary.bytes += member.size
@@ -232,6 +235,37 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, parent: i
         summary.files += 1
     else:
         summary.skipped.append(f"{member.name}: device files, FIFOs and sockets are not allowed")
+
+
+def _write_sparse(fd: int, source: IO[bytes] | None) -> None:
+    """Copies `source` into the new, empty file `fd`, leaving every whole zero block as a hole. A snapshot of a
+    sparse file (`truncate -s 300M` costs the tool process no disk) stores its zeros, which compress to nothing:
+    written out in full they would need more than the session's disk, so that session could never be restored
+    or resumed. The file gets its data blocks only; its size comes from the final ftruncate."""
+    size = 0
+    while source is not None and (block := source.read(_COPY_BLOCK)):
+        if block == _ZEROS[:len(block)]:
+            os.lseek(fd, len(block), os.SEEK_CUR)
+        else:
+            # A mixed block: its data pages are written, its zero pages skipped. Pages stay aligned on the file's
+            # (each block but the last is a whole number of pages), so a skipped page is a real hole.
+            # (Comparisons are on bytes slices: a memoryview compares element by element, 40 times slower.)
+            data = 0
+            for start in range(0, len(block), _PAGE):
+                page = block[start:start + _PAGE]
+                if page == _ZEROS[:len(page)]:
+                    _write_all(fd, memoryview(block)[data:start])
+                    os.lseek(fd, len(page), os.SEEK_CUR)
+                    data = start + len(page)
+            _write_all(fd, memoryview(block)[data:])
+        size += len(block)
+    # A trailing hole is only a seek so far: the file's length is set here (growing it allocates nothing).
+    os.ftruncate(fd, size)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _put(parent: int, name: str, make: Callable[[str], None]) -> None:
