@@ -38,6 +38,32 @@ class Row(Protocol):
     def __getitem__(self, key: str) -> Any: ...
 
 
+SESSION_COLUMNS = (
+    "id", "tenant", "agent", "state", "sandbox_id", "labels", "resources", "config_json", "status_message",
+    "created_at", "last_active_at", "deleted_at", "parent_id", "title", "caller_config_json", "template",
+    "network_json",
+)
+
+
+def session_upsert(placeholder: str) -> str:
+    """A session written whole, in both stores' SQL (`placeholder`: `?` or `%s`). Written whole, a session is no
+    longer claimed for a resume. A DELETED row is never written over: several planes share the store, and a
+    plane finishing a pause (or any end) of a session another plane deleted meanwhile must not bring it back."""
+    updates = ", ".join(f"{c} = excluded.{c}" for c in SESSION_COLUMNS[1:]) + ", resume_holder = ''"
+    values = ", ".join([placeholder] * len(SESSION_COLUMNS))
+    return (f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({values})"
+            f" ON CONFLICT (id) DO UPDATE SET {updates} WHERE sessions.state <> 'DELETED'")
+
+
+def session_values(s: Session) -> tuple[Any, ...]:
+    return (
+        s.id, s.tenant, s.agent, s.state.value, s.sandbox_id, json.dumps(s.labels),
+        json.dumps(s.resources.__dict__), s.config_json, s.status_message, s.created_at,
+        s.last_active_at, s.deleted_at, s.parent_id, s.title, s.caller_config_json, s.template,
+        s.network.to_json() if s.network is not None else None,
+    )
+
+
 def session_of(row: Row) -> Session:
     """A `sessions` row as the domain's Session (both stores share the schema)."""
     return Session(

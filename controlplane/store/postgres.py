@@ -26,7 +26,15 @@ from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
 from controlplane.errors import ControlPlaneError, ErrorCode
 from controlplane.store import host_book, resume_claims
-from controlplane.store.base import audit_entry_of, describe, sandbox_of, session_of, tenant_of
+from controlplane.store.base import (
+    audit_entry_of,
+    describe,
+    sandbox_of,
+    session_of,
+    session_upsert,
+    session_values,
+    tenant_of,
+)
 from controlplane.store.migrations import MIGRATIONS, VERSION_TABLE, Migration
 
 Connection = psycopg.AsyncConnection[DictRow]
@@ -34,11 +42,6 @@ MIGRATION_LOCK = 0x6F63_7362_5F64_6201
 """pg_advisory lock key held while migrating, so control planes starting together apply each step once."""
 CONNECT_TIMEOUT_S = 10.0
 
-SESSION_COLUMNS = (
-    "id", "tenant", "agent", "state", "sandbox_id", "labels", "resources", "config_json", "status_message",
-    "created_at", "last_active_at", "deleted_at", "parent_id", "title", "caller_config_json", "template",
-    "network_json",
-)
 AUDIT_COLUMNS = (
     "time", "tenant", "session_id", "kind", "tool", "call_id", "outcome", "permission", "patterns", "rule", "detail",
 )
@@ -212,18 +215,7 @@ class PostgresStore:
     # -- sessions -------------------------------------------------------------------------------
 
     async def put_session(self, s: Session) -> None:
-        # Written whole, a session is no longer claimed for a resume (as SQLite's INSERT OR REPLACE makes it).
-        updates = ", ".join(f"{c} = excluded.{c}" for c in SESSION_COLUMNS[1:]) + ", resume_holder = ''"
-        await self._execute(
-            f"INSERT INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join(['%s'] * len(SESSION_COLUMNS))})"
-            f" ON CONFLICT (id) DO UPDATE SET {updates}",
-            (
-                s.id, s.tenant, s.agent, s.state.value, s.sandbox_id, json.dumps(s.labels),
-                json.dumps(s.resources.__dict__), s.config_json, s.status_message, s.created_at,
-                s.last_active_at, s.deleted_at, s.parent_id, s.title, s.caller_config_json, s.template,
-                s.network.to_json() if s.network is not None else None,
-            ),
-        )
+        await self._execute(session_upsert("%s"), session_values(s))
 
     async def touch_session(self, session_id: str, at: float) -> None:
         await self._execute("UPDATE sessions SET last_active_at = %s WHERE id = %s", (at, session_id))

@@ -24,7 +24,16 @@ from controlplane.core.sessions.models import Session, Tenant
 from controlplane.core.tenants.quota import Quota
 from controlplane.core.tenants.records import Origin, TenantRecord
 from controlplane.store import host_book, resume_claims
-from controlplane.store.base import AuditWriter, audit_entry_of, hash_token, sandbox_of, session_of, tenant_of
+from controlplane.store.base import (
+    AuditWriter,
+    audit_entry_of,
+    hash_token,
+    sandbox_of,
+    session_of,
+    session_upsert,
+    session_values,
+    tenant_of,
+)
 from controlplane.store.migrations import LATEST, MIGRATIONS, VERSION_TABLE, Migration
 
 T = TypeVar("T")
@@ -209,18 +218,7 @@ class SqliteStore:
     # -- sessions -------------------------------------------------------------------------------
 
     async def put_session(self, s: Session) -> None:
-        await self._execute(
-            "INSERT OR REPLACE INTO sessions (id, tenant, agent, state, sandbox_id, labels, resources, config_json,"
-            " status_message, created_at, last_active_at, deleted_at, parent_id, title, caller_config_json, template,"
-            " network_json)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                s.id, s.tenant, s.agent, s.state.value, s.sandbox_id, json.dumps(s.labels),
-                json.dumps(s.resources.__dict__), s.config_json, s.status_message, s.created_at,
-                s.last_active_at, s.deleted_at, s.parent_id, s.title, s.caller_config_json, s.template,
-                s.network.to_json() if s.network is not None else None,
-            ),
-        )
+        await self._execute(session_upsert("?"), session_values(s))
 
     async def touch_session(self, session_id: str, at: float) -> None:
         await self._execute("UPDATE sessions SET last_active_at = ? WHERE id = ?", (at, session_id))

@@ -89,3 +89,22 @@ async def test_a_resume_claim_is_released_taken_over_when_stale_and_cleared_by_a
     assert await store.claim_paused("ses_q", "plane-b", 601.0, 0.0) == "plane-b"
     assert await store.claim_paused("ses_missing", "plane-a", 602.0, 0.0) == ""
 
+
+
+async def test_a_session_deleted_through_one_plane_is_never_written_back_by_another(opener: Opener) -> None:
+    # Plane B deletes a session while plane A, which holds it, is pausing it: A's whole write of PAUSED comes last
+    # and must not bring back a session whose delete was answered (its workspace already removed).
+    first, second = await opener(), await opener()
+    try:
+        await first.put_session(_session("ses_d"))
+        deleted = _session("ses_d", state=SessionState.DELETED, status_message="deleted")
+        deleted.deleted_at = 30.0
+        await second.put_session(deleted)
+        await first.put_session(_session("ses_d", state=SessionState.PAUSED, status_message="call ResumeSession"))
+        back = await first.get_session("ses_d")
+        assert back is not None
+        assert (back.state, back.status_message, back.deleted_at) == (SessionState.DELETED, "deleted", 30.0)
+        assert [s.id for s in await first.list_sessions("acme", live_only=True, with_paused=True)] == []
+    finally:
+        await first.aclose()
+        await second.aclose()
