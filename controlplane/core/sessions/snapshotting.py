@@ -27,7 +27,7 @@ from controlplane.core.sessions.portable_tar import portable_file
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, SnapshotStorage, checked_id
 from controlplane.core.sessions.tenant_turns import TenantTurns
-from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, pieces, read_whole
+from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces, read_whole
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
@@ -147,7 +147,7 @@ class SessionSnapshots:
         """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after."""
         async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
             await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
-            made = await asyncio.to_thread(portable_file, raw, copy)
+            made = await finished(portable_file, raw, copy)  # a cancel frees the files and the turn only after it
             limit = self._sessions.policy.max_archive_entries
             if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
                 raise ResourceExhaustedError(
