@@ -108,8 +108,15 @@ class SessionSnapshots:
 
     async def restore(self, tenant: str, snapshot: Snapshot, resources: Resources) -> Session:
         """A new session from the tenant's snapshot (its checksum checked first)."""
-        archive = await self._storage.read(tenant, snapshot.id)
-        return await self._create(tenant, snapshot.state, archive, resources)
+        async with self.stored(tenant, snapshot.id) as archive:
+            return await self._create(tenant, snapshot.state, archive, resources)
+
+    @contextlib.asynccontextmanager
+    async def stored(self, tenant: str, snapshot_id: str) -> AsyncIterator[bytes]:
+        """A stored workspace, read whole (its checksum checked) within one of the plane's copy turns, held while
+        the caller uses it: concurrent restores and resumes hold no more workspaces in memory than copies run."""
+        async with self._spool.turn(tenant):
+            yield await self._storage.read(tenant, snapshot_id)
 
     async def source(self, tenant: str, session_id: str) -> Session:
         """The READY session a fork copies (it also tells the quota what the fork reserves)."""
