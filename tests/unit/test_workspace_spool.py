@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.sessions.portable_tar import portable, portable_file
+from controlplane.core.sessions.portable_tar import CopyStoppedError, portable, portable_file
 from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces
 from controlplane.errors import ResourceExhaustedError
 
@@ -185,3 +185,31 @@ async def test_finished_gives_the_result_and_the_error_of_its_call() -> None:
     assert await finished(sum, [1, 2]) == 3
     with pytest.raises(ZeroDivisionError):
         await finished(divmod, 1, 0)
+
+
+async def test_a_cancel_stops_the_portable_pass_at_its_next_read(tmp_path: Path) -> None:
+    spool = WorkspaceSpool(tmp_path / "spool")
+    started, ended = threading.Event(), []
+
+    def slow_portable(raw: Path, copy: Path, stop: threading.Event) -> object:
+        started.set()
+        time.sleep(0.3)  # the cancel lands here, before the pass reads anything
+        try:
+            return portable_file(raw, copy, stop)
+        except BaseException as exc:
+            ended.append(exc)
+            raise
+
+    async def copy() -> None:
+        async with spool.file("workspace") as raw, spool.file("portable") as out:
+            await fill(raw, _chunks(_tar(("out", "/etc/passwd"))), limit=1 << 20)
+            stop = threading.Event()
+            await finished(slow_portable, raw, out, stop, on_cancel=stop.set)
+
+    task = asyncio.ensure_future(copy())
+    assert await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [type(e) for e in ended] == [CopyStoppedError]
+    assert list((tmp_path / "spool").iterdir()) == []

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -154,7 +155,8 @@ class SessionSnapshots:
         """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after."""
         async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
             await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
-            made = await finished(portable_file, raw, copy)  # a cancel frees the files and the turn only after it
+            stop = threading.Event()  # a cancel frees the files and the turn only after the pass, stopped early
+            made = await finished(portable_file, raw, copy, stop, on_cancel=stop.set)
             limit = self._sessions.policy.max_archive_entries
             if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
                 raise ResourceExhaustedError(

@@ -27,16 +27,19 @@ PIECE = 1 << 20
 T = TypeVar("T")
 
 
-async def finished(call: Callable[..., T], *args: object) -> T:
+async def finished(call: Callable[..., T], *args: object, on_cancel: Callable[[], None] | None = None) -> T:
     """`call(*args)` in a worker thread. A cancel is taken only once the thread is over: a thread cannot be
     stopped, and one left running would go on writing (or create) a spool file its caller has already removed,
-    and go on after its caller gave its copy slot back, so that `max_concurrent` would bound nothing."""
+    and go on after its caller gave its copy slot back, so that `max_concurrent` would bound nothing.
+    `on_cancel` asks the call to end early (it is run at the first cancel)."""
     work = asyncio.ensure_future(asyncio.to_thread(call, *args))
     cancelled = False
     while not work.done():
         try:
             await asyncio.wait({work})
         except asyncio.CancelledError:
+            if not cancelled and on_cancel is not None:
+                on_cancel()
             cancelled = True
     if cancelled:
         if not work.cancelled():
