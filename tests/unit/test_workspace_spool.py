@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.sessions.portable_tar import CopyStoppedError, portable, portable_file
+from controlplane.core.sessions.portable_tar import _StoppedError, portable, portable_file
 from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces
 from controlplane.errors import ResourceExhaustedError
 
@@ -211,5 +211,5 @@ async def test_a_cancel_stops_the_portable_pass_at_its_next_read(tmp_path: Path)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert [type(e) for e in ended] == [CopyStoppedError]
+    assert [type(e) for e in ended] == [_StoppedError]
     assert list((tmp_path / "spool").iterdir()) == []

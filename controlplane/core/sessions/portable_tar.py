@@ -23,7 +23,7 @@ from controlplane.core.sessions.workspace_archive import unrestorable
 from controlplane.errors import ControlPlaneError
 
 
-class CopyStoppedError(ControlPlaneError):
+class _StoppedError(ControlPlaneError):
     """A portable pass whose caller is gone: no one sees it (the caller was cancelled)."""
 
 
@@ -53,7 +53,7 @@ def portable(tar: bytes) -> Portable:
 def portable_file(source: Path, copy: Path, stop: threading.Event | None = None) -> PortableFile:
     """As `portable`, from a tar file to another (`copy`, made only when something is left out): a workspace is
     read from disk a piece at a time, never held whole in memory (snapshotting.py spools it there). Once `stop` is
-    set, the pass ends at its next read (CopyStoppedError)."""
+    set, the pass ends at its next read (_StoppedError)."""
     with open(source, "rb") as tar, contextlib.ExitStack() as outputs:
         reader = tar if stop is None else cast(BinaryIO, _Stoppable(tar, stop))
         dropped, entries, copied = _made_portable(reader, lambda: outputs.enter_context(open(copy, "wb")))
@@ -91,7 +91,7 @@ class _Stoppable:
 
     def read(self, size: int = -1) -> bytes:
         if self._stop.is_set():
-            raise CopyStoppedError("the portable pass was stopped: its caller is gone")
+            raise _StoppedError("the portable pass was stopped: its caller is gone")
         return self._inner.read(size)
 
     def __getattr__(self, name: str) -> object:  # seek, tell, name, mode: the tar reader's other needs
