@@ -40,6 +40,7 @@ ControlPlaneError
 ├── _RefusedError               an MCP server this platform will not connect to (mcp/servers.py, internal)
 ├── _NotYamlError               frontmatter that is not YAML (core/config/agent_markdown.py, internal)
 ├── _EscapedError               an archive link climbs above the root (core/sessions/workspace_archive.py, internal)
+├── _StoppedError               a cancelled copy's portable pass (core/sessions/portable_tar.py, internal)
 └── _TooComplexError            an archive's links take too many steps (core/sessions/workspace_archive.py, internal)
 
 Some classes also derive from the builtin they refine (InvalidArgumentError and ConfigError from ValueError,

@@ -4,12 +4,17 @@ refused before it could be restored."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import tarfile
+import threading
 import time
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -17,6 +22,7 @@ from controlplane.core.permissions.permission import Rule
 from controlplane.core.sessions.models import NetworkPolicy, Resources, Session, SessionState
 from controlplane.core.sessions.snapshots import SnapshotState
 from controlplane.errors import FailedPreconditionError, InvalidArgumentError
+from controlplane.snapshots import fs_store
 from controlplane.snapshots.fs_store import STALE_TEMP_S, FsSnapshotStorage
 
 ID = "snap_" + "ab" * 12
@@ -152,3 +158,51 @@ async def test_delete_removes_it(tmp_path: Path) -> None:
     assert not await store.delete("acme", ID)
     assert await store.list("acme") == []
     assert list((tmp_path / "acme").iterdir()) == []
+
+
+class _Recorded:
+    """A real hash or compressor that notes whether it worked on the event loop's thread."""
+
+    def __init__(self, inner: Any, on_loop: list[bool]) -> None:
+        self._inner, self._on_loop = inner, on_loop
+
+    def _note(self, data: bytes) -> None:
+        if data:
+            self._on_loop.append(threading.get_ident() == LOOP_THREAD[0])
+
+    def update(self, data: bytes) -> None:
+        self._note(data)
+        self._inner.update(data)
+
+    def compress(self, data: bytes) -> bytes:
+        self._note(data)
+        return bytes(self._inner.compress(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+LOOP_THREAD = [0]
+
+
+async def test_hashing_and_compressing_run_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hundreds of MiB hashed or compressed on the loop stall every other tenant's calls for a quarter second or more.
+    on_loop: list[bool] = []
+    LOOP_THREAD[0] = threading.get_ident()
+
+    def sha256(data: bytes = b"") -> _Recorded:
+        recorded = _Recorded(hashlib.sha256(), on_loop)
+        recorded.update(data)
+        return recorded
+
+    monkeypatch.setattr(fs_store, "hashlib", SimpleNamespace(sha256=sha256))
+    monkeypatch.setattr(fs_store, "zlib", SimpleNamespace(
+        compressobj=lambda *a: _Recorded(zlib.compressobj(*a), on_loop), DEFLATED=zlib.DEFLATED,
+        decompressobj=zlib.decompressobj))
+    storage = FsSnapshotStorage(tmp_path)
+    tar = _tar()
+    await storage.write("acme", ID, "ses_1", _state(), _chunks(tar))
+    assert await storage.read("acme", ID) != b""
+    assert b"".join([c async for c in storage.workspace("acme", ID)]) == tar
+    assert on_loop
+    assert not any(on_loop)

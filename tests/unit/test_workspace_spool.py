@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from controlplane.core.sessions.portable_tar import portable, portable_file
-from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, pieces
+from controlplane.core.sessions.portable_tar import _StoppedError, portable, portable_file
+from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces
 from controlplane.errors import ResourceExhaustedError
 
 
@@ -145,3 +147,69 @@ async def test_copies_started_together_keep_their_files_through_the_first_cleari
 
     datas = [bytes([i]) * 5000 for i in range(4)]
     assert await asyncio.gather(*(copy(d) for d in datas)) == datas
+
+
+async def test_a_copy_cancelled_mid_portable_pass_leaves_no_file_and_holds_its_turn_to_the_end(tmp_path: Path) -> None:
+    # As snapshotting's `_portable`: a turn, the raw and the portable files, the portable pass in a thread. The pass
+    # is slowed so that the cancel lands before it opens its copy (made only when something is left out).
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=1)
+    started, over = threading.Event(), threading.Event()
+
+    def slow_portable(raw: Path, copy: Path) -> object:
+        started.set()
+        time.sleep(0.4)
+        made = portable_file(raw, copy)
+        over.set()
+        return made
+
+    async def copy() -> None:
+        async with spool.turn("a"), spool.file("workspace") as raw, spool.file("portable") as out:
+            await fill(raw, _chunks(_tar(("out", "/etc/passwd"))), limit=1 << 20)
+            await finished(slow_portable, raw, out)
+            await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(copy())
+    assert await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert over.is_set()  # the cancel was taken only once the thread was over
+    assert list((tmp_path / "spool").iterdir()) == []
+    async with spool.turn("b"):  # and the turn came back
+        pass
+    await asyncio.sleep(0.6)  # nothing a stray thread could still create
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_finished_gives_the_result_and_the_error_of_its_call() -> None:
+    assert await finished(sum, [1, 2]) == 3
+    with pytest.raises(ZeroDivisionError):
+        await finished(divmod, 1, 0)
+
+
+async def test_a_cancel_stops_the_portable_pass_at_its_next_read(tmp_path: Path) -> None:
+    spool = WorkspaceSpool(tmp_path / "spool")
+    started, ended = threading.Event(), []
+
+    def slow_portable(raw: Path, copy: Path, stop: threading.Event) -> object:
+        started.set()
+        time.sleep(0.3)  # the cancel lands here, before the pass reads anything
+        try:
+            return portable_file(raw, copy, stop)
+        except BaseException as exc:
+            ended.append(exc)
+            raise
+
+    async def copy() -> None:
+        async with spool.file("workspace") as raw, spool.file("portable") as out:
+            await fill(raw, _chunks(_tar(("out", "/etc/passwd"))), limit=1 << 20)
+            stop = threading.Event()
+            await finished(slow_portable, raw, out, stop, on_cancel=stop.set)
+
+    task = asyncio.ensure_future(copy())
+    assert await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [type(e) for e in ended] == [_StoppedError]
+    assert list((tmp_path / "spool").iterdir()) == []

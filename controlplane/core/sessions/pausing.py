@@ -136,8 +136,8 @@ class SessionPauses:
         if kept is None:
             raise FailedPreconditionError(
                 f"session {session_id} is PAUSED but its stored workspace is missing; delete the session")
-        archive = await self._storage.read(tenant, kept.id)  # checksum checked: a damaged one is refused
-        async with self._sessions.host.admitting(len(archive)) as keep_reservation:
+        async with self._snapshots.stored(tenant, kept.id) as archive, \
+                self._sessions.host.admitting(len(archive)) as keep_reservation:  # a damaged one is refused
             changes = await self._sessions.unpark(session, archive, self._claims.store_resumed)
             await keep_reservation(session.id)
         with contextlib.suppress(ControlPlaneError, OSError):  # a leftover is removed by `round`

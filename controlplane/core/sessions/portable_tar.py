@@ -13,12 +13,18 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from controlplane.core.sessions.workspace_archive import unrestorable
+from controlplane.errors import ControlPlaneError
+
+
+class _StoppedError(ControlPlaneError):
+    """A portable pass whose caller is gone: no one sees it (the caller was cancelled)."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +50,13 @@ def portable(tar: bytes) -> Portable:
     return Portable(out.getvalue() if copied else tar, dropped, entries)
 
 
-def portable_file(source: Path, copy: Path) -> PortableFile:
+def portable_file(source: Path, copy: Path, stop: threading.Event | None = None) -> PortableFile:
     """As `portable`, from a tar file to another (`copy`, made only when something is left out): a workspace is
-    read from disk a piece at a time, never held whole in memory (snapshotting.py spools it there)."""
+    read from disk a piece at a time, never held whole in memory (snapshotting.py spools it there). Once `stop` is
+    set, the pass ends at its next read (_StoppedError)."""
     with open(source, "rb") as tar, contextlib.ExitStack() as outputs:
-        dropped, entries, copied = _made_portable(tar, lambda: outputs.enter_context(open(copy, "wb")))
+        reader = tar if stop is None else cast(BinaryIO, _Stoppable(tar, stop))
+        dropped, entries, copied = _made_portable(reader, lambda: outputs.enter_context(open(copy, "wb")))
     return PortableFile(copy if copied else source, dropped, entries)
 
 
@@ -72,3 +80,19 @@ def _made_portable(source: BinaryIO, out: Callable[[], BinaryIO]) -> tuple[list[
                 continue
             copy.addfile(member, stream.extractfile(member) if member.isreg() else None)
     return dropped, len(members), True
+
+
+class _Stoppable:
+    """A file read until `stop` is set: a cancelled snapshot's pass over a workspace of hundreds of MiB ends at its
+    next piece, so that its caller (which waits for it before it removes the files) is not held for seconds."""
+
+    def __init__(self, inner: BinaryIO, stop: threading.Event) -> None:
+        self._inner, self._stop = inner, stop
+
+    def read(self, size: int = -1) -> bytes:
+        if self._stop.is_set():
+            raise _StoppedError("the portable pass was stopped: its caller is gone")
+        return self._inner.read(size)
+
+    def __getattr__(self, name: str) -> object:  # seek, tell, name, mode: the tar reader's other needs
+        return getattr(self._inner, name)

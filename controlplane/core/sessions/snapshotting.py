@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from controlplane.core.sessions.portable_tar import portable_file
 from controlplane.core.sessions.services import TodoStore
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotState, SnapshotStorage, checked_id
 from controlplane.core.sessions.tenant_turns import TenantTurns
-from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, pieces, read_whole
+from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces, read_whole
 from controlplane.core.tenants.quota import TenantQuotas
 from controlplane.errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 
@@ -108,8 +109,15 @@ class SessionSnapshots:
 
     async def restore(self, tenant: str, snapshot: Snapshot, resources: Resources) -> Session:
         """A new session from the tenant's snapshot (its checksum checked first)."""
-        archive = await self._storage.read(tenant, snapshot.id)
-        return await self._create(tenant, snapshot.state, archive, resources)
+        async with self.stored(tenant, snapshot.id) as archive:
+            return await self._create(tenant, snapshot.state, archive, resources)
+
+    @contextlib.asynccontextmanager
+    async def stored(self, tenant: str, snapshot_id: str) -> AsyncIterator[bytes]:
+        """A stored workspace, read whole (its checksum checked) within one of the plane's copy turns, held while
+        the caller uses it: concurrent restores and resumes hold no more workspaces in memory than copies run."""
+        async with self._spool.turn(tenant):
+            yield await self._storage.read(tenant, snapshot_id)
 
     async def source(self, tenant: str, session_id: str) -> Session:
         """The READY session a fork copies (it also tells the quota what the fork reserves)."""
@@ -147,7 +155,8 @@ class SessionSnapshots:
         """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after."""
         async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
             await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
-            made = await asyncio.to_thread(portable_file, raw, copy)
+            stop = threading.Event()  # a cancel frees the files and the turn only after the pass, stopped early
+            made = await finished(portable_file, raw, copy, stop, on_cancel=stop.set)
             limit = self._sessions.policy.max_archive_entries
             if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
                 raise ResourceExhaustedError(

@@ -14,15 +14,38 @@ import contextlib
 import os
 import secrets
 import shutil
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from controlplane.core.sessions.fair_gate import FairGate
 from controlplane.errors import ResourceExhaustedError
 
 PIECE = 1 << 20
 """Read and written a piece at a time: what the plane's memory holds of a workspace being copied."""
+
+T = TypeVar("T")
+
+
+async def finished(call: Callable[..., T], *args: object, on_cancel: Callable[[], None] | None = None) -> T:
+    """`call(*args)` in a worker thread. A cancel is taken only once the thread is over: a thread cannot be
+    stopped, and one left running would go on writing (or create) a spool file its caller has already removed,
+    and go on after its caller gave its copy slot back, so that `max_concurrent` would bound nothing.
+    `on_cancel` asks the call to end early (it is run at the first cancel)."""
+    work = asyncio.ensure_future(asyncio.to_thread(call, *args))
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.wait({work})
+        except asyncio.CancelledError:
+            if not cancelled and on_cancel is not None:
+                on_cancel()
+            cancelled = True
+    if cancelled:
+        if not work.cancelled():
+            work.exception()  # retrieved: what the thread raised is moot once its caller is gone
+        raise asyncio.CancelledError
+    return work.result()
 
 
 class WorkspaceSpool:
@@ -57,7 +80,7 @@ class WorkspaceSpool:
 
 async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
     """Writes `chunks` into `path` (a new file); more than `limit` bytes is refused. The bytes written."""
-    out: IO[bytes] = await asyncio.to_thread(open, path, "xb")
+    out: IO[bytes] = await finished(open, path, "xb")
     size = 0
     try:
         async with contextlib.aclosing(_closable(chunks)) as pieces:
@@ -65,7 +88,7 @@ async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
                 size += len(chunk)
                 if size > limit:
                     raise ResourceExhaustedError(f"the workspace is larger than the {limit} bytes a copy may hold")
-                await asyncio.to_thread(out.write, chunk)
+                await finished(out.write, chunk)
     finally:
         await asyncio.shield(asyncio.to_thread(out.close))
     return size
@@ -73,16 +96,16 @@ async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
 
 async def pieces(path: Path) -> AsyncIterator[bytes]:
     """The file's bytes, a piece at a time."""
-    source: IO[bytes] = await asyncio.to_thread(open, path, "rb")
+    source: IO[bytes] = await finished(open, path, "rb")
     try:
-        while chunk := await asyncio.to_thread(source.read, PIECE):
+        while chunk := await finished(source.read, PIECE):
             yield chunk
     finally:
         source.close()
 
 
 async def read_whole(path: Path) -> bytes:
-    return await asyncio.to_thread(path.read_bytes)
+    return await finished(path.read_bytes)
 
 
 async def _closable(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
