@@ -2,7 +2,7 @@
 
     python3 -m sandbox_agent.tario extract DEST MAX_BYTES [WORKSPACE] < archive.tar   -> JSON summary on stdout
       (after a line per temporary entry: helper_temps.announce)
-    python3 -m sandbox_agent.tario create SRC > archive.tar
+    python3 -m sandbox_agent.tario create SRC > archive.tar   -> a line per entry left out on stderr
 
 Extraction never follows a symlink and never resolves a path by name: DEST is opened once, walking from `/`
 with O_NOFOLLOW at each step (and, with WORKSPACE, proven inside it by its descriptor), then each member's
@@ -25,7 +25,7 @@ import signal
 import stat
 import sys
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -259,13 +259,148 @@ def _put(parent: int, name: str, make: Callable[[str], None]) -> None:
         raise
 
 
-def create(src: str, out: IO[bytes]) -> None:
+def create(src: str, out: IO[bytes]) -> list[str]:
+    """Writes SRC (a directory's entries, or one entry) to `out`; returns what was left out, with why.
+
+    Walked by directory descriptors (openat, never a joined path), so a chain of directories deeper than
+    PATH_MAX is archived whole. What the tool user cannot read (a file or directory it made mode 000) is left
+    out and listed, never a failure: one unreadable entry must not make the session's whole workspace
+    unkeepable (snapshot, pause, keep at delete or expiry all read it through here)."""
+    left_out: list[str] = []
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as archive:
-        if os.path.isdir(src):
-            for entry in sorted(os.listdir(src)):
-                archive.add(os.path.join(src, entry), arcname=entry)
+        walk = _Walk(archive, left_out)
+        if stat.S_ISDIR(os.lstat(src).st_mode):
+            root = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # SRC itself: unreadable is an error
+            walk.tree(root, "", sorted(os.listdir(root)))
         else:
-            archive.add(src, arcname=os.path.basename(src))
+            parent = os.open(os.path.dirname(src) or ".", _DIR_WALK)
+            try:
+                opened = walk.entry(parent, os.path.basename(src), os.path.basename(src))
+            finally:
+                os.close(parent)
+            if opened is not None:
+                os.close(opened[0])
+    return left_out
+
+
+_READ_ONE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""O_NONBLOCK: a regular file swapped for a FIFO between the lstat and the open must not hang the archiver."""
+
+
+class _Walk:
+    def __init__(self, archive: tarfile.TarFile, left_out: list[str]) -> None:
+        self._archive = archive
+        self._left_out = left_out
+        self._inodes: dict[tuple[int, int], str] = {}
+
+    def tree(self, root: int, prefix: str, names: list[str]) -> None:
+        """Depth first without recursion (depth is bounded by neither Python's stack nor PATH_MAX), holding one
+        descriptor per level; a level that cannot be opened (EMFILE included) is left out."""
+        stack: list[tuple[int, str, Iterator[str]]] = [(root, prefix, iter(names))]
+        try:
+            while stack:
+                fd, at, pending = stack[-1]
+                name = next(pending, None)
+                if name is None:
+                    os.close(fd)
+                    stack.pop()
+                    continue
+                opened = self.entry(fd, name, at + name)
+                if opened is not None:
+                    stack.append((opened[0], at + name + "/", iter(opened[1])))
+        finally:
+            for fd, _, _ in stack:
+                os.close(fd)
+
+    def _leave_out(self, arcname: str, exc: OSError | str) -> None:
+        why = exc if isinstance(exc, str) else (exc.strerror or str(exc))
+        self._left_out.append(f"{arcname}: {why}")
+
+    def entry(self, dir_fd: int, name: str, arcname: str) -> tuple[int, list[str]] | None:
+        """Adds `name` under `dir_fd`; a directory's descriptor and sorted entries when it is one to descend."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError as exc:
+            self._leave_out(arcname, exc)  # gone since it was listed
+            return None
+        info = tarfile.TarInfo(arcname)
+        info.mode, info.mtime, info.uid, info.gid = stat.S_IMODE(st.st_mode), int(st.st_mtime), st.st_uid, st.st_gid
+        if stat.S_ISDIR(st.st_mode):
+            return self._directory(dir_fd, name, info)
+        if stat.S_ISREG(st.st_mode):
+            self._file(dir_fd, name, info)
+        elif stat.S_ISLNK(st.st_mode):
+            try:
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
+            except OSError as exc:
+                self._leave_out(arcname, exc)
+                return None
+            self._archive.addfile(info)
+        elif stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            # Kept as tarfile.add kept them: the plane's portable copy decides (and logs) what it drops.
+            info.type = (tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode)
+                         else tarfile.CHRTYPE if stat.S_ISCHR(st.st_mode) else tarfile.BLKTYPE)
+            info.devmajor, info.devminor = os.major(st.st_rdev), os.minor(st.st_rdev)
+            self._archive.addfile(info)
+        else:
+            self._leave_out(arcname, "a socket")
+        return None
+
+    def _directory(self, dir_fd: int, name: str, info: tarfile.TarInfo) -> tuple[int, list[str]] | None:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as exc:
+            self._leave_out(info.name + "/", exc)
+            return None
+        try:
+            names = sorted(os.listdir(fd))
+        except OSError as exc:
+            os.close(fd)
+            self._leave_out(info.name + "/", exc)
+            return None
+        info.type = tarfile.DIRTYPE
+        try:
+            self._archive.addfile(info)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, names
+
+    def _file(self, dir_fd: int, name: str, info: tarfile.TarInfo) -> None:
+        try:
+            fd = os.open(name, _READ_ONE, dir_fd=dir_fd)
+        except OSError as exc:
+            self._leave_out(info.name, exc)
+            return
+        with os.fdopen(fd, "rb") as source:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self._leave_out(info.name, "replaced while it was archived")
+                return
+            key = (st.st_dev, st.st_ino)
+            if st.st_nlink > 1 and key in self._inodes:
+                info.type, info.linkname = tarfile.LNKTYPE, self._inodes[key]
+                self._archive.addfile(info)
+                return
+            if st.st_nlink > 1:
+                self._inodes[key] = info.name
+            info.size = st.st_size
+            self._archive.addfile(info, _Exactly(source, st.st_size))
+
+
+class _Exactly:
+    """`size` bytes of a file that may shrink or grow while it is read (a tool process still writing it): a
+    shorter read is padded with zeros, so the stream stays a valid archive instead of failing mid-member."""
+
+    def __init__(self, source: IO[bytes], size: int) -> None:
+        self._source = source
+        self._left = size
+
+    def read(self, n: int = -1) -> bytes:
+        want = self._left if n < 0 else min(n, self._left)
+        data = self._source.read(want)[:want] if want else b""
+        self._left -= want
+        return data + bytes(want - len(data))
 
 
 def _stopped(signum: int, _frame: object) -> None:
@@ -290,10 +425,12 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 2 and argv[0] == "create":
         try:
-            create(argv[1], sys.stdout.buffer)
+            left_out = create(argv[1], sys.stdout.buffer)
         except OSError as exc:
             print(f"cannot archive {argv[1]}: {exc.strerror or exc}", file=sys.stderr)
             return 2
+        for line in left_out:  # on stderr, which the agent logs: the archive itself is complete without them
+            print(f"left out {line}", file=sys.stderr)
         return 0
     print(__doc__, file=sys.stderr)
     return 64
