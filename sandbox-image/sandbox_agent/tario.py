@@ -263,15 +263,16 @@ def create(src: str, out: IO[bytes]) -> list[str]:
     """Writes SRC (a directory's entries, or one entry) to `out`; returns what was left out, with why.
 
     Walked by directory descriptors (openat, never a joined path), so a chain of directories deeper than
-    PATH_MAX is archived whole. What the tool user cannot read (a file or directory it made mode 000) is left
-    out and listed, never a failure: one unreadable entry must not make the session's whole workspace
-    unkeepable (snapshot, pause, keep at delete or expiry all read it through here)."""
+    PATH_MAX is archived whole. An entry of the archiving user's own that its mode keeps it from reading (the
+    model ran chmod 000) is read with the owner's read bit added for the moment and its mode put back after,
+    the archive carrying the original mode: a pause resumes from this copy, so leaving it out would lose the
+    user's work. Only what still cannot be read (another user's, an I/O error) is left out and listed."""
     left_out: list[str] = []
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as archive:
         walk = _Walk(archive, left_out)
         if stat.S_ISDIR(os.lstat(src).st_mode):
             root = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # SRC itself: unreadable is an error
-            walk.tree(root, "", sorted(os.listdir(root)))
+            walk.tree(_Opened(root, sorted(os.listdir(root)), None), "")
         else:
             parent = os.open(os.path.dirname(src) or ".", _DIR_WALK)
             try:
@@ -279,12 +280,65 @@ def create(src: str, out: IO[bytes]) -> list[str]:
             finally:
                 os.close(parent)
             if opened is not None:
-                os.close(opened[0])
+                opened.close()
     return left_out
 
 
 _READ_ONE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 """O_NONBLOCK: a regular file swapped for a FIFO between the lstat and the open must not hang the archiver."""
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class _Lifted:
+    """An entry whose mode the archiver widened: its O_PATH descriptor and the mode to put back."""
+
+    path_fd: int
+    mode: int
+
+    def put_back(self) -> None:
+        try:
+            os.chmod(f"/proc/self/fd/{self.path_fd}", self.mode)
+        finally:
+            os.close(self.path_fd)
+
+
+def _lift(dir_fd: int, name: str, st: os.stat_result, bits: int) -> _Lifted | None:
+    """`name` (the inode `st` describes) with `bits` added to its mode, or None when it is not the archiving
+    user's own. Held by an O_PATH descriptor opened without following a link and proven to be that inode and
+    ours before the chmod, which goes through /proc/self/fd (it acts on the inode, fchmod refuses O_PATH): an
+    entry swapped in meanwhile is never changed, and nothing gets more than its owner could give it anyway."""
+    me = os.geteuid()
+    if st.st_uid != me:
+        return None
+    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        now = os.fstat(path_fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or now.st_uid != me or stat.S_ISLNK(now.st_mode):
+            os.close(path_fd)
+            return None
+        lifted = _Lifted(path_fd, stat.S_IMODE(now.st_mode))
+        os.chmod(f"/proc/self/fd/{path_fd}", lifted.mode | bits)
+    except BaseException:
+        os.close(path_fd)
+        raise
+    return lifted
+
+
+@dataclass
+class _Opened:
+    """A directory being walked: its descriptor, its sorted entries, and its mode to put back once done."""
+
+    fd: int
+    names: list[str]
+    lifted: _Lifted | None
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        finally:
+            if self.lifted is not None:
+                self.lifted.put_back()
 
 
 class _Walk:
@@ -293,42 +347,44 @@ class _Walk:
         self._left_out = left_out
         self._inodes: dict[tuple[int, int], str] = {}
 
-    def tree(self, root: int, prefix: str, names: list[str]) -> None:
+    def tree(self, root: _Opened, prefix: str) -> None:
         """Depth first without recursion (depth is bounded by neither Python's stack nor PATH_MAX), holding one
-        descriptor per level; a level that cannot be opened (EMFILE included) is left out."""
-        stack: list[tuple[int, str, Iterator[str]]] = [(root, prefix, iter(names))]
+        descriptor per level; a level that cannot be opened (EMFILE included) is left out. A directory whose
+        mode was widened to walk it keeps that until its last entry is read (a lookup needs its search bit)."""
+        stack: list[tuple[_Opened, str, Iterator[str]]] = [(root, prefix, iter(root.names))]
         try:
             while stack:
-                fd, at, pending = stack[-1]
+                level, at, pending = stack[-1]
                 name = next(pending, None)
                 if name is None:
-                    os.close(fd)
                     stack.pop()
+                    level.close()
                     continue
-                opened = self.entry(fd, name, at + name)
+                opened = self.entry(level.fd, name, at + name)
                 if opened is not None:
-                    stack.append((opened[0], at + name + "/", iter(opened[1])))
+                    stack.append((opened, at + name + "/", iter(opened.names)))
         finally:
-            for fd, _, _ in stack:
-                os.close(fd)
+            while stack:
+                stack.pop()[0].close()
 
     def _leave_out(self, arcname: str, exc: OSError | str) -> None:
         why = exc if isinstance(exc, str) else (exc.strerror or str(exc))
         self._left_out.append(f"{arcname}: {why}")
 
-    def entry(self, dir_fd: int, name: str, arcname: str) -> tuple[int, list[str]] | None:
-        """Adds `name` under `dir_fd`; a directory's descriptor and sorted entries when it is one to descend."""
+    def entry(self, dir_fd: int, name: str, arcname: str) -> _Opened | None:
+        """Adds `name` under `dir_fd`; the directory to descend when it is one."""
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except OSError as exc:
             self._leave_out(arcname, exc)  # gone since it was listed
             return None
+        # The mode before any widening: a restore recreates the entry as the model left it.
         info = tarfile.TarInfo(arcname)
         info.mode, info.mtime, info.uid, info.gid = stat.S_IMODE(st.st_mode), int(st.st_mtime), st.st_uid, st.st_gid
         if stat.S_ISDIR(st.st_mode):
-            return self._directory(dir_fd, name, info)
+            return self._directory(dir_fd, name, info, st)
         if stat.S_ISREG(st.st_mode):
-            self._file(dir_fd, name, info)
+            self._file(dir_fd, name, info, st)
         elif stat.S_ISLNK(st.st_mode):
             try:
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
@@ -346,29 +402,37 @@ class _Walk:
             self._leave_out(arcname, "a socket")
         return None
 
-    def _directory(self, dir_fd: int, name: str, info: tarfile.TarInfo) -> tuple[int, list[str]] | None:
+    def _directory(self, dir_fd: int, name: str, info: tarfile.TarInfo, st: os.stat_result) -> _Opened | None:
+        lifted: _Lifted | None = None
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # Widened before it is opened when it lacks the owner's read or search bit: with read alone the
+            # listing works but every entry's lookup fails, and that would leave them all out.
+            if st.st_mode & 0o500 != 0o500:
+                lifted = _lift(dir_fd, name, st, 0o500)
+            fd = os.open(name, _READ_DIR, dir_fd=dir_fd)
         except OSError as exc:
+            if lifted is not None:
+                lifted.put_back()
             self._leave_out(info.name + "/", exc)
             return None
+        opened = _Opened(fd, [], lifted)
         try:
-            names = sorted(os.listdir(fd))
+            opened.names = sorted(os.listdir(fd))
         except OSError as exc:
-            os.close(fd)
+            opened.close()
             self._leave_out(info.name + "/", exc)
             return None
         info.type = tarfile.DIRTYPE
         try:
             self._archive.addfile(info)
         except BaseException:
-            os.close(fd)
+            opened.close()
             raise
-        return fd, names
+        return opened
 
-    def _file(self, dir_fd: int, name: str, info: tarfile.TarInfo) -> None:
+    def _file(self, dir_fd: int, name: str, info: tarfile.TarInfo, st: os.stat_result) -> None:
         try:
-            fd = os.open(name, _READ_ONE, dir_fd=dir_fd)
+            fd = _open_lifting(dir_fd, name, st)
         except OSError as exc:
             self._leave_out(info.name, exc)
             return
@@ -386,6 +450,21 @@ class _Walk:
                 self._inodes[key] = info.name
             info.size = st.st_size
             self._archive.addfile(info, _Exactly(source, st.st_size))
+
+
+def _open_lifting(dir_fd: int, name: str, st: os.stat_result) -> int:
+    """The file `name` open for reading; one of ours its mode closes is opened with u+r added for the moment
+    (the open descriptor keeps reading after the mode is put back)."""
+    try:
+        return os.open(name, _READ_ONE, dir_fd=dir_fd)
+    except PermissionError:
+        lifted = _lift(dir_fd, name, st, 0o400)
+        if lifted is None:
+            raise
+    try:
+        return os.open(name, _READ_ONE, dir_fd=dir_fd)
+    finally:
+        lifted.put_back()
 
 
 class _Exactly:

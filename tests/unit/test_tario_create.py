@@ -62,17 +62,68 @@ def as_nobody(path: Path, text: str | None = None) -> Path:
     return path
 
 
+def archived_modes(src: Path, into: Path) -> tuple[dict[str, int], dict[str, bytes], str]:
+    """As `archive_as_nobody`: each member's mode, each file's content, what was left out."""
+    code, _, left = archive_as_nobody(src, into)
+    assert code == 0, left
+    with tarfile.open(into / "out.tar") as tar:
+        modes = {m.name: m.mode for m in tar.getmembers()}
+        contents = {m.name: (tar.extractfile(m) or io.BytesIO()).read() for m in tar.getmembers() if m.isreg()}
+    return modes, contents, left
+
+
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the archiver as another user")
-def test_an_unreadable_file_or_directory_is_left_out_and_listed(shared_dir: Path, tmp_path: Path) -> None:
+def test_the_archivers_own_file_and_directory_of_mode_000_are_archived_whole_with_their_mode(
+        shared_dir: Path, tmp_path: Path) -> None:
     as_nobody(shared_dir / "work.txt", "the work\n")
-    os.chmod(as_nobody(shared_dir / "secret.txt", "x"), 0)
+    os.chmod(as_nobody(shared_dir / "secret.txt", "the secret\n"), 0)
     closed = as_nobody(shared_dir / "closed")
-    as_nobody(closed / "f", "x")
+    as_nobody(closed / "f", "inside\n")
+    os.chmod(closed / "f", 0)
+    os.chmod(closed, 0)
+    search_only = as_nobody(shared_dir / "search-only")  # read but no search bit: its entries' lookups fail
+    as_nobody(search_only / "g", "g\n")
+    os.chmod(search_only, 0o400)
+    modes, contents, left = archived_modes(shared_dir, tmp_path)
+    assert left == ""
+    assert modes == {"closed": 0, "closed/f": 0, "search-only": 0o400, "search-only/g": 0o644, "secret.txt": 0,
+                     "work.txt": 0o644}
+    assert contents == {"closed/f": b"inside\n", "search-only/g": b"g\n", "secret.txt": b"the secret\n",
+                        "work.txt": b"the work\n"}
+    # The modes are put back once read.
+    on_disk = {p: os.lstat(shared_dir / p).st_mode & 0o7777 for p in modes}
+    assert on_disk == modes
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the archiver as another user")
+def test_another_users_unreadable_file_or_directory_is_left_out_listed_and_unchanged(
+        shared_dir: Path, tmp_path: Path) -> None:
+    as_nobody(shared_dir / "work.txt", "the work\n")
+    secret = shared_dir / "secret.txt"  # root's: the archiving user may not change its mode
+    secret.write_text("x")
+    os.chmod(secret, 0)
+    closed = shared_dir / "closed"
+    closed.mkdir()
+    (closed / "f").write_text("x")
     os.chmod(closed, 0)
     code, names, left = archive_as_nobody(shared_dir, tmp_path)
     assert code == 0, left
     assert names == ["work.txt"]
     assert left.splitlines() == ["closed/: Permission denied", "secret.txt: Permission denied"]
+    assert (os.lstat(secret).st_mode & 0o7777, os.lstat(closed).st_mode & 0o7777) == (0, 0)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the archiver as another user")
+def test_a_link_to_an_unreadable_file_of_the_archivers_is_kept_as_a_link_and_changes_nothing(
+        shared_dir: Path, tmp_path: Path) -> None:
+    target = shared_dir.parent / "target"  # outside SRC, the archiver's own, mode 000
+    as_nobody(target, "outside\n")
+    os.chmod(target, 0)
+    os.symlink(target, shared_dir / "link")
+    os.lchown(shared_dir / "link", NOBODY, NOBODY)
+    modes, contents, left = archived_modes(shared_dir, tmp_path)
+    assert (list(modes), contents, left) == (["link"], {}, "")
+    assert os.lstat(target).st_mode & 0o7777 == 0
 
 
 def test_a_chain_deeper_than_path_max_is_archived_whole(tmp_path: Path) -> None:
