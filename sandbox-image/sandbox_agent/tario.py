@@ -134,17 +134,19 @@ def extract(stream: IO[bytes], dest: str, max_bytes: int, confine: str = "") -> 
     except OSError as exc:
         raise DestinationError(f"{dest}: {exc.strerror or exc}: the destination is not a directory inside the "
                                "workspace (a symbolic link or a file is in the way)") from None
+    closed: list[tuple[list[str], int]] = []
     try:
         with tarfile.open(fileobj=stream, mode="r|*") as archive:
             for member in archive:
-                _one_member(archive, member, root_fd, root, confine, summary, max_bytes)
+                _one_member(archive, member, root_fd, root, confine, summary, max_bytes, closed)
+        _close_directories(root_fd, closed, summary)
     finally:
         os.close(root_fd)
     return summary
 
 
 def _one_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int, root: str, confine: str,
-                summary: Summary, max_bytes: int) -> None:
+                summary: Summary, max_bytes: int, closed: list[tuple[list[str], int]]) -> None:
     rel = _clean_name(member.name)
     if rel is None:
         summary.skipped.append(f"{member.name}: path escapes the workspace")
@@ -163,6 +165,11 @@ def _one_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int,
         return
     try:
         _extract_member(archive, member, parent, parts[-1], root_fd, summary, max_bytes)
+        # What the extraction widened for its owner (u+rw, a directory u+rwx) is narrowed back to the archive's.
+        if member.isdir() and member.mode & 0o700 != 0o700:
+            closed.append((parts, member.mode & 0o777))  # once its members are in (it is open to them till then)
+        elif member.isreg() and member.mode & 0o600 != 0o600:
+            _exact_mode(parent, parts[-1], member.mode & 0o777, stat.S_ISREG)
     except ArchiveTooLargeError:
         raise
     except OSError as exc:
@@ -232,6 +239,35 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, parent: i
         summary.files += 1
     else:
         summary.skipped.append(f"{member.name}: device files, FIFOs and sockets are not allowed")
+
+
+def _exact_mode(parent: int, name: str, mode: int, kind: Callable[[int], bool]) -> None:
+    """Gives `name` the archive's own mode, one its owner may not read or write (a copy of a workspace whose
+    model ran chmod 000 comes back as it was), through an O_PATH descriptor (no link followed; fchmod refuses
+    O_PATH, chmod of its /proc/self/fd entry acts on the inode) proven to be of the expected kind."""
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        if kind(os.fstat(fd).st_mode):
+            os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+
+
+def _close_directories(root_fd: int, closed: list[tuple[list[str], int]], summary: Summary) -> None:
+    """The directories whose archived mode shuts out their owner, given it last and deepest first: each stays
+    open to the extraction until then, and a parent's lookup still works while its children are done."""
+    for parts, mode in sorted(closed, key=lambda one: -len(one[0])):
+        try:
+            parent = _parent_fd(root_fd, parts[:-1])
+        except OSError as exc:
+            summary.skipped.append(f"{'/'.join(parts)}: its mode {mode:o} cannot be set ({exc.strerror or exc})")
+            continue
+        try:
+            _exact_mode(parent, parts[-1], mode, stat.S_ISDIR)
+        except OSError as exc:
+            summary.skipped.append(f"{'/'.join(parts)}: its mode {mode:o} cannot be set ({exc.strerror or exc})")
+        finally:
+            os.close(parent)
 
 
 def _put(parent: int, name: str, make: Callable[[str], None]) -> None:
