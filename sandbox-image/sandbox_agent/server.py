@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -316,6 +317,8 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                     errors += item.data
                 elif item.exit_code != 0:
                     await context.abort(grpc.StatusCode.INTERNAL, errors.decode(errors="replace").strip())
+                elif errors:  # the entries the tool user cannot read, left out of an otherwise whole copy
+                    logging.getLogger(__name__).warning("workspace copy: %s", errors.decode(errors="replace").strip())
         finally:
             self._running.discard(helper)
             if not helper.finished:

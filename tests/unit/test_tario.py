@@ -166,3 +166,29 @@ def test_runs_of_zeros_are_extracted_as_holes(tmp_path: Path) -> None:
             assert f.read(4096 + len(value) + 4096) == bytes(4096) + value + bytes(after)
     assert (tmp_path / "zeros-at-end").read_bytes() == b"head" + bytes(3 * 4096)
     assert sorted(os.listdir(tmp_path)) == ["big.img", "zeros-at-end"]
+
+
+def test_modes_that_shut_out_the_owner_are_extracted_as_archived(tmp_path: Path) -> None:
+    """A copy of a workspace whose model ran chmod 000 comes back with its 000 entries, not widened to 600/700."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for name, mode, content in [("closed", 0, None), ("closed/inner", 0o500, None), ("closed/inner/f", 0, b"f"),
+                                    ("secret.txt", 0, b"s"), ("plain.txt", 0o644, b"p"), ("open", 0o755, None)]:
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+    data.seek(0)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    summary = extract(data, str(dest), 1 << 20)
+    assert summary.skipped == []
+    modes = {p: os.lstat(dest / p).st_mode & 0o7777
+             for p in ["closed", "closed/inner", "closed/inner/f", "secret.txt", "plain.txt", "open"]}
+    assert modes == {"closed": 0, "closed/inner": 0o500, "closed/inner/f": 0, "secret.txt": 0, "plain.txt": 0o644,
+                     "open": 0o755}
+    assert ((dest / "closed/inner/f").read_bytes(), (dest / "secret.txt").read_bytes()) == (b"f", b"s")

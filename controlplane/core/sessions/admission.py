@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from controlplane.core.config import project_files
 from controlplane.core.sessions import archive_stream, workspace_archive
 from controlplane.core.sessions.models import NetworkPolicy, Resources
+from controlplane.core.sessions.snapshots import SnapshotState
 from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
+
+log = logging.getLogger(__name__)
 
 INLINE_ARCHIVE_CHECK_BYTES = 32 * 1024
 """Uncompressed archives up to this size are checked on the event loop (about a millisecond); larger ones,
@@ -45,6 +49,10 @@ class CreateSpec:
     archive_limit_bytes: int = 0
     """0: the policy's `max_archive_bytes` (a request's size). A restored snapshot or a fork sets its own (the
     workspace is the platform's copy, not a request); the expanded-size limit holds for every archive."""
+    kept_config: tuple[str, str | None] | None = None
+    """A restore's or fork's: the config the copied session ran with, and the caller's own (None: the same). The
+    new session runs with it when the workspace's project files are refused: those are the model's to rewrite,
+    and a copy the platform kept must stay restorable, as the live session kept running with this config."""
 
 
 def resources(policy: SessionPolicy, asked: Resources | None) -> Resources:
@@ -98,8 +106,24 @@ async def session_config(policy: SessionPolicy, spec: CreateSpec) -> tuple[str, 
     read = functools.partial(project_files.session_and_caller_config, project, spec.config_json)
     # Small files can still expand (aliases, {file:}): any project file is read off the loop.
     inline = not project and len(spec.config_json) <= INLINE_ARCHIVE_CHECK_BYTES
-    config_json, caller_config = read() if inline else await asyncio.to_thread(read)
+    try:
+        config_json, caller_config = read() if inline else await asyncio.to_thread(read)
+    except InvalidArgumentError as exc:
+        if spec.kept_config is None or not project:
+            raise
+        # The same config, not the caller's alone: what the project's files narrowed stays narrowed.
+        log.warning("a copy of a session runs with the config that session ran with: the workspace's project "
+                    "config is not taken (%s)", exc)
+        return spec.kept_config[0], spec.kept_config[1], spec.agent or project_files.default_agent(spec.kept_config[0])
     agent = spec.agent or project_files.default_agent(config_json)
     if not spec.agent:
         project_files.workspace_chosen_agent(agent, caller_config)
     return config_json, caller_config, agent
+
+
+def kept_config(state: SnapshotState) -> tuple[str, str | None] | None:
+    """What a restore or fork of a session copy falls back to (CreateSpec.kept_config)."""
+    if state.session_config_json is None:
+        return None
+    caller = state.config_json
+    return state.session_config_json, None if caller == state.session_config_json else caller

@@ -47,12 +47,17 @@ class SnapshotState:
     """"taken" (SnapshotSession), "paused" (a PAUSED session's own workspace: not listed, not restorable) or
     "retained" (kept at a session's end, purged at `purge_at`)."""
     purge_at: float = 0.0
+    session_config_json: str | None = None
+    """The config the session ran with (`config_json` merged with its workspace's project config then): what a
+    restore or fork runs with when the workspace's project files no longer pass (a model rewrote them). None in a
+    snapshot stored before this was kept."""
 
     @classmethod
     def of(cls, session: Session, todos: list[dict[str, Any]], approvals: list[Rule]) -> SnapshotState:
         caller = session.config_json if session.caller_config_json is None else session.caller_config_json
         return cls(session.agent, caller, session.template, dict(session.labels), session.resources,
-                   session.network, list(todos), [(r.permission, r.pattern, r.action) for r in approvals])
+                   session.network, list(todos), [(r.permission, r.pattern, r.action) for r in approvals],
+                   session_config_json=session.config_json)
 
     def rules(self) -> list[Rule]:
         return [Rule(p, pattern, action) for p, pattern, action in self.approvals]  # type: ignore[arg-type]
@@ -71,6 +76,7 @@ class SnapshotState:
             network=NetworkPolicy.from_json(json.dumps(network)) if network is not None else None,
             todos=list(data["todos"]), approvals=[tuple(a) for a in data["approvals"]],
             kind=str(data.get("kind", "taken")), purge_at=float(data.get("purge_at", 0.0)),
+            session_config_json=data.get("session_config_json"),
         )
 
 

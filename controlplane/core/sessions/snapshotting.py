@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from controlplane.core.permissions.asks import ApprovalStore
-from controlplane.core.sessions.admission import CreateSpec
+from controlplane.core.sessions.admission import CreateSpec, kept_config
 from controlplane.core.sessions.manager import SessionManager
 from controlplane.core.sessions.models import Resources, Session, SessionState
 from controlplane.core.sessions.portable_tar import portable_file
@@ -177,7 +177,7 @@ class SessionSnapshots:
         spec = CreateSpec(
             agent=state.agent, workspace_archive=archive, config_json=state.config_json, labels=dict(state.labels),
             resources=resources, template=state.template, network=state.network,
-            archive_limit_bytes=max(len(archive), 1),
+            archive_limit_bytes=max(len(archive), 1), kept_config=kept_config(state),
         )
         session = await self._sessions.create(tenant, spec)
         # Shielded: a caller gone now still leaves a session with all of its state, not a READY one without it.
