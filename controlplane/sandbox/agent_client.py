@@ -329,3 +329,5 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         if self._channel is not None:
             with contextlib.suppress(Exception):
                 await self._channel.close()
+        if self._pinned is not None:
+            self._pinned.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import weakref
+from collections.abc import Callable
 
 from controlplane.errors import SandboxError
 
@@ -20,6 +21,7 @@ class PinnedSocket:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self._closing: Callable[[], object] | None = None
 
     def target(self) -> str | None:
         """`unix:/proc/self/fd/N` once the socket exists (pinned from then on); None while it does not yet."""
@@ -35,5 +37,10 @@ class PinnedSocket:
                 raise SandboxError(f"the agent socket {self.path} is not a socket (a link or a file the sandbox put "
                                    "there): not connected")
             self._fd = fd
-            weakref.finalize(self, os.close, fd)  # an agent dropped without close() must not keep the fd
+            self._closing = weakref.finalize(self, os.close, fd)  # also when dropped without close()
         return f"unix:/proc/self/fd/{self._fd}"
+
+    def close(self) -> None:
+        """Closes the pinned descriptor (once; the agent's channel is closed first)."""
+        if self._closing is not None:
+            self._closing()

@@ -54,7 +54,7 @@ def take(instance: str, data_dir: Path, pooled: set[str]) -> LeakSnapshot:
         return frozenset(n for n in names if not any(sandbox_id in n for sandbox_id in pooled))
 
     return LeakSnapshot(mine(containers), mine(volumes), mine(socket_dirs), mine(_tmp_entries(instance)),
-                        _descendants(), _fds())
+                        _descendants(), mine(set(_fds())))  # a pooled agent's pinned socket is the pool's
 
 
 def _tmp_entries(instance: str) -> set[str]:
