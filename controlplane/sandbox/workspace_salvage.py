@@ -25,11 +25,12 @@ import secrets
 import tarfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import docker.errors
+import requests
 from docker.types import Mount
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
@@ -39,6 +40,7 @@ from controlplane.sandbox.engine_calls import in_thread
 from controlplane.sandbox.layout import LABEL_IMAGE, LABEL_INSTANCE, LABEL_MANAGED, WORKSPACE
 
 log = logging.getLogger(__name__)
+PIECE = 1 << 20
 MAX_BYTES = 1 << 30
 """The most read: what any workspace copy may expand to (limits of snapshots and forks)."""
 
@@ -69,9 +71,8 @@ async def read(client: Any, sandboxes: Path, volume: str, labels: dict[str, str]
 
 
 async def _cleanup(client: Any, reading: asyncio.Future[None], name: str, volume: str, into: Path) -> None:
-    # At once first: a stream the engine is stuck in ends with its container, and the thread with it.
-    with contextlib.suppress(docker.errors.APIError):
-        await asyncio.to_thread(_remove, client, name)
+    # Not before the thread is over: until its stream is closed, the engine would hold a removal of the container
+    # (past docker-py's timeout, seen on 20.10). The thread stops at its next piece and closes that stream.
     await asyncio.wait({reading})
     if not reading.cancelled():
         reading.exception()  # seen: it was the caller's to report, and the caller is gone
@@ -101,9 +102,8 @@ def read_into(client: Any, volume: str, labels: dict[str, str], name: str, into:
     raw = into.with_name(into.name + ".engine")
     try:
         _stopped(stop)
-        chunks, _ = container.get_archive(WORKSPACE + "/.")
-        size = 0
-        with open(raw, "xb") as out:
+        with _archive(client, container.id) as chunks, open(raw, "xb") as out:
+            size = 0
             for chunk in chunks:
                 _stopped(stop)
                 size += len(chunk)
@@ -117,11 +117,31 @@ def read_into(client: Any, volume: str, labels: dict[str, str], name: str, into:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(raw)
-        # Never started, so its removal is quick: the engine's slowness that container_removal waits out
-        # (tearing down a running sandbox) does not arise here. A conflict (the cleanup removing it at the same
-        # time) is left to that cleanup, which removes it again once this thread is over.
+        # Never started and its stream closed, so its removal is quick: the engine's slowness that
+        # container_removal waits out (tearing down a running sandbox) does not arise here. A failure is left to
+        # the cleanup, which removes it again once this thread is over.
         with contextlib.suppress(docker.errors.APIError):
             _remove(client, container.id)
+
+
+@contextlib.contextmanager
+def _archive(client: Any, container: str) -> Iterator[Iterator[bytes]]:
+    """The engine's tar of the workspace, its connection closed on leaving, also early. docker-py's get_archive
+    leaves the response open until garbage collection (never, while an exception's traceback holds the reading
+    frame), and until it is closed the engine holds the container: its removal, and the volume's, wait on it."""
+    url = f"{client.api.base_url}/v{client.api.api_version}/containers/{container}/archive"
+    response = client.api.get(url, params={"path": WORKSPACE + "/."}, stream=True, timeout=client.api.timeout,
+                              headers={"Accept-Encoding": "identity"})
+    try:
+        try:
+            response.raise_for_status()
+        except requests.exceptions.HTTPError as exc:
+            raise docker.errors.create_api_error_from_http_exception(exc) from exc
+        # The socket keeps the client's timeout (docker-py lifts it for this call): an engine that stops sending
+        # ends the read, and the thread, within it.
+        yield response.iter_content(PIECE)
+    finally:
+        response.close()
 
 
 def relative(tar: bytes) -> bytes:

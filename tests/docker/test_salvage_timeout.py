@@ -29,9 +29,6 @@ def _salvage_containers(instance: str) -> list[Any]:
     return [c for c in instance_containers(instance) if not c.labels.get("ocsb.sandbox")]
 
 
-@pytest.mark.skip(reason="open bug (issue 26 note, 2026-11-28): on this engine a salvage given up on mid-copy leaves "
-                  "its container's removal stuck in the engine past docker-py's 60 s, and the session's volume in use "
-                  "for minutes; it failed on its own branch too once the machine was quiet")
 async def test_a_salvage_given_up_on_leaves_no_container_file_or_volume(plane: Plane, short_salvage: None) -> None:
     client = plane.client
     session = await client.create_session()

@@ -16,6 +16,7 @@ from typing import Any
 
 import docker.errors
 import pytest
+import requests
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.sandbox import workspace_salvage
@@ -61,8 +62,11 @@ def test_names_lose_the_copied_directory_and_keep_modes_links_and_bytes() -> Non
 
 
 class _Engine:
-    """A scripted engine: a container made for the salvage serves the workspace's tar `pieces` at a time, each
-    `delay_s` apart (a slow engine), and records what is created and removed."""
+    """A scripted engine: a container made for the salvage serves the workspace's tar `piece` bytes at a time, each
+    `delay_s` apart (a slow engine), and records what is created and removed. As Docker 20.10 does, it holds a
+    container whose archive stream is still open: its removal waits for the stream to be closed, and times out."""
+
+    base_url, api_version, timeout = "http+docker://engine", "1.41", 60
 
     def __init__(self, tar: bytes, piece: int = 4096, delay_s: float = 0.0) -> None:
         self.tar, self.piece, self.delay_s = tar, piece, delay_s
@@ -70,6 +74,7 @@ class _Engine:
         self.served = 0
         self.api = self
         self.lock = threading.Lock()
+        self.streaming: dict[str, threading.Event] = {}  # container id -> set once its stream is closed
 
     def create(self, image: str, **kwargs: Any) -> Any:
         del image
@@ -78,20 +83,37 @@ class _Engine:
                 raise docker.errors.APIError("409 Conflict: the name is in use")
             cid = f"c{len(self.containers) + self.served}-{kwargs['name']}"
             self.containers[cid] = kwargs["name"]
-        engine = self
 
         class _Container:
             id = cid
 
-            def get_archive(self, path: str) -> tuple[Any, dict[str, Any]]:
-                del path
-                return engine.stream(), {}
-
         return _Container()
 
-    def stream(self) -> Any:
+    def get(self, url: str, **kwargs: Any) -> Any:
+        assert kwargs["stream"]
+        assert kwargs["params"] == {"path": "/workspace/."}
+        cid = url.removeprefix(f"{self.base_url}/v{self.api_version}/containers/").removesuffix("/archive")
+        closed = self.streaming[cid] = threading.Event()
+        engine = self
+
+        class _Response:
+            def raise_for_status(self) -> None:
+                pass
+
+            def iter_content(self, size: int) -> Any:
+                del size
+                return engine.stream(closed)
+
+            def close(self) -> None:
+                closed.set()
+
+        return _Response()
+
+    def stream(self, closed: threading.Event) -> Any:
         for offset in range(0, len(self.tar), self.piece):
             time.sleep(self.delay_s)
+            if closed.is_set():
+                return
             self.served += 1
             yield self.tar[offset : offset + self.piece]
 
@@ -99,9 +121,13 @@ class _Engine:
         assert force
         with self.lock:
             found = [cid for cid, name in self.containers.items() if ref in (cid, name)]
-            if not found:
-                raise docker.errors.NotFound("no such container")
-            del self.containers[found[0]]
+        if not found:
+            raise docker.errors.NotFound("no such container")
+        closed = self.streaming.get(found[0])
+        if closed is not None and not closed.wait(1.0):  # the real engine's wait ends in the client's timeout
+            raise requests.exceptions.ReadTimeout("the engine did not answer (the container's archive is open)")
+        with self.lock:
+            self.containers.pop(found[0], None)
 
 
 class _Volumes:
