@@ -47,3 +47,11 @@ def gvisor_gap(request: pytest.FixtureRequest, runtime: str, reason: str) -> Non
     """A property runc holds and gVisor does not (yet): a strict xfail on gVisor, so a fix is noticed."""
     if runtime == "runsc":
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The OCI runtime a module runs on: runc, then gVisor's runsc where it runs here (a module imports it)."""
+    chosen: str = request.param
+    skip_unless_usable(chosen)
+    return chosen

@@ -17,21 +17,17 @@ from controlplane.client import allow_once
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.agent_frames import FramedStreamCall
 from controlplane.v1 import session_pb2
+from tests import runtimes
 from tests.archives import tar_of
 from tests.faults.sandboxes import SLEEP, container_of, wait_until_running
 from tests.planes import Plane, running_plane
-from tests.runtimes import RUNTIMES, skip_unless_usable
+
+runtime = runtimes.runtime
+"""runc, then gVisor where it runs (tests/runtimes.py)."""
 
 pytestmark = pytest.mark.docker
 LOST_WITHIN_S = 1.0
 """As tests/faults/test_sandbox_faults.py: from the kill to the caller's typed error."""
-
-
-@pytest.fixture(scope="module", params=RUNTIMES)
-def runtime(request: pytest.FixtureRequest) -> str:
-    chosen: str = request.param
-    skip_unless_usable(chosen)
-    return chosen
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 import pytest
 
 from controlplane.client import AsyncClient, Session, allow_once
+from tests import runtimes
 from tests.archives import tar_of
 from tests.planes import Plane, running_plane
-from tests.runtimes import RUNTIMES, skip_unless_usable
+
+runtime = runtimes.runtime
+"""runc, then gVisor where it runs (tests/runtimes.py)."""
 
 Runner = Callable[[AsyncClient, str, str], Awaitable[str]]
 
@@ -207,14 +210,6 @@ class Pair:
     a_sandbox: str
     b: str
     b_sandbox: str
-
-
-@pytest.fixture(scope="module", params=RUNTIMES)
-def runtime(request: pytest.FixtureRequest) -> str:
-    """The OCI runtime a module's attacks run on: runc, then gVisor's runsc where it runs here (tests/runtimes.py)."""
-    chosen: str = request.param
-    skip_unless_usable(chosen)
-    return chosen
 
 
 @pytest.fixture(scope="module")
