@@ -119,3 +119,16 @@ def scratch_dir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     SCRATCH.append(path)
     return path
+
+
+THREADS_CPU = '''
+def threads_cpu(pid):
+    # schedstat's first field is the task's CPU time in ns; summed over the process's threads.
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
+'''
+"""The source of `threads_cpu(pid)` for the child-process scripts of the CPU benches (they need `import os`): a
+server's CPU read from outside it, its threads included."""

@@ -37,6 +37,7 @@ from pathlib import Path
 from sandbox_agent import event_loop
 from sandbox_agent.gc_tuning import tune_after_startup
 from tests.bench import framing_probe
+from tests.bench.bench_common import THREADS_CPU
 from tests.planes import running_plane
 
 TARGETS = {"bash echo hi": 1.5, "read (small file)": 1.0, "exec true": 1.0}
@@ -82,14 +83,7 @@ def cpu(who=resource.RUSAGE_SELF):
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
-def threads_cpu(pid):
-    # schedstat's first field is the task's CPU time in ns; summed over the server's threads.
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
-
+""" + THREADS_CPU + """
 async def grpc_floor():
     folder = tempfile.mkdtemp(prefix="ocsb-cpufloor-", dir="/tmp")
     path = os.path.join(folder, "s")

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.bench_common import THREADS_CPU
+
 EVENTS = 3
 PAYLOAD_BYTES = 160
 """About a RunToolEvent carrying `bash`'s metadata."""
@@ -74,13 +76,7 @@ def cpu():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
-def threads_cpu(pid):
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
-
+""" + THREADS_CPU + """
 async def main():
     folder = tempfile.mkdtemp(prefix="ocsb-framing-", dir="/tmp")
     path = os.path.join(folder, "s")
