@@ -13,8 +13,9 @@ import grpc
 import pytest
 
 from controlplane.client import AsyncClient
+from controlplane.client_types import PermissionRequest
 from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
-from controlplane.v1 import session_pb2
+from controlplane.v1 import session_pb2, tool_pb2
 from tests.archives import tar_of
 from tests.cluster.support import TENANT_CONSTRAINTS, Cluster, swarm_plane
 from tests.planes import short_tmp
@@ -22,6 +23,7 @@ from tests.planes import short_tmp
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 TODOS = [{"content": "Across nodes", "status": "in_progress", "priority": "high"}]
+CONFIG = {"permission": {"bash": {"*": "ask", "echo *": "allow"}}}
 SHAPE = ("cd /workspace && chmod 751 run.sh && chmod 600 secret.txt && mkdir -p empty && chmod 705 empty && "
          "ln -s notes/readme.txt link && ln -s missing dangling && echo v > .hidden && "
          "head -c 3000000 /dev/urandom > noise.bin")
@@ -38,10 +40,26 @@ async def _sh(client: AsyncClient, session: str, command: str) -> str:
 
 async def _shaped(client: AsyncClient) -> str:
     files = {"notes/readme.txt": "hello\n", "run.sh": "#!/bin/sh\necho ran\n", "secret.txt": "s3\n"}
-    session = await client.create_session(workspace_archive=tar_of(files), labels={"team": "s"})
+    session = await client.create_session(workspace_archive=tar_of(files), labels={"team": "s"},
+                                          config_json=json.dumps(CONFIG))
     await _sh(client, session.id, SHAPE)
     await client.execute_tool(session.id, "todowrite", {"todos": TODOS})
+    always = Answer(tool_pb2.PermissionReply.ALWAYS)
+    out = await client.execute_tool(session.id, "bash", {"command": "uname -s", "description": "Kernel"},
+                                    on_permission=always)
+    assert out.error is None
+    assert always.asked == [["uname -s"]]
     return session.id
+
+
+class Answer:
+    def __init__(self, reply: int) -> None:
+        self.reply = reply
+        self.asked: list[list[str]] = []
+
+    async def __call__(self, request: PermissionRequest) -> tuple[int, str]:
+        self.asked.append(list(request.patterns))
+        return self.reply, ""
 
 
 def _node(plane: Any, sandbox_id: str) -> str:
@@ -75,6 +93,15 @@ async def test_a_snapshot_from_the_worker_restores_on_the_manager_through_anothe
                 assert await _sh(b.clients["beta"], restored.id, LOOK) == before
                 todos = await b.clients["beta"].execute_tool(restored.id, "todoread", {})
                 assert json.loads(todos.output) == TODOS
+                # The config and the "always" approval came along: `uname -a` runs unasked, `id -u` asks.
+                none = Answer(tool_pb2.PermissionReply.REJECT)
+                out = await b.clients["beta"].execute_tool(
+                    restored.id, "bash", {"command": "uname -a", "description": "K"}, on_permission=none)
+                assert (out.error, none.asked) == (None, [])
+                out = await b.clients["beta"].execute_tool(
+                    restored.id, "bash", {"command": "id -u", "description": "U"}, on_permission=none)
+                assert out.error is not None
+                assert none.asked == [["id -u"]]
                 # Another tenant neither sees nor restores it, on this plane either.
                 assert await b.clients["gamma"].list_snapshots() == []
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
