@@ -12,13 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import docker
-import grpc
 import pytest
 
-from controlplane.client import AsyncClient
-from controlplane.v1 import session_pb2
-from tests.archives import tar_of
 from tests.cluster.support import Cluster, free_port
+from tests.plane_kills import killed_mid_resume, killed_mid_snapshot
 from tests.planes import PlaneProcess, new_instance, remove_data_dir, short_tmp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -66,70 +63,16 @@ def _remove_swarm_objects(instance: str) -> None:
                     time.sleep(0.5)
 
 
-def _services_of(session_id: str) -> list[str]:
+def _services_of(session_id: str) -> list[object]:
     api: Any = docker.from_env().api
     return [s["Spec"]["Name"] for s in api.services(filters={"label": f"ocsb.session={session_id}"})]
 
 
-async def _sh(client: AsyncClient, session_id: str, command: str) -> str:
-    done = await client.run(session_id, ["sh", "-c", command])
-    assert done.exit_code == 0, done.stderr
-    return done.stdout.decode()
-
-
 async def test_a_plane_killed_mid_resume_leaves_no_service_and_the_session_resumable(cluster: Cluster) -> None:
     async with swarm_process(cluster) as process:
-        client = AsyncClient(await process.start(), process.token())
-        session = await client.create_session(workspace_archive=tar_of({"work.txt": "mine\n"}))
-        await _sh(client, session.id, "echo more >> /workspace/work.txt")
-        await client.pause(session.id)
-        assert await asyncio.to_thread(_services_of, session.id) == []
-        resuming = asyncio.ensure_future(client.resume(session.id))
-        deadline = time.monotonic() + 120
-        while not await asyncio.to_thread(_services_of, session.id):
-            assert not resuming.done(), "the resume ended before it could be interrupted"
-            assert time.monotonic() < deadline, "the resume made no service"
-            await asyncio.sleep(0.02)
-        process.kill()
-        with pytest.raises(grpc.aio.AioRpcError):
-            await resuming
-        await client.close()
-        client = AsyncClient(await process.start(), process.token())
-        state = (await client.get_session(session.id)).state
-        if state == session_pb2.Session.PAUSED:  # the usual case: killed before READY was stored
-            deadline = time.monotonic() + 60
-            while await asyncio.to_thread(_services_of, session.id):  # reconciliation removes the half-made one
-                assert time.monotonic() < deadline, await asyncio.to_thread(_services_of, session.id)
-                await asyncio.sleep(0.2)
-            await client.resume(session.id)
-        assert await _sh(client, session.id, "cat /workspace/work.txt") == "mine\nmore\n"
-        assert len(await asyncio.to_thread(_services_of, session.id)) == 1
-        await client.delete_session(session.id)
-        await client.close()
+        await killed_mid_resume(process, _services_of, settle_s=60)
 
 
 async def test_a_plane_killed_while_writing_a_snapshot_leaves_none(cluster: Cluster) -> None:
     async with swarm_process(cluster) as process:
-        folder = process.data_dir / "snapshots" / "default"
-        client = AsyncClient(await process.start(), process.token())
-        session = await client.create_session()
-        await _sh(client, session.id, "head -c 60000000 /dev/urandom > /workspace/noise.bin")
-        taking = asyncio.ensure_future(client.snapshot(session.id))
-        deadline = time.monotonic() + 120
-        while not list(folder.glob(".snap_*.tmp")):  # the workspace is being written
-            assert not taking.done(), "the snapshot ended before it could be interrupted"
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.005)
-        process.kill()
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            await taking
-        await client.close()
-        client = AsyncClient(await process.start(), process.token())
-        assert await client.list_snapshots() == []
-        assert not list(folder.glob("snap_*"))  # only the temporary is left, which nothing lists
-        assert (await client.get_session(session.id)).state == session_pb2.Session.READY  # adopted
-        snap = await client.snapshot(session.id)
-        assert [s.id for s in await client.list_snapshots()] == [snap.id]
-        assert snap.size_bytes > 60_000_000
-        await client.delete_session(session.id)
-        await client.close()
+        await killed_mid_snapshot(process, 60_000_000)

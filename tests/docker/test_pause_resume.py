@@ -17,6 +17,7 @@ from controlplane.client import AsyncClient
 from controlplane.v1 import session_pb2, tool_pb2
 from tests.archives import tar_of
 from tests.docker.custom_tools_support import ECHO_TS, custom_tools
+from tests.plane_kills import killed_mid_resume
 from tests.planes import (
     Plane,
     PlaneProcess,
@@ -218,32 +219,12 @@ async def test_keep_snapshot_is_refused_where_nothing_is_retained(clients: dict[
 async def test_a_plane_killed_mid_resume_leaves_no_container_and_the_session_resumable() -> None:
     data_dir, instance = short_tmp(), new_instance("pk")
     process = PlaneProcess(data_dir, instance, pool_size=0)  # no pool: the resume creates a container of its own
+
+    def claimed(session_id: str) -> list[object]:
+        return [c for c in instance_containers(instance) if c.labels.get("ocsb.session") == session_id]
+
     try:
-        client = AsyncClient(await process.start(), process.token())
-        session = await client.create_session(workspace_archive=tar_of({"work.txt": "mine\n"}))
-        await client.pause(session.id)
-        resuming = asyncio.ensure_future(client.resume(session.id))
-
-        def claimed() -> list[Any]:
-            return [c for c in instance_containers(instance) if c.labels.get("ocsb.session") == session.id]
-
-        deadline = time.monotonic() + 60
-        while not await asyncio.to_thread(claimed):
-            assert time.monotonic() < deadline, "the resume made no container"
-            await asyncio.sleep(0.02)
-        process.kill()
-        with pytest.raises(grpc.aio.AioRpcError):
-            await resuming
-        await client.close()
-        client = AsyncClient(await process.start(), process.token())
-        state = (await client.get_session(session.id)).state
-        if state == session_pb2.Session.PAUSED:  # the usual case: killed before READY was stored
-            assert not await asyncio.to_thread(claimed)  # reconciliation removed the half-made sandbox
-            await client.resume(session.id)
-        assert await _sh(client, session.id, "cat /workspace/work.txt") == "mine\n"
-        assert len(await asyncio.to_thread(claimed)) == 1
-        await client.delete_session(session.id)
-        await client.close()
+        await killed_mid_resume(process, claimed)
     finally:
         await process.stop()
         remove_instance_leftovers(instance)

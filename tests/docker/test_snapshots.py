@@ -4,10 +4,7 @@ tenant's, a snapshot of a session that is gone."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import time
 from typing import Any
 
 import grpc
@@ -17,6 +14,7 @@ from controlplane.client import AsyncClient
 from controlplane.client_types import PermissionRequest
 from controlplane.v1 import session_pb2, tool_pb2
 from tests.archives import tar_of
+from tests.plane_kills import killed_mid_snapshot
 from tests.planes import (
     Plane,
     PlaneProcess,
@@ -224,29 +222,8 @@ async def test_a_snapshot_or_fork_of_a_session_that_is_gone_fails_cleanly(
 async def test_a_plane_killed_while_writing_a_snapshot_leaves_none() -> None:
     data_dir, instance = short_tmp(), new_instance("sn")
     process = PlaneProcess(data_dir, instance, pool_size=0)
-    folder = data_dir / "snapshots" / "default"
     try:
-        target = await process.start()
-        async with AsyncClient(target, process.token()) as client:
-            session = await client.create_session()
-            await _sh(client, session.id, "head -c 80000000 /dev/urandom > /workspace/noise.bin")
-            taking = asyncio.ensure_future(client.snapshot(session.id))
-            deadline = time.monotonic() + 120
-            while not list(folder.glob(".snap_*.tmp")):  # the workspace is being written
-                assert not taking.done(), "the snapshot ended before it could be interrupted"
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.005)
-            process.kill()
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await taking
-        target = await process.start()
-        async with AsyncClient(target, process.token()) as client:
-            assert await client.list_snapshots() == []
-            assert not list(folder.glob("snap_*"))  # only the temporary is left, which nothing lists
-            assert (await client.get_session(session.id)).state == session_pb2.Session.READY
-            snap = await client.snapshot(session.id)
-            assert [s.id for s in await client.list_snapshots()] == [snap.id]
-            await client.delete_session(session.id)
+        await killed_mid_snapshot(process, 80_000_000)
     finally:
         await process.stop()
         remove_instance_leftovers(instance)
