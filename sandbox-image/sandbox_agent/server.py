@@ -85,11 +85,11 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         task.add_done_callback(self._background.discard)
 
     async def run_tool(self, argv: list[str], *, stdin: bool = False, env: dict[str, str] | None = None,
-                       kill_grace_s: float | None = None) -> Execution:
-        """Starts a process of the agent's own as the tool user, in the workspace."""
+                       kill_grace_s: float | None = None, cwd: str = "") -> Execution:
+        """Starts a process of the agent's own as the tool user, in the workspace (or `cwd`)."""
         grace = self._config.kill_grace_ms / 1000 if kill_grace_s is None else kill_grace_s
         spec = ExecSpec(
-            argv=argv, env=self.base_env() | (env or {}), cwd=self._config.workspace, timeout_s=None,
+            argv=argv, env=self.base_env() | (env or {}), cwd=cwd or self._config.workspace, timeout_s=None,
             stdin=stdin, kill_grace_s=grace, merge_stderr=False,
         )
         return await Execution.start(spec, self._identity, self._config.output_buffer_bytes)
@@ -99,7 +99,9 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         env = {"PYTHONPATH": _AGENT_ROOT, "PYTHONDONTWRITEBYTECODE": "1"}
         # A helper cleans up on SIGTERM (an upload removes its half-written member): a command's 200 ms grace
         # is too short for that on a busy machine, and the SIGKILL after it would leave the temporary file.
-        return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env, kill_grace_s=HELPER_GRACE_S)
+        # In `/`: a workspace the model closed (`chmod 000 /workspace`) must still be copied (tario widens it).
+        return await self.run_tool([sys.executable, "-m", *argv], stdin=stdin, env=env, kill_grace_s=HELPER_GRACE_S,
+                                   cwd="/")
 
     async def _start_helper(self, argv: list[str], stdin: bool) -> Execution:
         return await self.run_helper(argv, stdin=stdin)

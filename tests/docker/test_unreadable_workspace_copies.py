@@ -59,3 +59,23 @@ async def test_unreadable_entries_come_back_with_their_mode_after_restore_and_re
         assert sorted((await _sh(alpha, copy, "ls -A")).split()) == sorted(["d", "secret.txt", "work.txt", "x" * 200])
         await alpha.delete_session(copy)
         await alpha.delete_snapshot(snapshot_id)
+
+
+async def test_a_workspace_root_of_mode_000_is_snapshotted_paused_and_kept(clients: dict[str, AsyncClient]) -> None:
+    # The model's `chmod 000 /workspace`: before, every copy failed (its helper could not even start in the
+    # workspace), so an idle pause failed and the session's end kept nothing.
+    alpha = clients["alpha"]
+    source = (await alpha.create_session(workspace_archive=tar_of({"work.txt": "the work\n"}))).id
+    await _sh(alpha, source, "cd /workspace && mkdir -p sub && echo deeper > sub/g && chmod 000 /workspace")
+    snap = await alpha.snapshot(source)
+    await alpha.pause(source)
+    await alpha.resume(source)
+    # A resume's workspace is made anew (its root is the sandbox's), with everything the model wrote below it.
+    assert await _sh(alpha, source, "cat /workspace/work.txt /workspace/sub/g") == "the work\ndeeper\n"
+    await _sh(alpha, source, "chmod 000 /workspace")
+    kept = await alpha.delete_keeping(source)
+    for snapshot_id in (snap.id, kept.id):
+        copy = (await alpha.create_session(from_snapshot=snapshot_id)).id
+        assert await _sh(alpha, copy, "cat /workspace/work.txt /workspace/sub/g") == "the work\ndeeper\n"
+        await alpha.delete_session(copy)
+        await alpha.delete_snapshot(snapshot_id)

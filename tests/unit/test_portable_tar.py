@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from controlplane.core.sessions import workspace_archive
+from controlplane.core.sessions import portable_tar, workspace_archive
 from controlplane.core.sessions.portable_tar import portable
 from controlplane.core.sessions.workspace_archive import check
 from controlplane.errors import InvalidArgumentError
@@ -52,6 +52,18 @@ def test_links_out_of_the_workspace_and_fifos_are_left_out_by_name() -> None:
         assert body.read() == b"data of d/f"
     assert [d.split(":")[0] for d in made.dropped] == ["abs", "d/out", "pipe", "dev"]
     assert "outside the workspace" in made.dropped[0]
+
+
+def test_what_is_said_of_many_long_names_left_out_is_bounded() -> None:
+    # Thousands of FIFOs with 4,000-byte names: before, every name went whole into one log line.
+    names = [f"{i:05d}" + "p" * 3995 for i in range(1000)]
+    made = portable(_tar(("keep", tarfile.REGTYPE, ""), *((name, tarfile.FIFOTYPE, "") for name in names)))
+    assert _listing(made.tar) == [("keep", "", 0o640)]
+    assert len(made.dropped) == portable_tar.MAX_LISTED + 1
+    assert made.dropped[0].startswith("00000ppp")
+    assert all(len(d) <= portable_tar.MAX_SHOWN + 3 for d in made.dropped)
+    assert made.dropped[-1] == "and 900 more entries"
+    assert len("; ".join(made.dropped)) < 40_000
 
 
 def _restorable(data: bytes) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_agent.tario import ArchiveTooLargeError, DestinationError, create, extract
+from sandbox_agent.tario import ArchiveTooLargeError, DestinationError, extract
+from sandbox_agent.workspace_archiver import create
 
 
 def archive(*members: tuple[tarfile.TarInfo, bytes | None]) -> io.BytesIO:

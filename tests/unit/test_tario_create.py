@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_agent.tario import create
+from sandbox_agent import workspace_archiver
+from sandbox_agent.workspace_archiver import create
 
 NOBODY = 65534
 
@@ -124,6 +125,60 @@ def test_a_link_to_an_unreadable_file_of_the_archivers_is_kept_as_a_link_and_cha
     modes, contents, left = archived_modes(shared_dir, tmp_path)
     assert (list(modes), contents, left) == (["link"], {}, "")
     assert os.lstat(target).st_mode & 0o7777 == 0
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the archiver as another user")
+def test_the_root_of_mode_000_is_archived_whole_and_its_mode_put_back(shared_dir: Path, tmp_path: Path) -> None:
+    # The model's `chmod 000 /workspace`: before, the archiver could not open SRC, and no pause, snapshot or kept
+    # copy of the session could be made (its work lost at its end).
+    as_nobody(shared_dir / "work.txt", "the work\n")
+    as_nobody(shared_dir / "sub")
+    as_nobody(shared_dir / "sub" / "g", "g\n")
+    os.chmod(shared_dir, 0)
+    modes, contents, left = archived_modes(shared_dir, tmp_path)
+    assert left == ""
+    assert sorted(modes) == ["sub", "sub/g", "work.txt"]
+    assert contents == {"work.txt": b"the work\n", "sub/g": b"g\n"}
+    assert os.lstat(shared_dir).st_mode & 0o7777 == 0
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run the archiver as another user")
+def test_another_users_closed_root_is_refused_and_unchanged(shared_dir: Path, tmp_path: Path) -> None:
+    os.chown(shared_dir, 0, 0)
+    os.chmod(shared_dir, 0)
+    code, names, left = archive_as_nobody(shared_dir, tmp_path)
+    assert (code, names) == (1, [])
+    assert "PermissionError" in left
+    assert os.lstat(shared_dir).st_mode & 0o7777 == 0
+
+
+def test_what_lies_past_the_name_bound_is_left_out_once_and_memory_stays_linear(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A chain made to blow the archive up: every entry's header carries its whole name. Before, the walk also
+    # held every level's whole path (memory of N x D^2 / 2: about 400 MB for 2,000 levels of 200 bytes).
+    monkeypatch.setattr(workspace_archiver, "MAX_NAME_BYTES", 2000)
+    src = tmp_path / "src"
+    src.mkdir()
+    level = "y" * 99
+    fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(40):  # 40 x 100 bytes: the 20th level's name reaches 2,000 bytes
+        os.mkdir(level, dir_fd=fd)
+        following = os.open(level, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = following
+    os.close(fd)
+    (src / "beside.txt").write_text("kept\n")
+    out = io.BytesIO()
+    left = create(str(src), out)
+    assert len(left) == 1
+    assert left[0].startswith(level + "/" + level)
+    assert left[0].endswith("its name passes 2000 bytes, and all below")
+    out.seek(0)
+    with tarfile.open(fileobj=out) as tar:
+        names = tar.getnames()
+    assert len(names) == 20 + 1
+    assert max(len(n) for n in names) == 20 * 100 - 1
+    assert "beside.txt" in names
 
 
 def test_a_chain_deeper_than_path_max_is_archived_whole(tmp_path: Path) -> None:

@@ -22,6 +22,11 @@ from typing import BinaryIO, cast
 from controlplane.core.sessions.workspace_archive import unrestorable
 from controlplane.errors import ControlPlaneError
 
+MAX_LISTED = 100
+MAX_SHOWN = 300
+"""What is said of the entries left out (logged as one line): the first MAX_LISTED, each cut at MAX_SHOWN
+characters, then their count. A tree made of thousands of long names must not make a log line of 100 MB."""
+
 
 class _StoppedError(ControlPlaneError):
     """A portable pass whose caller is gone: no one sees it (the caller was cancelled)."""
@@ -76,9 +81,12 @@ def _made_portable(source: BinaryIO, out: Callable[[], BinaryIO]) -> tuple[list[
         for index, member in enumerate(stream):
             why = refused.get(index)
             if why is not None:
-                dropped.append(why)
+                if len(dropped) < MAX_LISTED:
+                    dropped.append(why if len(why) <= MAX_SHOWN else why[:MAX_SHOWN] + "...")
                 continue
             copy.addfile(member, stream.extractfile(member) if member.isreg() else None)
+    if len(refused) > MAX_LISTED:
+        dropped.append(f"and {len(refused) - MAX_LISTED} more entries")
     return dropped, len(members), True
 
 

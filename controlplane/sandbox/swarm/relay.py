@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import ssl
+import stat
 import sys
 from pathlib import Path
 
@@ -160,6 +161,25 @@ class Relay:
         self.root = root
         self.node = node
         self.egress: dict[Path, EgressPoint] = {}
+        self.pinned: dict[Path, int] = {}
+        """Each sandbox dir's agent socket, held by an O_PATH descriptor from its first connect on (as the Docker
+        provider's pinned_socket.py): the dir is the sandbox's agent's to write, and a compromised agent that put a
+        link in its socket's place would otherwise have the plane's calls spliced to another sandbox's agent."""
+
+    def _agent_socket(self, directory: Path) -> str:
+        fd = self.pinned.get(directory)
+        if fd is None:
+            fd = os.open(directory / SOCKET_NAME, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)  # a link: ELOOP
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(0, "not a socket (a file the sandbox put there): not connected")
+            self.pinned[directory] = fd
+        return f"/proc/self/fd/{fd}"
+
+    def _unpin(self, directory: Path) -> None:
+        fd = self.pinned.pop(directory, None)
+        if fd is not None:
+            os.close(fd)
 
     def _dir(self, request: dict[str, object]) -> Path:
         instance, sandbox = request.get("instance"), request.get("sandbox")
@@ -177,9 +197,8 @@ class Relay:
                 raise ValueError("request is not an object")
             op = request.get("op")
             if op == "connect":
-                path = self._dir(request) / SOCKET_NAME
                 try:
-                    upstream = await asyncio.open_unix_connection(str(path))
+                    upstream = await asyncio.open_unix_connection(self._agent_socket(self._dir(request)))
                 except OSError as exc:
                     await self._reply(writer, {"ok": False, "error": f"agent socket: {exc.strerror}"})
                     return
@@ -210,6 +229,7 @@ class Relay:
             path.mkdir(mode=0o700, exist_ok=True)
             return {"ok": True, "node": self.node}
         if op == "remove":
+            self._unpin(self._dir(request))
             self._close_egress(self._dir(request))
             shutil.rmtree(self._dir(request), ignore_errors=True)
             return {"ok": True}
@@ -222,6 +242,7 @@ class Relay:
             if base.is_dir():
                 for child in base.iterdir():
                     if child.name not in keep:
+                        self._unpin(child)
                         self._close_egress(child)
                         shutil.rmtree(child, ignore_errors=True)
                         removed.append(child.name)
