@@ -1,0 +1,81 @@
+"""The default `provider.workspace_disk = "auto"` (sandbox/swarm/disk_auto.py) on the two-node swarm: listing the
+worker's engine is all it takes for a FAILED session's workspace to be kept (a disk on each node, as with `true`);
+without it the plane says, in one line, which node is not covered and what to do, and sessions run on both nodes
+on the tmpfs as before."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from controlplane.config import SwarmProviderConfig
+from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
+from tests.cluster.support import Cluster, swarm_plane
+from tests.cluster.test_swarm_workspace_disks import (
+    _leftovers,
+    _nothing_left,
+    _sh,
+    a_failed_session_on_each_node_keeps_its_workspace,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+LOGGER = "controlplane.sandbox.swarm"
+
+
+def _auto_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and "workspace_disk = auto" in r.getMessage()]
+
+
+async def test_listing_every_nodes_engine_keeps_a_failed_sessions_workspace_by_default(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        async with swarm_plane(settings={"lifetime": {"retain_s": 3600}},
+                               node_engines=[cluster.state["WORKER_SOCK"]]) as plane:
+            config = plane.plane.settings.provider
+            assert isinstance(config, SwarmProviderConfig)
+            assert config.workspace_disk == "auto"  # the default: not passed above
+            [line] = _auto_lines(caplog)
+            assert line.startswith("workspace_disk = auto: on"), line
+            provider = plane.plane.sessions.provider
+            assert isinstance(provider, SwarmSandboxProvider)
+            assert provider.workspace_disk is True
+            await a_failed_session_on_each_node_keeps_its_workspace(cluster, plane)
+            instance = plane.instance
+    await _nothing_left(cluster, instance)
+
+
+async def test_a_node_without_its_engine_turns_auto_off_says_which_and_sessions_still_run(
+        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        async with swarm_plane() as plane:
+            [line] = _auto_lines(caplog)
+            assert line.startswith("workspace_disk = auto: off"), line
+            assert cluster.worker in line, line
+            assert cluster.manager not in line, line
+            assert "node_engines" in line, line
+            assert "workspace_disk = false" in line, line
+            provider = plane.plane.sessions.provider
+            assert isinstance(provider, SwarmSandboxProvider)
+            assert provider.workspace_disk is False
+            for tenant, node in (("alpha", cluster.manager), ("beta", cluster.worker)):
+                client = plane.clients[tenant]
+                session = await client.create_session()
+                assert provider.node_of(session.sandbox_id) == node
+                done = await _sh(client, session.id, "echo kept > /workspace/f && cat /workspace/f && "
+                                                     "grep ' /workspace ' /proc/mounts")
+                assert done.exit_code == 0, done.stderr
+                assert done.stdout.startswith(b"kept\n")
+                assert done.stdout.split()[3] == b"tmpfs", done.stdout
+                await client.delete_session(session.id)
+            assert _leftovers(cluster, plane.instance) == []  # the manager's probe left nothing behind
+
+
+async def test_false_makes_no_probe_and_no_line(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        async with swarm_plane(workspace_disk=False) as plane:
+            assert _auto_lines(caplog) == []
+            provider = plane.plane.sessions.provider
+            assert isinstance(provider, SwarmSandboxProvider)
+            assert provider.workspace_disk is False
