@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+import grpc
 import pytest
 
 from controlplane.config import SwarmProviderConfig
@@ -79,3 +80,27 @@ async def test_false_makes_no_probe_and_no_line(cluster: Cluster, caplog: pytest
             provider = plane.plane.sessions.provider
             assert isinstance(provider, SwarmSandboxProvider)
             assert provider.workspace_disk is False
+
+
+async def test_a_node_whose_engine_is_not_held_after_the_start_runs_no_session_while_auto_is_on(
+        cluster: Cluster) -> None:
+    """As a node that joins after the start: auto stays on (resolved once), and placement leaves that node out
+    rather than give a task there an unbounded workspace."""
+    async with swarm_plane(node_engines=[cluster.state["WORKER_SOCK"]], start_timeout_s=15) as plane:
+        provider = plane.plane.sessions.provider
+        assert isinstance(provider, SwarmSandboxProvider)
+        assert provider.workspace_disk is True
+        disks = provider._disks  # the engines it holds, as the start found them
+        assert disks is not None
+        disks.engines.pop(cluster.worker).close()
+        anywhere = plane.clients["gamma"]
+        for _ in range(3):
+            session = await anywhere.create_session()
+            assert provider.node_of(session.sandbox_id) == cluster.manager
+            mount = (await _sh(anywhere, session.id, "grep ' /workspace ' /proc/mounts")).stdout.split()
+            assert mount[2] == b"ext4", mount
+            await anywhere.delete_session(session.id)
+        with pytest.raises(grpc.aio.AioRpcError):  # beta runs only on the worker
+            await plane.clients["beta"].create_session()
+        instance = plane.instance
+    await _nothing_left(cluster, instance)
