@@ -5,13 +5,19 @@ on the tmpfs as before."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import shutil
+import time
 
+import docker
 import grpc
 import pytest
 
 from controlplane.config import SwarmProviderConfig
 from controlplane.sandbox.swarm.provider import SwarmSandboxProvider
+from controlplane.v1 import session_pb2
+from tests.archives import tar_of
 from tests.cluster.support import Cluster, swarm_plane
 from tests.cluster.test_swarm_workspace_disks import (
     _leftovers,
@@ -19,6 +25,7 @@ from tests.cluster.test_swarm_workspace_disks import (
     _sh,
     a_failed_session_on_each_node_keeps_its_workspace,
 )
+from tests.planes import new_instance, short_tmp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -104,3 +111,44 @@ async def test_a_node_whose_engine_is_not_held_after_the_start_runs_no_session_w
             await plane.clients["beta"].create_session()
         instance = plane.instance
     await _nothing_left(cluster, instance)
+
+
+async def test_when_auto_turns_off_after_a_run_with_disks_those_disks_are_still_kept_and_released(
+        cluster: Cluster) -> None:
+    """A restart that no longer lists the worker: new sessions get the tmpfs, but a session made with a disk before
+    still keeps its workspace when it fails, and its disk goes with its deletion."""
+    data_dir = short_tmp()
+    settings = {"data_dir": str(data_dir), "instance": new_instance("c"), "lifetime": {"retain_s": 3600}}
+    try:
+        async with swarm_plane(settings=settings, delete_sessions=False,
+                               node_engines=[cluster.state["WORKER_SOCK"]]) as first:
+            old = await first.clients["alpha"].create_session(workspace_archive=tar_of({"work.txt": "kept\n"}))
+        async with swarm_plane(settings=settings) as second:
+            provider = second.plane.sessions.provider
+            assert isinstance(provider, SwarmSandboxProvider)
+            assert provider.workspace_disk is False
+            client = second.clients["alpha"]
+            new = await client.create_session()
+            mount = (await _sh(client, new.id, "grep ' /workspace ' /proc/mounts")).stdout.split()
+            assert mount[2] == b"tmpfs", mount
+            engine = docker.from_env()
+            [container] = engine.containers.list(filters={"label": f"ocsb.sandbox={old.sandbox_id}"})
+            await asyncio.to_thread(container.kill)
+            engine.close()
+            deadline = time.monotonic() + 30
+            while (await client.get_session(old.id)).state != session_pb2.Session.FAILED:
+                assert time.monotonic() < deadline, "the session did not fail"
+                await asyncio.sleep(0.3)
+            deadline = time.monotonic() + 30
+            while not (kept := [s for s in await client.list_snapshots() if s.session_id == old.id]):
+                assert time.monotonic() < deadline, "the failed session kept no workspace"
+                await asyncio.sleep(0.3)
+            restored = await client.create_session(from_snapshot=kept[0].id)
+            done = await _sh(client, restored.id, "cat /workspace/work.txt")
+            assert done.stdout == b"kept\n", done.stderr
+            for ended in (old.id, new.id, restored.id):
+                await client.delete_session(ended)
+            await client.delete_snapshot(kept[0].id)
+            await _nothing_left(cluster, second.instance)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
