@@ -1,7 +1,8 @@
 """The default `provider.workspace_disk = "auto"` (sandbox/swarm/disk_auto.py) on the two-node swarm: listing the
 worker's engine is all it takes for a FAILED session's workspace to be kept (a disk on each node, as with `true`);
 without it the plane says, in one line, which node is not covered and what to do, and sessions run on both nodes
-on the tmpfs as before."""
+on the tmpfs as before. Resolved once at start: a node whose engine is not held afterwards (as one joining) runs no
+session, and a restart that resolves off still keeps and releases the disks of sessions made with one."""
 
 from __future__ import annotations
 
