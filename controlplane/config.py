@@ -153,11 +153,12 @@ class SwarmProviderConfig(_Closed):
     """Directory present on every node; the agents' socket dirs are made below it by the relay."""
     workspace_mb: int = Field(default=1024, ge=16)
     """Size of the /workspace tmpfs, or of its disk with `workspace_disk`."""
-    workspace_disk: bool = False
+    workspace_disk: bool | Literal["auto"] = "auto"
     """/workspace on a `workspace_mb` ext4 disk on its node (a loop device, made through the node's engine by a
     helper container holding CAP_SYS_ADMIN and the loop devices alone) that outlives the task: a FAILED session's
     work is kept (lifetime.retain_s), and the workspace allows exec. Only nodes whose engine the plane reaches (the
-    manager, `node_engines`) run sessions then, so list every node there (docs/swarm.md)."""
+    manager, `node_engines`) run sessions then. "auto": on when, at start, every ready node matching `constraints`
+    is reached and the helper works there, else off (a tmpfs) with a log line naming the nodes (docs/swarm.md)."""
     disk_root: str = "/var/lib/ocsb/disks"
     """Where each node keeps its workspace disk images (`workspace_disk`), made by the helper when missing."""
     reserve_fraction: float = Field(default=0.25, gt=0, le=1)

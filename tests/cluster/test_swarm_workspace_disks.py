@@ -77,6 +77,11 @@ async def _sh(client: AsyncClient, session_id: str, command: str) -> Completed:
 
 
 async def test_a_failed_session_on_each_node_keeps_its_workspace(cluster: Cluster, disk_plane: SwarmPlane) -> None:
+    await a_failed_session_on_each_node_keeps_its_workspace(cluster, disk_plane)
+
+
+async def a_failed_session_on_each_node_keeps_its_workspace(cluster: Cluster, disk_plane: SwarmPlane) -> None:
+    """Also the default's (`workspace_disk = "auto"`, test_swarm_workspace_disk_default.py)."""
     for tenant, node in (("alpha", cluster.manager), ("beta", cluster.worker)):
         client = disk_plane.clients[tenant]
         session = await client.create_session(workspace_archive=tar_of({"work.txt": f"{tenant}\n"}))

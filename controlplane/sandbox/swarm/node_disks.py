@@ -180,21 +180,44 @@ class NodeDisks:
                 failed.append(node)
                 continue
             try:
-                device = self._helper(node, "make", sandbox_id, str(self._size_mb)).strip().splitlines()[-1]
-                try:
-                    self.engines[node].volumes.create(
-                        name=volume_name(self._instance, sandbox_id), driver="local",
-                        driver_opts={"type": "ext4", "device": device, "o": WORKSPACE_MOUNT_OPTIONS},
-                        labels={**labels, **self._own(ROLE, sandbox_id)},
-                    )
-                except BaseException:
-                    self._helper(node, "release", sandbox_id)
-                    raise
+                self._make(node, sandbox_id, labels)
             except (SandboxError, docker.errors.DockerException, IndexError) as exc:
                 log.warning("sandbox %s: no workspace disk on node %s, left out of its placement: %s",
                             sandbox_id, node, exc)
                 failed.append(node)
         return failed
+
+    def _make(self, node: str, sandbox_id: str, labels: dict[str, str]) -> None:
+        device = self._helper(node, "make", sandbox_id, str(self._size_mb)).strip().splitlines()[-1]
+        try:
+            self.engines[node].volumes.create(
+                name=volume_name(self._instance, sandbox_id), driver="local",
+                driver_opts={"type": "ext4", "device": device, "o": WORKSPACE_MOUNT_OPTIONS},
+                labels={**labels, **self._own(ROLE, sandbox_id)},
+            )
+        except BaseException:
+            self._helper(node, "release", sandbox_id)
+            raise
+
+    def probe(self, node: str, sandbox_id: str) -> str:
+        """A sandbox's disk made and released on `node` for no sandbox (disk_auto: does the helper work there,
+        with CAP_SYS_ADMIN and the loop devices?). Returns the error, "" when it works."""
+        try:
+            self._make(node, sandbox_id, {})
+        except (SandboxError, docker.errors.DockerException, IndexError) as exc:
+            return str(exc) or type(exc).__name__
+        try:
+            for volume in self._volumes(self.engines[node], sandbox_id):
+                _remove_volume(volume)
+            self._helper(node, "release", sandbox_id)
+        except (SandboxError, docker.errors.DockerException) as exc:  # what is left goes at the next start
+            log.warning("workspace disk probe on node %s not released: %s", node, exc)
+        return ""
+
+    def any_volume(self) -> bool:
+        """Whether any node holds a workspace volume of this instance (a sandbox made while disks were on)."""
+        filters = {"label": [f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}={ROLE}"]}
+        return any(client.volumes.list(filters=filters) for client in self.engines.values())
 
     def holder(self, sandbox_id: str) -> str | None:
         """The node whose engine holds the sandbox's volume (after the others were released)."""
