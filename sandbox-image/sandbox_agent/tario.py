@@ -43,6 +43,7 @@ class DestinationError(AgentError):
     """DEST cannot be opened as a directory inside the workspace without following a link."""
 
 
+SPECIAL = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 _temp_count = 0
 
 
@@ -166,11 +167,13 @@ def _one_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root_fd: int,
         return
     try:
         _extract_member(archive, member, parent, parts[-1], root_fd, summary, max_bytes)
-        # What the extraction widened for its owner (u+rw, a directory u+rwx) is narrowed back to the archive's.
-        if member.isdir() and member.mode & 0o700 != 0o700:
-            closed.append((parts, member.mode & 0o777))  # once its members are in (it is open to them till then)
-        elif member.isreg() and member.mode & 0o600 != 0o600:
-            _exact_mode(parent, parts[-1], member.mode & 0o777, stat.S_ISREG)
+        # What the extraction widened for its owner (u+rw, a directory u+rwx) is narrowed back to the archive's,
+        # and the set-id and sticky bits are given (a file's after its content: a write clears them). They give
+        # nothing: the workspace is mounted nosuid and every process runs with no_new_privs.
+        if member.isdir() and (member.mode & 0o700 != 0o700 or member.mode & SPECIAL):
+            closed.append((parts, member.mode & 0o7777))  # once its members are in (it is open to them till then)
+        elif member.isreg() and (member.mode & 0o600 != 0o600 or member.mode & SPECIAL):
+            _exact_mode(parent, parts[-1], member.mode & 0o7777, stat.S_ISREG)
     except ArchiveTooLargeError:
         raise
     except OSError as exc:

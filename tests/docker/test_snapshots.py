@@ -228,3 +228,19 @@ async def test_a_plane_killed_while_writing_a_snapshot_leaves_none() -> None:
         await process.stop()
         remove_instance_leftovers(instance)
         remove_data_dir(data_dir)
+
+async def test_set_id_and_sticky_bits_survive_a_restore(clients: dict[str, AsyncClient]) -> None:
+    alpha = clients["alpha"]
+    source = (await alpha.create_session()).id
+    shape = "cd /workspace && mkdir shared group && chmod 3777 shared && chmod 2750 group && " \
+            "echo t > group/tool && chmod 6755 group/tool"
+    look = "cd /workspace && stat -c '%a %n' shared group group/tool && cat group/tool"
+    await _sh(alpha, source, shape)
+    before = await _sh(alpha, source, look)
+    assert before == "3777 shared\n2750 group\n6755 group/tool\nt\n"
+    snap = await alpha.snapshot(source)
+    restored = (await alpha.create_session(from_snapshot=snap.id)).id
+    assert await _sh(alpha, restored, look) == before
+    for session_id in (source, restored):
+        await alpha.delete_session(session_id)
+    await alpha.delete_snapshot(snap.id)

@@ -193,3 +193,27 @@ def test_modes_that_shut_out_the_owner_are_extracted_as_archived(tmp_path: Path)
     assert modes == {"closed": 0, "closed/inner": 0o500, "closed/inner/f": 0, "secret.txt": 0, "plain.txt": 0o644,
                      "open": 0o755}
     assert ((dest / "closed/inner/f").read_bytes(), (dest / "secret.txt").read_bytes()) == (b"f", b"s")
+
+
+def test_set_id_and_sticky_bits_are_extracted_as_archived(tmp_path: Path) -> None:
+    """A snapshot's modes whole: 6755, 3777 and 2750 came back as 755, 777 and 750 (a red team's finding)."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for name, mode, content in [("shared", 0o3777, None), ("group", 0o2750, None), ("group/tool", 0o6755, b"t"),
+                                    ("sticky-closed", 0o1000, None)]:
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+    data.seek(0)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    summary = extract(data, str(dest), 1 << 20)
+    assert summary.skipped == []
+    modes = {p: os.lstat(dest / p).st_mode & 0o7777 for p in ["shared", "group", "group/tool", "sticky-closed"]}
+    assert modes == {"shared": 0o3777, "group": 0o2750, "group/tool": 0o6755, "sticky-closed": 0o1000}
+    assert (dest / "group/tool").read_bytes() == b"t"
