@@ -11,7 +11,7 @@ import pytest
 from controlplane.core.sessions import portable_tar, workspace_archive
 from controlplane.core.sessions.portable_tar import portable
 from controlplane.core.sessions.workspace_archive import check
-from controlplane.errors import InvalidArgumentError
+from controlplane.errors import InvalidArgumentError, ResourceExhaustedError
 
 
 def _tar(*members: tuple[str, bytes, str]) -> bytes:
@@ -145,3 +145,19 @@ def test_past_the_rounds_allowed_every_link_is_left_out_and_the_files_kept(monke
     assert [d.split(":")[0] for d in made.dropped] == ["a", "h", "b", "keep"]
     assert "too tangled" in made.dropped[-1]
     _restorable(made.tar)
+
+
+def test_a_copy_from_a_hostile_agent_is_read_in_bounded_memory() -> None:
+    # The tar comes from the sandbox's agent: a compromised one could declare a PAX header of a GiB (read whole by
+    # tarfile) or send millions of tiny entries (each held until the count was checked after the pass).
+    big = io.BytesIO()
+    with tarfile.open(fileobj=big, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("f")
+        info.pax_headers = {"comment": "x" * (2 << 20)}
+        tar.addfile(info, io.BytesIO(b""))
+    with pytest.raises(ResourceExhaustedError, match="a PAX header declares"):
+        portable(big.getvalue())
+    many = _tar(*((f"f{i}", tarfile.REGTYPE, "") for i in range(50)))
+    with pytest.raises(ResourceExhaustedError, match="more than 40 entries"):
+        portable(many, max_entries=40)
+    assert portable(many, max_entries=50).entries == 50

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
 
+from controlplane.core.sessions.archive_stream import CappedTarInfo
 from controlplane.core.sessions.workspace_archive import unrestorable
-from controlplane.errors import ControlPlaneError
+from controlplane.errors import ControlPlaneError, ResourceExhaustedError
 
+MAX_ENTRIES = 1 << 20
+"""Without a caller's limit (limits.max_archive_entries is the plane's)."""
 MAX_LISTED = 100
 MAX_SHOWN = 300
 """What is said of the entries left out (logged as one line): the first MAX_LISTED, each cut at MAX_SHOWN
@@ -49,34 +52,45 @@ class PortableFile:
     entries: int
 
 
-def portable(tar: bytes) -> Portable:
+def portable(tar: bytes, max_entries: int = MAX_ENTRIES) -> Portable:
     out = io.BytesIO()
-    dropped, entries, copied = _made_portable(io.BytesIO(tar), lambda: out)
+    dropped, entries, copied = _made_portable(io.BytesIO(tar), lambda: out, max_entries)
     return Portable(out.getvalue() if copied else tar, dropped, entries)
 
 
-def portable_file(source: Path, copy: Path, stop: threading.Event | None = None) -> PortableFile:
+def portable_file(source: Path, copy: Path, stop: threading.Event | None = None,
+                  max_entries: int = MAX_ENTRIES) -> PortableFile:
     """As `portable`, from a tar file to another (`copy`, made only when something is left out): a workspace is
     read from disk a piece at a time, never held whole in memory (snapshotting.py spools it there). Once `stop` is
     set, the pass ends at its next read (_StoppedError)."""
     with open(source, "rb") as tar, contextlib.ExitStack() as outputs:
         reader = tar if stop is None else cast(BinaryIO, _Stoppable(tar, stop))
-        dropped, entries, copied = _made_portable(reader, lambda: outputs.enter_context(open(copy, "wb")))
+        dropped, entries, copied = _made_portable(reader, lambda: outputs.enter_context(open(copy, "wb")),
+                                                  max_entries)
     return PortableFile(copy if copied else source, dropped, entries)
 
 
-def _made_portable(source: BinaryIO, out: Callable[[], BinaryIO]) -> tuple[list[str], int, bool]:
-    """(dropped, entries, whether `out()` got a copy): `source` must be seekable."""
+def _made_portable(source: BinaryIO, out: Callable[[], BinaryIO], max_entries: int) -> tuple[list[str], int, bool]:
+    """(dropped, entries, whether `out()` got a copy): `source` must be seekable. The tar comes from a sandbox's
+    agent, which a compromised one writes at will: its headers are read as an upload's (archive_stream.py: a PAX
+    or long-name header past 1 MiB is refused before it is read), and past `max_entries` the pass stops (a
+    count no new session would take) before the headers held grow further."""
     # Headers first, seeking over the file data: almost every workspace has nothing to leave out, and then its
     # tar is used as it came, not copied.
-    with tarfile.open(fileobj=source, mode="r:") as headers:
-        members = headers.getmembers()
+    members: list[tarfile.TarInfo] = []
+    with tarfile.open(fileobj=source, mode="r:", tarinfo=CappedTarInfo) as headers:
+        while (member := headers.next()) is not None:
+            if len(members) == max_entries:
+                raise ResourceExhaustedError(
+                    f"the workspace has more than {max_entries} entries; a session can be created from at most "
+                    f"{max_entries} (limits.max_archive_entries)")
+            members.append(member)
     refused = unrestorable(members)
     if not refused:
         return [], len(members), False
     source.seek(0)
     dropped: list[str] = []
-    with tarfile.open(fileobj=source, mode="r|") as stream, \
+    with tarfile.open(fileobj=source, mode="r|", tarinfo=CappedTarInfo) as stream, \
             tarfile.open(fileobj=out(), mode="w|", format=tarfile.PAX_FORMAT) as copy:
         for index, member in enumerate(stream):
             why = refused.get(index)

@@ -156,12 +156,12 @@ class SessionSnapshots:
         async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
             await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
             stop = threading.Event()  # a cancel frees the files and the turn only after the pass, stopped early
-            made = await finished(portable_file, raw, copy, stop, on_cancel=stop.set)
+            # Past the entries a create takes, refused now: a snapshot no create would accept is no snapshot.
             limit = self._sessions.policy.max_archive_entries
-            if made.entries > limit:  # refused now: a snapshot no create would accept is no snapshot
-                raise ResourceExhaustedError(
-                    f"session {session_id}'s workspace has {made.entries} entries; a session can be created from at "
-                    f"most {limit} (limits.max_archive_entries)")
+            try:
+                made = await finished(portable_file, raw, copy, stop, limit, on_cancel=stop.set)
+            except ResourceExhaustedError as exc:
+                raise ResourceExhaustedError(f"session {session_id}'s workspace cannot be copied: {exc}") from exc
             if made.dropped:
                 log.warning("session %s: the copy of its workspace leaves out %s", session_id,
                             "; ".join(made.dropped))
