@@ -10,12 +10,14 @@ import time
 from typing import Any
 
 import docker
+import grpc
 import pytest
 
 from controlplane.client import AsyncClient
 from controlplane.v1 import session_pb2
 from tests.archives import tar_of
-from tests.cluster.support import Cluster, SwarmPlane, swarm_plane
+from tests.cluster.support import TOKENS, Cluster, SwarmPlane, swarm_plane
+from tests.docker.custom_tools_support import ECHO_TS, custom_tools
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -93,3 +95,36 @@ async def test_an_expired_session_on_each_node_leaves_a_retained_snapshot_that_r
             await client.delete_session(restored.id)
             await client.delete_snapshot(kept.id)
             assert await client.list_snapshots() == []
+
+
+async def test_pause_frees_the_quota_and_resume_brings_back_the_custom_tools_and_todos(cluster: Cluster) -> None:
+    # One default session (1 CPU) fills gamma's CPU quota; gamma is placed on either node.
+    del cluster
+    settings = {"tenants": [{"name": n, "token": t, **({"quota": {"cpu": 1}} if n == "gamma" else {})}
+                            for n, t in TOKENS.items()]}
+    async with swarm_plane(settings=settings) as plane:
+        gamma = plane.clients["gamma"]
+        files = {"notes.txt": "before the pause\n", ".opencode/tool/echo.ts": ECHO_TS}
+        session = await gamma.create_session(workspace_archive=tar_of(files))
+        await gamma.execute_tool(session.id, "todowrite", {"todos": TODOS})
+        assert "echo" in custom_tools(await gamma.list_tools(session.id))
+        with pytest.raises(grpc.aio.AioRpcError) as full:
+            await gamma.create_session()
+        assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # gamma's one CPU is taken
+
+        await gamma.pause(session.id)
+        assert _tasks(plane, session.sandbox_id) == []
+        other = await gamma.create_session()  # its CPU is free while it is paused
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await gamma.resume(session.id)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await gamma.delete_session(other.id)
+
+        resumed = await gamma.resume(session.id)
+        assert resumed.state == session_pb2.Session.READY
+        assert await _sh(gamma, session.id, "cat /workspace/notes.txt") == "before the pause\n"
+        assert "echo" in custom_tools(await gamma.list_tools(session.id))
+        echoed = await gamma.execute_tool(session.id, "echo", {"text": "again"})
+        assert echoed.result is not None, echoed.error
+        assert echoed.result.output == "echo: again"
+        assert json.loads((await gamma.execute_tool(session.id, "todoread", {})).output) == TODOS
