@@ -90,7 +90,7 @@ async def test_refusals_to_many_retrying_streams_leave_at_the_tenants_rate(clien
     # (answered at once past eight held ones, they came at 700 to 1,000 a second).
     budget = BURST + REFUSALS_PER_S * took
     assert seen.get("RESOURCE_EXHAUSTED", 0) <= budget * 1.5, (seen, took)
-    assert seen.get("RESOURCE_EXHAUSTED", 0) >= REFUSALS_PER_S * (took - REFUSAL_PAUSE_S) / 2, (seen, took)
+    assert seen.get("RESOURCE_EXHAUSTED", 0) >= REFUSALS_PER_S * (took - REFUSAL_PAUSE_S) / 4, (seen, took)
     assert quiet_s < 2.0, quiet_s
     for holder in holders:
         assert (await holder).output.strip() in ("0", "1")
