@@ -36,14 +36,16 @@ class SessionService(SnapshotRpcs, PauseRpcs, session_pb2_grpc.SessionServiceSer
             return self._proto(await self._restore(tenant.name, request))
         spec = convert.create_spec(request)
         resources = with_defaults(spec.resources, self._sessions.policy.defaults)
+        # A held refusal keeps the archive three times: the parsed request, gRPC's bytes off the wire, the spec.
+        held = 3 * len(spec.workspace_archive or b"")
         try:
-            async with self._quotas.creating(tenant.name, resources):
+            async with self._quotas.creating(tenant.name, resources, held):
                 return self._proto(await self._sessions.create(tenant.name, spec))
         except (InvalidArgumentError, ResourceExhaustedError) as exc:
             # A refused request (an archive bomb, a bad spec) is held like a quota's refusal (held already):
             # a client sending bombs in a loop made 300 a second, half a CPU of the plane every tenant shares.
             if not isinstance(exc, QuotaExceededError):
-                await self._quotas.pause_refusal(tenant.name)
+                await self._quotas.pause_refusal(tenant.name, held)
             raise
 
     @unary

@@ -60,7 +60,9 @@ def _as_sent(todos: list[dict[str, Any]], raw: Any) -> list[dict[str, Any]]:
     for i, item in enumerate(todos):
         original = sent[i] if i < len(sent) and isinstance(sent[i], dict) else {}
         first = [k for k in original if k in item]
-        ordered.append({**{k: item[k] for k in first}, **item})
+        # Already in the sent order (the usual case): the item itself, not a copy of a list of many MiB.
+        in_order = all(a == b for a, b in zip(item, first, strict=False))
+        ordered.append(item if in_order else {**{k: item[k] for k in first}, **item})
     return ordered
 
 

@@ -12,7 +12,9 @@ so that building them costs the measuring process nothing:
 * calls: more concurrent `bash` calls than A's calls quota;
 * archive bombs: CreateSession with half-MiB archives declaring 512 MiB (a PAX header, a GNU long name, gzip
   inside gzip), refused by the control plane;
-* huge arguments: `todowrite` calls whose arguments are just under limits.max_args_bytes.
+* huge arguments: `todowrite` calls whose arguments are just under limits.max_args_bytes;
+* refused calls: 50 streams of `bash` calls retrying at once, from a tenant of its own ("a2", with the sessions
+  quota of A and a calls quota of REFUSED_CALLS), so almost every call is refused (what a refusal costs).
 
 Each row: B's p50/p99 during the flood and the ratio of its p99 to B alone (target: within 2x), the control
 plane's peak RSS, and what A's flood did. Bounded: each phase stops sampling after PHASE_BUDGET_S.
@@ -45,6 +47,8 @@ from tests.bench.fairness_flood import KINDS
 
 A_QUOTA = 4
 A_CALLS = 8
+REFUSED_CALLS = 2
+"""The calls quota of tenant a2, which floods refused calls (A's own quota stays what the other phases had)."""
 ARGS_LIMIT = 8 * 1024 * 1024
 TARGET_RATIO = 2.0
 PHASE_BUDGET_S = 40.0
@@ -123,6 +127,8 @@ def config_text(data_dir: Path, instance: str, tokens: dict[str, str]) -> str:
         "[[tenants]]", 'name = "a"', f'token = "{tokens["a"]}"',
         f"quota = {{ sessions = {A_QUOTA}, calls = {A_CALLS} }}",
         "[[tenants]]", 'name = "b"', f'token = "{tokens["b"]}"',
+        "[[tenants]]", 'name = "a2"', f'token = "{tokens["a2"]}"',
+        f"quota = {{ sessions = {A_QUOTA}, calls = {REFUSED_CALLS} }}",
         "",
     ])
 
@@ -257,7 +263,7 @@ async def phases(plane: ServedPlane, tokens: dict[str, str], quick: bool,
             title = "B alone" if kind is None else f"A floods {kind}"
             progress(f"fairness: {title}")
             flood_started = time.monotonic()
-            flood = await run_flood(kind, plane, tokens["a"]) if kind else None
+            flood = await run_flood(kind, plane, tokens["a2" if kind == "refused calls" else "a"]) if kind else None
             try:
                 if flood is not None:
                     await asyncio.sleep(RAMP_S)
@@ -310,7 +316,7 @@ def table(done: list[Phase], peak_reset: bool) -> list[str]:
 
 async def section(quick: bool, kinds: tuple[str, ...] = KINDS) -> list[str]:
     instance = f"bench-fair-{secrets.token_hex(3)}"
-    tokens = {"a": secrets.token_hex(16), "b": secrets.token_hex(16)}
+    tokens = {"a": secrets.token_hex(16), "b": secrets.token_hex(16), "a2": secrets.token_hex(16)}
     plane = await start_served(instance, tokens)
     try:
         started = time.monotonic()

@@ -25,7 +25,7 @@ from controlplane.client import AsyncClient, allow_once
 from sandbox_agent import event_loop
 from tests.unit.test_archive_stream import gzip_of_zeros, header
 
-KINDS = ("creates", "calls", "archive bombs", "huge arguments")
+KINDS = ("creates", "calls", "archive bombs", "huge arguments", "refused calls")
 HUGE = 512 << 20
 CREATE_WORKERS = 6
 """Above tenant A's session quota (fairness_bench.A_QUOTA), so it keeps running into it."""
@@ -33,6 +33,9 @@ CALL_WORKERS = 12
 """Above tenant A's calls quota."""
 BOMB_WORKERS = 4
 ARGS_WORKERS = 4
+REFUSED_WORKERS = 50
+"""Far above the calls quota of the tenant flooding refused calls (fairness_bench.REFUSED_CALLS): almost every
+call is refused, and each worker retries at once."""
 
 
 def bombs() -> list[bytes]:
@@ -93,6 +96,14 @@ async def flood(kind: str, target: str, token: str, args_limit: int) -> dict[str
             return lambda _: client.execute_tool(sessions[i % 2], "bash", {"command": "echo flood", "description": "F"},
                                                      on_permission=allow_once)
         name, calls = "bash call", [bash(i) for i in range(CALL_WORKERS)]
+    elif kind == "refused calls":
+        sessions = [(await client.create_session()).id for _ in range(2)]
+        made += sessions
+
+        def refused(i: int) -> Callable[[int], Awaitable[object]]:
+            return lambda _: client.execute_tool(sessions[i % 2], "bash", {"command": "echo flood", "description": "F"},
+                                                 on_permission=allow_once)
+        name, calls = "bash call", [refused(i) for i in range(REFUSED_WORKERS)]
     elif kind == "archive bombs":
         archives = await asyncio.to_thread(bombs)
 

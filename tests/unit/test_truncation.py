@@ -9,6 +9,7 @@ import pytest
 from controlplane.core.calls.truncation import (
     MAX_BYTES,
     MAX_LINES,
+    Direction,
     OutputIds,
     Truncated,
     apply_truncation,
@@ -224,3 +225,39 @@ async def test_apply_truncation_tail_with_task_hint() -> None:
         "Use the Task tool to have explore agent process this file with Grep and Read (with offset/limit). "
         "Do NOT read the full file yourself - delegate to save context.\n\nc"
     )
+
+
+def _split_reference(text: str, max_lines: int, max_bytes: int, direction: str) -> tuple[str, bool, int, str]:
+    """The truncation as it was written first: every line split out at once."""
+    lines = text.split("\n")
+    total = utf8_len(text)
+    if len(lines) <= max_lines and total <= max_bytes:
+        return text, False, 0, "lines"
+    kept: list[str] = []
+    size = 0
+    for line in (lines if direction == "head" else list(reversed(lines))):
+        if len(kept) >= max_lines:
+            break
+        cost = utf8_len(line) + (1 if kept else 0)
+        if size + cost > max_bytes:
+            if direction == "tail":
+                kept.reverse()
+            return "\n".join(kept), True, total - size, "bytes"
+        kept.append(line)
+        size += cost
+    if direction == "tail":
+        kept.reverse()
+    return "\n".join(kept), True, len(lines) - len(kept), "lines"
+
+
+@pytest.mark.parametrize("direction", ["head", "tail"])
+def test_lines_taken_one_by_one_match_a_split_of_the_whole_text(direction: Direction) -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(400):
+        text = "".join(rng.choice(["\n", "a", "é", "xyz", "\n\n", "🙂"]) for _ in range(rng.randint(0, 40)))
+        max_lines, max_bytes = rng.randint(1, 12), rng.randint(0, 40)
+        got = truncate(text, max_lines=max_lines, max_bytes=max_bytes, direction=direction)
+        assert (got.content, got.truncated, got.removed, got.unit) == _split_reference(
+            text, max_lines, max_bytes, direction), (text, max_lines, max_bytes)

@@ -5,7 +5,7 @@ Sizes are UTF-8 bytes of the text as JavaScript holds it, so results match upstr
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -35,6 +35,8 @@ class Truncated:
 
 def utf8_len(text: str) -> int:
     """`Buffer.byteLength(text)`: surrogate pairs count as one character, lone ones as U+FFFD."""
+    if text.isascii():  # no copy: a tool's output may be many MiB (an 8 MiB todo list's is twice that)
+        return len(text)
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -49,12 +51,14 @@ def truncate(
     A trailing newline counts as one more, empty, line; a first kept line over the byte budget
     leaves an empty preview.
     """
-    lines = text.split("\n")
+    # Lines are taken one by one, not split all at once: a long output's every line as a string of its own
+    # took five times the output's size (an 8 MiB todowrite's output: 45 MiB) for the few kept.
+    count = text.count("\n") + 1
     total = utf8_len(text)
-    if len(lines) <= max_lines and total <= max_bytes:
+    if count <= max_lines and total <= max_bytes:
         return Truncated(text, False, direction=direction)
 
-    order: Iterable[str] = lines if direction == "head" else reversed(lines)
+    order = _lines(text, direction)
     kept: list[str] = []
     size = 0
     hit_bytes = False
@@ -71,7 +75,23 @@ def truncate(
         kept.reverse()
     if hit_bytes:
         return Truncated("\n".join(kept), True, total - size, "bytes", direction)
-    return Truncated("\n".join(kept), True, len(lines) - len(kept), "lines", direction)
+    return Truncated("\n".join(kept), True, count - len(kept), "lines", direction)
+
+
+def _lines(text: str, direction: Direction) -> Iterator[str]:
+    """`text.split("\n")` from the head, or reversed from the tail, one line at a time."""
+    if direction == "head":
+        start = 0
+        while (end := text.find("\n", start)) >= 0:
+            yield text[start:end]
+            start = end + 1
+        yield text[start:]
+        return
+    end = len(text)
+    while (start := text.rfind("\n", 0, end)) >= 0:
+        yield text[start + 1:end]
+        end = start
+    yield text[:end]
 
 
 def hint(path: str, *, task_allowed: bool) -> str:

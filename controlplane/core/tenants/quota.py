@@ -21,19 +21,17 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.tenants.refusals import BURST, RefusalGate
+from controlplane.core.tenants.refusals import REFUSAL_PAUSE_S as REFUSAL_PAUSE_S  # where tests and callers look
 from controlplane.errors import ResourceExhaustedError
 
 UNLIMITED = -1
 """A quota value that lifts a limit set below it (the global default or the tenant's TOML entry)."""
 KEYS = ("sessions", "cpu", "memory_mb", "disk_mb", "calls", "subscriptions")
-REFUSAL_PAUSE_S = 0.1
-"""How long a refused create or call waits before its refusal is sent. A client retrying at once in a loop
-(a bug or a flood) made 1,000 to 2,000 refused creates a second, a core of the control plane every tenant
-shares (the fairness bench); paused, each of its loops makes ten."""
 MIB = 1024 * 1024
-MAX_PAUSED = 8
-"""Refusals of one tenant held at once; past it they are sent at once, so pausing never holds more than this
-many requests (a CreateSession may carry a large archive)."""
+MAX_PAUSED = BURST
+"""Refusals of one tenant answered together after REFUSAL_PAUSE_S; the rest wait their turn
+(controlplane.core.tenants.refusals)."""
 
 
 class QuotaExceededError(ResourceExhaustedError):
@@ -110,7 +108,6 @@ class _Held:
     calls: int = 0
     calls_started: int = 0
     subscriptions: int = 0
-    paused: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -137,7 +134,7 @@ class TenantQuotas:
     ) -> None:
         self._live_sessions = live_sessions
         self._stored_bytes = stored_bytes
-        self._refusal_pause_s = refusal_pause_s
+        self.refusals = RefusalGate(pause_s=refusal_pause_s)
         self._defaults = defaults
         self._configured = dict(configured or {})
         self._stored: dict[str, Quota] = {}
@@ -155,6 +152,7 @@ class TenantQuotas:
         still held by an ending stream is released on the old counters)."""
         self._stored.pop(tenant, None)
         self._held.pop(tenant, None)
+        self.refusals.forget(tenant)
 
     def quota(self, tenant: str) -> Quota:
         layered = self._stored.get(tenant, Quota()).over(self._configured.get(tenant, Quota()).over(self._defaults))
@@ -216,9 +214,9 @@ class TenantQuotas:
     # -- admission ----------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def creating(self, tenant: str, resources: Resources) -> AsyncIterator[None]:
+    async def creating(self, tenant: str, resources: Resources, request_bytes: int = 0) -> AsyncIterator[None]:
         """Admits one new session reserving `resources`, held as a creation until the block ends
-        (by then the session is in the store, or it failed)."""
+        (by then the session is in the store, or it failed). `request_bytes`: what a refusal would hold."""
         held = self._of(tenant)
         refused: QuotaExceededError | None = None
         async with held.lock:
@@ -231,7 +229,7 @@ class TenantQuotas:
             else:
                 held.creating.append(resources)
         if refused is not None:
-            await self.pause_refusal(tenant)  # not under the lock: the tenant's other creates go on
+            await self.pause_refusal(tenant, request_bytes)  # not under the lock: the tenant's other creates go on
             raise refused
         try:
             yield
@@ -273,16 +271,11 @@ class TenantQuotas:
             "operator to raise it"
         )
 
-    async def pause_refusal(self, tenant: str) -> None:
-        """Holds a refusal for REFUSAL_PAUSE_S, unless MAX_PAUSED of the tenant's are held already."""
-        held = self._of(tenant)
-        if held.paused >= MAX_PAUSED or self._refusal_pause_s <= 0:
-            return
-        held.paused += 1
-        try:
-            await asyncio.sleep(self._refusal_pause_s)
-        finally:
-            held.paused -= 1
+    async def pause_refusal(self, tenant: str, request_bytes: int = 0) -> None:
+        """Returns when the tenant's refusal may be sent: after REFUSAL_PAUSE_S at the least, and at the
+        tenant's budget of refusals a second (controlplane.core.tenants.refusals). `request_bytes`: what the
+        refused request keeps in memory while it is held (a CreateSession's archive)."""
+        await self.refusals.hold(tenant, request_bytes)
 
     def take_call(self, tenant: str) -> Slot:
         """One running ExecuteTool call or Exec, counted until the slot is released."""

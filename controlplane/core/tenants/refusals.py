@@ -1,0 +1,103 @@
+"""When a tenant's refused requests are answered: a budget of refusals a second, not the client's retry rate.
+
+A refusal costs the control plane far more than it costs the client that caused it (authentication, the
+handler, the audit record, a span, the status on the wire), and a client retrying at once is answered at once:
+a tenant with a `calls` quota of 2 and 50 ExecuteTool streams retrying in a loop drove 700 to 1,000 refusals a
+second, half a core every tenant shares, and lowering its quota made it worse (more of its calls refused).
+
+So each tenant's refusals are released on a schedule: each is held at least `pause_s` (so a single retry loop
+makes at most a few a second), and all of a tenant's refusals together leave at most `rate` a second after a
+burst of `burst` (a GCRA schedule: no timer per tenant, one sleep per held refusal). A client with more
+streams open than that waits longer for each refusal; it does not get more of them. Holding is cheap for a
+stream refused before its first message (ExecuteTool, Exec: a coroutine and the stream's state), but a refused
+CreateSession holds its request (its archive may be many MiB), so what one tenant may keep held is bounded by
+count (`max_held`) and by request bytes (`max_held_bytes`). Past either, a refusal is answered at once: the
+only path where the client's retries set the rate, and it takes more than `max_held` streams open at once.
+
+Not a per-connection stream limit (HTTP/2's MAX_CONCURRENT_STREAMS, `grpc.max_concurrent_streams`): measured
+at 100 with gRPC's Python client, 200 streams on one channel were refused by the transport (RST_STREAM
+REFUSED_STREAM, which the client does not retry), a tight loop of failures, and another tenant's call in the
+same process took 4 s instead of 16 ms.
+
+Per tenant: one tenant's schedule never delays another's refusals, and nothing here touches admitted work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+REFUSAL_PAUSE_S = 0.1
+"""The least a refusal is held. A client retrying at once in a loop (a bug or a flood) made 1,000 to 2,000
+refused creates a second (the fairness bench); held, each of its loops makes ten."""
+REFUSALS_PER_S = 20.0
+"""A tenant's refusals answered a second, once its burst is spent, however many requests it has refused."""
+BURST = 8
+"""Refusals of one tenant answered together after the pause (a client's few concurrent ones are not spaced)."""
+MAX_HELD = 256
+"""Refusals of one tenant held at once (each waiting for its turn on the schedule)."""
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Request bytes those held refusals keep (a CreateSession's archive, and gRPC's copy of it off the wire)."""
+
+
+@dataclass
+class _Schedule:
+    tat: float = 0.0
+    """When the tenant's next refusal may leave once the burst is spent (GCRA's theoretical arrival time)."""
+    held: int = 0
+    held_bytes: int = 0
+    answered_at_once: int = 0
+
+
+class RefusalGate:
+    """Holds refusals per tenant until their turn; `hold` returns when the refusal may be sent."""
+
+    def __init__(self, *, pause_s: float = REFUSAL_PAUSE_S, rate: float = REFUSALS_PER_S, burst: int = BURST,
+                 max_held: int = MAX_HELD, max_held_bytes: int = MAX_HELD_BYTES) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError(f"refusals need a rate > 0 and a burst >= 1, got {rate} and {burst}")
+        self._pause_s = pause_s
+        self._interval = 1.0 / rate
+        self._tolerance = (burst - 1) * self._interval
+        self._max_held = max_held
+        self._max_held_bytes = max_held_bytes
+        self._tenants: dict[str, _Schedule] = {}
+
+    def held(self, tenant: str) -> tuple[int, int]:
+        """How many of the tenant's refusals are held, and the request bytes they keep."""
+        schedule = self._tenants.get(tenant, _Schedule())
+        return schedule.held, schedule.held_bytes
+
+    def answered_at_once(self, tenant: str) -> int:
+        """Refusals past the holding bounds (each one a sign of a client with many connections)."""
+        return self._tenants.get(tenant, _Schedule()).answered_at_once
+
+    def forget(self, tenant: str) -> None:
+        schedule = self._tenants.get(tenant)
+        if schedule is not None and not schedule.held:
+            del self._tenants[tenant]
+
+    async def hold(self, tenant: str, request_bytes: int = 0) -> None:
+        if self._pause_s <= 0:
+            return
+        schedule = self._tenants.get(tenant)
+        if schedule is None:
+            schedule = self._tenants[tenant] = _Schedule()
+        if schedule.held >= self._max_held or (
+            request_bytes and schedule.held_bytes + request_bytes > self._max_held_bytes
+        ):
+            schedule.answered_at_once += 1
+            return
+        now = asyncio.get_running_loop().time()
+        earliest = now + self._pause_s
+        # The slot this refusal takes: within the burst it leaves after its pause; past it, one interval after
+        # the tenant's previous one. A cancelled waiter's slot is not given back (the schedule stays strict).
+        slot = max(schedule.tat, earliest - self._tolerance)
+        schedule.tat = slot + self._interval
+        schedule.held += 1
+        schedule.held_bytes += request_bytes
+        try:
+            await asyncio.sleep(max(earliest, slot) - now)
+        finally:
+            schedule.held -= 1
+            schedule.held_bytes -= request_bytes

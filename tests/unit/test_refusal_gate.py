@@ -1,0 +1,97 @@
+"""The refusal schedule (controlplane.core.tenants.refusals): a tenant's refusals leave at its budget a second,
+however many it has, another tenant's are not held behind them, and what is held is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controlplane.core.tenants.refusals import RefusalGate
+
+PAUSE = 0.05
+RATE = 50.0
+BURST = 4
+
+
+async def _answered_at(gate: RefusalGate, tenant: str, n: int, request_bytes: int = 0) -> list[float]:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def one() -> float:
+        await gate.hold(tenant, request_bytes)
+        return loop.time() - started
+
+    return sorted(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def test_many_refusals_at_once_leave_at_the_rate_not_all_at_once() -> None:
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST)
+    took = await _answered_at(gate, "flood", 40)
+    assert all(t >= PAUSE * 0.9 for t in took)
+    # By any moment, at most the burst plus the rate's share since the pause have been answered.
+    for i, t in enumerate(took):
+        assert i + 1 <= BURST + (t - PAUSE) * RATE + 1, (i, t)
+    assert took[-1] >= PAUSE + (40 - BURST) / RATE * 0.9
+
+
+async def test_a_retry_loop_is_held_at_every_refusal() -> None:
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for _ in range(5):
+        await gate.hold("loop")
+    assert loop.time() - started >= 5 * PAUSE * 0.9
+
+
+async def test_another_tenants_refusal_is_not_held_behind_a_flood() -> None:
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST)
+    flood = asyncio.ensure_future(_answered_at(gate, "flood", 60))
+    await asyncio.sleep(PAUSE / 2)
+    assert gate.held("flood")[0] == 60
+    quiet = await _answered_at(gate, "quiet", 1)
+    assert quiet[0] < PAUSE * 1.8
+    assert not flood.done()
+    await flood
+
+
+async def test_past_the_held_bound_a_refusal_is_answered_at_once_and_counted() -> None:
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST, max_held=10)
+    took = await _answered_at(gate, "flood", 13)
+    assert sum(t < PAUSE / 2 for t in took) == 3
+    assert gate.answered_at_once("flood") == 3
+    assert gate.held("flood") == (0, 0)
+
+
+async def test_held_request_bytes_are_bounded() -> None:
+    """A refused CreateSession keeps its archive while held: past the byte bound it is not held."""
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST, max_held_bytes=100)
+    waiting = [asyncio.ensure_future(gate.hold("big", 40)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert gate.held("big") == (2, 80)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await gate.hold("big", 40)  # 120 bytes would be held: answered at once
+    assert loop.time() - started < PAUSE / 2
+    await gate.hold("big", 0)  # a refusal that keeps nothing is still held
+    assert loop.time() - started >= PAUSE * 0.9
+    await asyncio.gather(*waiting)
+    assert gate.held("big") == (0, 0)
+
+
+async def test_a_cancelled_hold_gives_back_what_it_held() -> None:
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST)
+    task = asyncio.ensure_future(gate.hold("gone", 1000))
+    await asyncio.sleep(0)
+    assert gate.held("gone") == (1, 1000)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.held("gone") == (0, 0)
+    gate.forget("gone")
+    assert gate.answered_at_once("gone") == 0
+
+
+def test_a_schedule_needs_a_rate_and_a_burst() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        RefusalGate(rate=0)
