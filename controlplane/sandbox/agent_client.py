@@ -182,7 +182,7 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
     def _stub(self) -> agent_pb2_grpc.SandboxAgentAsyncStub:
         if self._connected is None and self._framed_target() is not None:
             # Made before the gRPC socket (if the agent serves gRPC at all): every call goes framed.
-            self._connected = cast("agent_pb2_grpc.SandboxAgentAsyncStub", FramedStub(self._frames.target))
+            self._connected = cast("agent_pb2_grpc.SandboxAgentAsyncStub", FramedStub(self._framed_target))
         if self._connected is None:
             target = self.target if self._pinned is None else self._pinned.target()
             if target is None:  # not made yet (health() waits for it) or gone with its agent
