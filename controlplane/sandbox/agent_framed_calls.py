@@ -110,9 +110,15 @@ async def _replies(reader: asyncio.StreamReader, method: Method, deadline: _Dead
 
 
 async def _single(reader: asyncio.StreamReader, method: Method, deadline: _Deadline) -> Any:
-    responses = [r async for r in _replies(reader, method, deadline)]
-    if len(responses) != 1:
-        raise rpc_error(grpc.StatusCode.INTERNAL, f"the agent sent {len(responses)} replies to a {method.name} call")
+    """The one reply of a unary call: a second one fails the call as it arrives (never held: a hostile agent could
+    send them without end)."""
+    responses: list[Any] = []
+    async for response in _replies(reader, method, deadline):
+        if responses:
+            raise rpc_error(grpc.StatusCode.INTERNAL, f"the agent sent more than one reply to a {method.name} call")
+        responses.append(response)
+    if not responses:
+        raise rpc_error(grpc.StatusCode.INTERNAL, f"the agent ended a {method.name} call without its reply")
     return responses[0]
 
 
