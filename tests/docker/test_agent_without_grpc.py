@@ -4,8 +4,8 @@ provider's relay needs) still answers it."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ async def test_a_docker_agent_serves_frames_only_and_never_loads_grpc(docker_pla
         pid = agent_host_pid(container_of(docker_plane.instance, session.sandbox_id))
         maps = _maps(pid)
         assert "python3" in maps  # the positive control: this is the agent's map
-        assert "cygrpc" not in maps and "grpc" not in maps
+        assert "cygrpc" not in maps
+        assert "grpc" not in maps
     finally:
         await client.delete_session(session.id)
 
@@ -63,11 +64,11 @@ async def test_an_agent_asked_for_grpc_answers_grpc_beside_frames() -> None:
         for _ in range(400):
             if (agent_dir / "agent.sock").is_socket():
                 break
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         assert sorted(p.name for p in agent_dir.iterdir()) == ["agent.sock", "frames.sock"]
         channel = grpc.aio.insecure_channel(f"unix:{agent_dir / 'agent.sock'}")
         try:
-            stub = agent_pb2_grpc.SandboxAgentStub(channel)  # type: ignore[no-untyped-call]
+            stub = agent_pb2_grpc.SandboxAgentStub(channel)
             health = await stub.Health(agent_pb2.HealthRequest(), timeout=20, wait_for_ready=True)
             assert health.workspace == "/workspace"
             with pytest.raises(grpc.aio.AioRpcError) as raised:

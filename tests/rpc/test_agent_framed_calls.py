@@ -36,7 +36,7 @@ async def agent() -> AsyncIterator[Agent]:
 
 def _grpc_stub(root: Path) -> tuple[grpc.aio.Channel, Any]:
     channel = grpc.aio.insecure_channel(f"unix:{root / 'agent.sock'}")
-    return channel, agent_pb2_grpc.SandboxAgentStub(channel)  # type: ignore[no-untyped-call]
+    return channel, agent_pb2_grpc.SandboxAgentStub(channel)
 
 
 def _framed(root: Path) -> FramedStub:
@@ -50,7 +50,7 @@ async def _status(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str]:
 
 
 async def test_every_call_of_an_agent_with_a_framed_socket_goes_framed(agent: Agent) -> None:
-    client, root = agent
+    client, _ = agent
     assert isinstance(client._stub, FramedStub)
     await client.upload(tar_of({"a.txt": "alpha\n"}))
     listing = await client.list_files("", False, 10)
@@ -153,7 +153,8 @@ async def test_the_call_metadata_must_be_string_pairs(agent: Agent) -> None:
     await writer.drain()
     reply = await asyncio.wait_for(read_frame(reader), 5)
     writer.close()
-    assert reply is not None and reply[0] == MESSAGE
+    assert reply is not None
+    assert reply[0] == MESSAGE
     assert agent_pb2.HealthResponse.FromString(reply[1]).workspace == str(root / "ws")
     assert (await client.health()).workspace == str(root / "ws")
 
@@ -226,7 +227,7 @@ async def test_a_unary_call_fails_at_its_second_reply_without_reading_on() -> No
         writer.write(frame(MESSAGE, b"") * 2)
         await writer.drain()  # and never a status: the call fails at the second reply, not at the end
 
-    async with hostile_agent(answer) as (stub, seen):
+    async with hostile_agent(answer) as (stub, _):
         framed: Any = stub
         found, details = await _status(asyncio.wait_for(framed.Health(agent_pb2.HealthRequest()), 10))
         assert (found, details) == (grpc.StatusCode.INTERNAL, "the agent sent more than one reply to a Health call")
