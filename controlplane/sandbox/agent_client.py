@@ -37,7 +37,7 @@ from controlplane.core.seam.messages import (
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxError, SandboxLostError
 from controlplane.sandbox.agent_files import AgentFiles
-from controlplane.sandbox.agent_framed_calls import FramedStub
+from controlplane.sandbox.agent_framed_calls import NO_STATUS, FramedStub
 from controlplane.sandbox.agent_frames import SharedStreams
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.pinned_socket import PinnedSocket
@@ -171,6 +171,7 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         # A Unix socket is reached through its inode, once it exists (pinned_socket.py: its dir is the sandbox's).
         self._pinned = PinnedSocket(target.removeprefix("unix:")) if target.startswith("unix:") else None
         self._frames = PinnedSocket(frames_path(self._pinned.path)) if self._pinned is not None else None
+        self._frames_refused = False
         self._channel: grpc.aio.Channel | None = None
         self._connected: agent_pb2_grpc.SandboxAgentAsyncStub | None = None
         self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
@@ -191,10 +192,21 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
             self._connected = agent_pb2_grpc.SandboxAgentStub(self._channel)
         return self._connected
 
+    def _framed_only_for_streams(self, exc: grpc.aio.AioRpcError) -> bool:
+        """An agent of an image from before every RPC was framed (its frames.sock serves only the shared streams, and
+        drops any other call unanswered) that also serves gRPC: a plane upgraded under running sandboxes reaches
+        it over gRPC from then on (the shared streams keep their frames)."""
+        if not isinstance(self._connected, FramedStub) or self._pinned is None or self._pinned.target() is None:
+            return False
+        if exc.code() != grpc.StatusCode.UNAVAILABLE or exc.details() != NO_STATUS:
+            return False
+        self._frames_refused, self._connected = True, None
+        return True
+
     def _framed_target(self) -> str | None:
         """The framed socket's pinned target; None where there is none, or something else stands in its place
         (never followed: such an agent is reached over gRPC, if at all)."""
-        if self._frames is None:
+        if self._frames is None or self._frames_refused:
             return None
         try:
             return self._frames.target()
@@ -212,6 +224,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         try:
             r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
+            if self._framed_only_for_streams(exc):
+                return await self.health(max(0.05, deadline - time.monotonic()), wait_for_ready=wait_for_ready)
             raise map_agent_error(exc, self.sandbox_id) from exc
         return AgentHealth(
             r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running, r.tool_home

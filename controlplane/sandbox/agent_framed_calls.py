@@ -40,6 +40,8 @@ READY_POLL_S = 0.005
 YIELD_EVERY = 16
 """Frames read before the event loop is given a turn (agent_frames.py says why)."""
 
+NO_STATUS = "the agent closed the call without a status"
+
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Target = Callable[[], str | None]
 """The framed socket's `unix:/proc/self/fd/N` (pinned_socket.PinnedSocket.target), None while it is not there."""
@@ -93,7 +95,7 @@ async def _replies(reader: asyncio.StreamReader, method: Method, deadline: _Dead
         except FrameError as exc:
             raise rpc_error(grpc.StatusCode.INTERNAL, f"the agent's reply broke its format: {exc}") from exc
         if item is None:
-            raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the agent closed the call without a status")
+            raise rpc_error(grpc.StatusCode.UNAVAILABLE, NO_STATUS)
         kind, payload = item
         if kind == STATUS:
             error = status_error(payload)

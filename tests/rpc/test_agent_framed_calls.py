@@ -273,3 +273,24 @@ async def test_no_framed_socket_is_unavailable_at_once_unless_asked_to_wait() ->
         assert found == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_an_agent_whose_framed_socket_serves_only_the_streams_is_reached_over_grpc(agent: Agent) -> None:
+    # An image from before every RPC was framed: its frames.sock drops any call but RunTools and ExecMany unanswered.
+    _, root = agent
+    older = GrpcSandboxAgent(f"unix:{root / 'agent.sock'}", "sbx")
+    (root / "frames.sock").unlink()
+
+    async def streams_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_frame(reader)
+        writer.close()
+
+    server = await asyncio.start_unix_server(streams_only, str(root / "frames.sock"))
+    try:
+        assert (await older.health()).workspace == str(root / "ws")
+        assert not isinstance(older._stub, FramedStub)
+        with pytest.raises(NotFoundError):
+            await older.list_files("missing", False, 10)
+    finally:
+        await older.close()
+        server.close()
