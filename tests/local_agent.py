@@ -11,7 +11,7 @@ from pathlib import Path
 
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from sandbox_agent.config import AgentConfig
-from sandbox_agent.server import serve
+from sandbox_agent.serving import serve
 from tests.planes import short_tmp
 
 

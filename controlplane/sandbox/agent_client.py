@@ -1,4 +1,5 @@
-"""The gRPC client of a sandbox agent (sandbox.v1), turned into domain events."""
+"""The client of a sandbox agent (sandbox.v1), turned into domain events: over its framed socket where it has one
+(agent_framed_calls.py), over gRPC otherwise (Swarm's relay)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -36,12 +37,14 @@ from controlplane.core.seam.messages import (
 from controlplane.core.seam.provider import AgentHealth, BuiltinRun, ExecStream, SandboxAgent
 from controlplane.errors import ControlPlaneError, InvalidArgumentError, SandboxError, SandboxLostError
 from controlplane.sandbox.agent_files import AgentFiles
+from controlplane.sandbox.agent_framed_calls import NO_STATUS, FramedStub
 from controlplane.sandbox.agent_frames import SharedStreams
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.pinned_socket import PinnedSocket
 from controlplane.sandbox.rule_encoding import encode_rules
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
+from sandbox_agent.frames import frames_path
 
 T = TypeVar("T")
 
@@ -167,6 +170,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         self.sandbox_id = sandbox_id
         # A Unix socket is reached through its inode, once it exists (pinned_socket.py: its dir is the sandbox's).
         self._pinned = PinnedSocket(target.removeprefix("unix:")) if target.startswith("unix:") else None
+        self._frames = PinnedSocket(frames_path(self._pinned.path)) if self._pinned is not None else None
+        self._frames_refused = False
         self._channel: grpc.aio.Channel | None = None
         self._connected: agent_pb2_grpc.SandboxAgentAsyncStub | None = None
         self._rules: dict[int, tuple[LocalRules, agent_pb2.PermissionRules]] = {}
@@ -176,6 +181,9 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
 
     @property
     def _stub(self) -> agent_pb2_grpc.SandboxAgentAsyncStub:
+        if self._connected is None and self._framed_target() is not None:
+            # Made before the gRPC socket (if the agent serves gRPC at all): every call goes framed.
+            self._connected = cast("agent_pb2_grpc.SandboxAgentAsyncStub", FramedStub(self._framed_target))
         if self._connected is None:
             target = self.target if self._pinned is None else self._pinned.target()
             if target is None:  # not made yet (health() waits for it) or gone with its agent
@@ -184,9 +192,31 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
             self._connected = agent_pb2_grpc.SandboxAgentStub(self._channel)
         return self._connected
 
+    def _framed_only_for_streams(self, exc: grpc.aio.AioRpcError) -> bool:
+        """An agent of an image from before every RPC was framed (its frames.sock serves only the shared streams, and
+        drops any other call unanswered) that also serves gRPC: a plane upgraded under running sandboxes reaches
+        it over gRPC from then on (the shared streams keep their frames)."""
+        if not isinstance(self._connected, FramedStub) or self._pinned is None or self._pinned.target() is None:
+            return False
+        if exc.code() != grpc.StatusCode.UNAVAILABLE or exc.details() != NO_STATUS:
+            return False
+        self._frames_refused, self._connected = True, None
+        return True
+
+    def _framed_target(self) -> str | None:
+        """The framed socket's pinned target; None where there is none, or something else stands in its place
+        (never followed: such an agent is reached over gRPC, if at all)."""
+        if self._frames is None or self._frames_refused:
+            return None
+        try:
+            return self._frames.target()
+        except SandboxError:
+            return None
+
     async def health(self, timeout_s: float = 5.0, *, wait_for_ready: bool = True) -> AgentHealth:
         deadline = time.monotonic() + timeout_s
-        while self._connected is None and self._pinned is not None and self._pinned.target() is None:
+        while self._connected is None and self._pinned is not None and self._pinned.target() is None \
+                and self._framed_target() is None:
             if not wait_for_ready or time.monotonic() >= deadline:  # as gRPC's own wait for a socket to appear
                 raise SandboxError(f"sandbox {self.sandbox_id}: its agent has no socket after {timeout_s:g} s")
             await asyncio.sleep(0.005)
@@ -194,6 +224,8 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
         try:
             r = await self._stub.Health(agent_pb2.HealthRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as exc:
+            if self._framed_only_for_streams(exc):
+                return await self.health(max(0.05, deadline - time.monotonic()), wait_for_ready=wait_for_ready)
             raise map_agent_error(exc, self.sandbox_id) from exc
         return AgentHealth(
             r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running, r.tool_home
@@ -331,3 +363,5 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
                 await self._channel.close()
         if self._pinned is not None:
             self._pinned.close()
+        if self._frames is not None:
+            self._frames.close()

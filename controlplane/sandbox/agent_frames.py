@@ -1,5 +1,6 @@
-"""The control plane's end of the agent's framed streams (sandbox_agent/frames.py): RunTools and ExecMany as
-length-prefixed protobuf frames on a Unix socket instead of gRPC, where the agent has that socket.
+"""The control plane's end of the agent's framed shared streams (sandbox_agent/frames.py): RunTools and ExecMany as
+length-prefixed protobuf frames on a Unix socket instead of gRPC, where the agent has that socket (the other
+methods: agent_framed_calls.py).
 
 `FramedStreamCall` stands in for the `grpc.aio.StreamStreamCall` a `SharedStream` reads: the same events, and
 the same `AioRpcError`s (the agent's STATUS frame, UNAVAILABLE for a lost connection, INTERNAL for frames that
@@ -18,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from controlplane.sandbox.agent_framed_calls import status_error
 from controlplane.sandbox.agent_streams import SharedStream, drain
 from sandbox_agent.frames import (
     MAX_PAYLOAD,
@@ -100,9 +102,10 @@ class FramedStreamCall:
                 raise _error(grpc.StatusCode.UNAVAILABLE, "the agent closed the stream without a status")
             kind, payload = item
             if kind == STATUS:
-                code_name, _, details = payload.decode("utf-8", "replace").partition("\n")
-                code = getattr(grpc.StatusCode, code_name, grpc.StatusCode.UNKNOWN)
-                raise _error(code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN, details)
+                error = status_error(payload)
+                if error is None:
+                    return  # the agent ended the stream (OK), as a gRPC stream's end
+                raise error
             if kind != MESSAGE:
                 raise _error(grpc.StatusCode.INTERNAL, f"the agent sent a frame of kind {kind} on a stream")
             try:

@@ -360,10 +360,9 @@ class DockerSandboxProvider(SandboxProvider):
         return [Mount(GLOBAL_DIR, str(self._config.global_dir.resolve()), type="bind", read_only=True)]
 
     async def _wait_ready(self, sandbox: Sandbox, container: Container) -> None:
-        socket = self._dirs.socket_path(sandbox.id)
         deadline = time.monotonic() + self._config.start_timeout_s
         next_check = time.monotonic() + 0.25
-        while not socket.exists():
+        while not self._dirs.listening(sandbox.id):
             if time.monotonic() > deadline:
                 raise SandboxStartError(
                     f"sandbox {sandbox.id}: agent did not start within {self._config.start_timeout_s} s"

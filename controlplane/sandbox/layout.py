@@ -84,6 +84,9 @@ WORKSPACE = "/workspace"
 AGENT_DIR = "/run/agent"
 """Bound from the sandbox's host dir: the agent's socket is the control plane's only way in."""
 SOCKET_NAME = "agent.sock"
+FRAMES_SOCKET_NAME = "frames.sock"
+"""The agent's framed socket beside it (sandbox_agent/frames.py): made first, and the only one where the agent serves
+no gRPC (the Docker provider's)."""
 EGRESS_SOCKET_NAME = "egress.sock"
 """The session proxy's socket, beside the agent's: the agent's forwarder relays the tools' connections to it
 (sandbox_agent/egress_forwarder.py names it too). The dir is 0700 root: a tool process cannot reach it directly."""
@@ -107,6 +110,8 @@ ENV_CODE_DIR = "AGENT_CODE_DIR"
 ENV_OUTPUT_BUDGET = "AGENT_OUTPUT_BUDGET_BYTES"
 ENV_TOOL_UID = "AGENT_TOOL_UID"
 ENV_SYSCALL_DENY = "AGENT_SYSCALL_DENY"
+ENV_GRPC = "AGENT_GRPC"
+"""Set to 1 where the plane reaches the agent over gRPC (Swarm's relay); elsewhere the agent serves frames only."""
 
 
 def agent_env() -> dict[str, str]:
@@ -136,6 +141,10 @@ class SandboxDirs:
 
     def socket_path(self, sandbox_id: str) -> Path:
         return self.path(sandbox_id) / SOCKET_NAME
+
+    def listening(self, sandbox_id: str) -> bool:
+        """The sandbox's agent has made a socket: its framed one or its gRPC one (it may serve only one of them)."""
+        return any((self.path(sandbox_id) / name).exists() for name in (FRAMES_SOCKET_NAME, SOCKET_NAME))
 
     def egress_socket_path(self, sandbox_id: str) -> Path:
         return self.path(sandbox_id) / EGRESS_SOCKET_NAME

@@ -26,7 +26,7 @@ from controlplane.errors import SandboxLostError, SandboxStartError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.layout import LABEL_INSTANCE, LABEL_SESSION, SandboxDirs
 from sandbox_agent.config import AgentConfig
-from sandbox_agent.server import serve
+from sandbox_agent.serving import serve
 
 
 class LocalSandboxProvider(SandboxProvider):

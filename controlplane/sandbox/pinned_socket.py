@@ -22,9 +22,13 @@ class PinnedSocket:
         self.path = path
         self._fd: int | None = None
         self._closing: Callable[[], object] | None = None
+        self._closed = False
 
     def target(self) -> str | None:
-        """`unix:/proc/self/fd/N` once the socket exists (pinned from then on); None while it does not yet."""
+        """`unix:/proc/self/fd/N` once the socket exists (pinned from then on); None while it does not yet, and once
+        closed (its descriptor's number may name another file by then)."""
+        if self._closed:
+            return None
         if self._fd is None:
             try:
                 fd = os.open(self.path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -42,5 +46,6 @@ class PinnedSocket:
 
     def close(self) -> None:
         """Closes the pinned descriptor (once; the agent's channel is closed first)."""
+        self._closed = True
         if self._closing is not None:
             self._closing()

@@ -4,7 +4,7 @@ import os
 
 from sandbox_agent import environ_scrub, event_loop, syscall_filter
 from sandbox_agent.config import AgentConfig
-from sandbox_agent.server import serve
+from sandbox_agent.serving import serve
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+GRPC_VAR = "AGENT_GRPC"
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -30,6 +32,10 @@ class AgentConfig:
     write, which the agent checks); "" on the local plane (a host process without isolation): a tmp dir."""
     syscall_deny: str = ""
     """System calls the agent's own seccomp filter denies (comma-separated, see syscall_filter); "": none."""
+    serve_grpc: bool = True
+    """Serve gRPC beside the framed socket (serving.py). A container's agent does only where its provider asks
+    (AGENT_GRPC=1: the Swarm relay carries gRPC); an agent embedded in the control plane's process (the local
+    provider) serves both, grpc being loaded there anyway."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -46,4 +52,5 @@ class AgentConfig:
             output_budget_bytes=int(env.get("AGENT_OUTPUT_BUDGET_BYTES", default.output_budget_bytes)),
             code_dir=env.get("AGENT_CODE_DIR", default.code_dir),
             syscall_deny=env.get("AGENT_SYSCALL_DENY", default.syscall_deny),
+            serve_grpc=env.get(GRPC_VAR, "0") == "1",
         )

@@ -24,7 +24,10 @@ AgentError
 ├── NetworkStartError       the session's network forwarder could not start (egress_forwarder.py)
 ├── FrameError              a framed stream broke its format (frames.py)
 │   ├── FrameTooLargeError      a frame over the size limit
-│   └── StreamCutError          the connection ended inside a frame
+│   ├── StreamCutError          the connection ended inside a frame
+│   └── _ResponseTooLargeError  a response over the size limit (its call ends RESOURCE_EXHAUSTED)
+├── CallAbortedError        a framed call's handler ended it with a status (rpc_status.py)
+├── RequestsLostError       a caller's request stream broke off before its end (rpc_status.py)
 ├── LspStartError           a language server could not be started (lsp/servers.py)
 └── LspError                a language server request failed (lsp/client.py)
     ├── LspServerExitedError    the server exited

@@ -15,21 +15,20 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import grpc
-
 from sandbox.v1 import agent_pb2
 from sandbox_agent.fileops import frame
 from sandbox_agent.helper_temps import Announced, Helper, collect, stop_and_clean
 from sandbox_agent.process import Chunk, Execution, Exit
+from sandbox_agent.rpc_status import Code, RequestsLostError, code_named
 
 
 async def _refuse(context: Any, stderr: bytes, exit_: Exit) -> None:
     """Aborts the RPC with the status the helper named on its last stderr line."""
     lines = stderr.decode(errors="replace").strip().splitlines()
     status, _, message = (lines[-1] if lines else "").partition(" ")
-    code = getattr(grpc.StatusCode, status, None) if status.isupper() else None
-    if not isinstance(code, grpc.StatusCode):
-        code, message = grpc.StatusCode.INTERNAL, (lines[-1] if lines else f"file helper failed ({exit_.exit_code})")
+    code = code_named(status)
+    if code is None:
+        code, message = Code.INTERNAL, (lines[-1] if lines else f"file helper failed ({exit_.exit_code})")
     await context.abort(code, message)
 
 
@@ -70,7 +69,7 @@ class FileRpcs:
         iterator = aiter(requests)
         first = await anext(iterator, None)
         if first is None or not first.path:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first WriteFile message must name the file")
+            await context.abort(Code.INVALID_ARGUMENT, "the first WriteFile message must name the file")
             raise AssertionError("unreachable")
         mode = format(first.mode, "o") if first.HasField("mode") else "-"
         helper = await self._start(
@@ -159,5 +158,5 @@ async def _collect_while(helper: Execution, feeding: Awaitable[None], stdout: An
     finally:
         if not feed.done():
             feed.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError, grpc.RpcError):
+            with contextlib.suppress(asyncio.CancelledError, OSError, RequestsLostError):
                 await feed

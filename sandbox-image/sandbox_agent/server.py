@@ -1,4 +1,4 @@
-"""The SandboxAgent gRPC service and the server that hosts it on a Unix socket."""
+"""The SandboxAgent service: the agent's RPC handlers (served as frames and, where needed, gRPC: serving.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,22 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
-import grpc
-
-from sandbox.v1 import agent_pb2, agent_pb2_grpc
+from sandbox.v1 import agent_pb2
 from sandbox_agent import __version__, tool_home, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.egress_forwarder import SOCKET_NAME as EGRESS_SOCKET
 from sandbox_agent.egress_forwarder import EgressForwarder, NetworkStartError, proxy_env, write_ca_bundle
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.file_rpcs import FileRpcs
-from sandbox_agent.frames import FramesServer, frames_path
-from sandbox_agent.gc_tuning import tune_after_startup
 from sandbox_agent.helper_temps import Announced, collect, stop_and_clean
 from sandbox_agent.multiplex import is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
+from sandbox_agent.rpc_status import Code, RequestsLostError
 from sandbox_agent.saved_outputs import resource_error
 from sandbox_agent.server_identity import is_bun_server, start_bun_server
 from sandbox_agent.tool_calls import ToolCalls
@@ -40,7 +36,7 @@ HELPER_GRACE_S = 5.0
 """SIGTERM to SIGKILL for the agent's own helpers, which are quick to clean up but may be starved of CPU."""
 
 
-class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
+class SandboxAgentService:
     def __init__(self, config: AgentConfig) -> None:
         self._config = config
         use_uid = config.tool_uid >= 0
@@ -212,7 +208,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             trace = tracing.recorder_from_metadata(context.invocation_metadata())
             return await self._tools.list_custom(request.config_json, dict(request.env), trace)
         except AgentError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(Code.INVALID_ARGUMENT, str(exc))
             raise
 
     async def SnapshotCustomCode(
@@ -221,7 +217,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             return await self._tools.snapshot_code(request.config_json, dict(request.env))
         except AgentError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(Code.FAILED_PRECONDITION, str(exc))
             raise
 
     async def RunPluginHook(
@@ -235,7 +231,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                     request.timeout_s,
                 )
         except (ToolError, ValueError) as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(Code.FAILED_PRECONDITION, str(exc))
             raise
         spans = self._tools.shown_spans(trace.drain()) if trace is not None else []
         return agent_pb2.RunPluginHookResponse(output_json=json.dumps(output), spans=spans)
@@ -246,7 +242,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             path = await self._tools.save_output(request.name, request.content)
         except AgentError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.status), str(exc))
+            await context.abort(Code[exc.status], str(exc))
             raise
         return agent_pb2.SaveToolOutputResponse(path=path)
 
@@ -259,12 +255,12 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
             dest = resolve_inside(self._config.workspace, first.path if first else "")
         except WorkspacePathError as exc:
             await _drain(iterator)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(Code.INVALID_ARGUMENT, str(exc))
             raise
         except OSError as exc:
             # realpath raced a tool process swapping a link and a directory on the way (readlink: EINVAL).
             await _drain(iterator)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+            await context.abort(Code.INVALID_ARGUMENT,
                                 f"{first.path if first else ''!r} changed while it was resolved: {exc.strerror}")
             raise
         confine = [self._config.workspace] if first is not None and first.confine_links else []
@@ -287,7 +283,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         if exit_.exit_code != 0:
             await announced.remove_left(self._start_helper)
             message = stderr.decode(errors="replace").strip() or f"extraction failed ({exit_.exit_code})"
-            code = grpc.StatusCode.RESOURCE_EXHAUSTED if exit_.exit_code == 3 else grpc.StatusCode.INVALID_ARGUMENT
+            code = Code.RESOURCE_EXHAUSTED if exit_.exit_code == 3 else Code.INVALID_ARGUMENT
             await context.abort(code, f"workspace upload refused: {message}")
         summary = json.loads(stdout)
         self._files.caller_changed_under(dest)
@@ -303,10 +299,10 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         try:
             src = resolve_inside(self._config.workspace, request.path)
         except WorkspacePathError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(Code.INVALID_ARGUMENT, str(exc))
             return
         if not os.path.lexists(src):  # noqa: ASYNC240 - one lstat on a local filesystem
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"{request.path!r} does not exist in the workspace")
+            await context.abort(Code.NOT_FOUND, f"{request.path!r} does not exist in the workspace")
             return
         helper = await self.run_helper(["sandbox_agent.tario", "create", src])
         self._running.add(helper)
@@ -318,7 +314,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
                 elif isinstance(item, Chunk):
                     errors += item.data
                 elif item.exit_code != 0:
-                    await context.abort(grpc.StatusCode.INTERNAL, errors.decode(errors="replace").strip())
+                    await context.abort(Code.INTERNAL, errors.decode(errors="replace").strip())
                 elif errors:  # the entries the tool user cannot read, left out of an otherwise whole copy
                     logging.getLogger(__name__).warning("workspace copy: %s", errors.decode(errors="replace").strip())
         finally:
@@ -352,7 +348,7 @@ class SandboxAgentService(agent_pb2_grpc.SandboxAgentServicer):
         except (NetworkStartError, OSError) as exc:
             if forwarder is not self._forwarder:
                 await forwarder.close()
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cannot start the session's network: {exc}")
+            await context.abort(Code.FAILED_PRECONDITION, f"cannot start the session's network: {exc}")
             raise
         self._forwarder = forwarder
         env = proxy_env(port, bundle or self._network_env.get("SSL_CERT_FILE"))
@@ -371,7 +367,7 @@ def _exec_many_event(call: int, event: agent_pb2.ExecEvent | None = None, done: 
 
 
 async def _pump_requests(requests: AsyncIterator[agent_pb2.ExecRequest], execution: Execution) -> None:
-    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+    with contextlib.suppress(RequestsLostError, asyncio.InvalidStateError):
         async for request in requests:
             kind = request.WhichOneof("msg")
             if kind == "stdin":
@@ -397,7 +393,7 @@ async def _feed(
 async def _drain(rest: AsyncIterator[agent_pb2.UploadWorkspaceRequest]) -> None:
     """Reads a refused upload's stream to its end, as WriteFile does: a caller still writing when the call ends
     would see its own write fail (INTERNAL) instead of the refusal."""
-    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+    with contextlib.suppress(RequestsLostError, asyncio.InvalidStateError):
         async for _ in rest:
             pass
 
@@ -422,56 +418,7 @@ def _event(seq: int, item: Chunk | Exit) -> agent_pb2.ExecEvent:
     )
 
 
-SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-]
-
-
-async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
-    """Serves until `stop` is set or, when the caller gives none (the agent owns its process), until
-    SIGTERM/SIGINT; the socket is private to its owner."""
-    os.makedirs(os.path.dirname(config.socket_path), exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(config.socket_path)
-    service = SandboxAgentService(config)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    agent_pb2_grpc.add_SandboxAgentServicer_to_server(service, server)
-    server.add_insecure_port(f"unix:{config.socket_path}")
-    await _prepare_home(service, config)
-    frames = FramesServer(frames_path(config.socket_path), {
-        b"RunTools": (agent_pb2.RunToolsRequest, service.RunTools),
-        b"ExecMany": (agent_pb2.ExecManyRequest, service.ExecMany)})
-    # Before the gRPC socket answers: the plane's first stream follows its first health answer, and a plane that
-    # finds no framed socket then keeps this agent's streams on gRPC for good.
-    await frames.start()
-    try:
-        await server.start()
-    except BaseException:
-        await frames.stop(grace_s=0)
-        raise
-    os.chmod(config.socket_path, 0o600)
-    if stop is None:
-        # An embedding process (the control plane's in-process agents) keeps its own signal handling.
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-        tune_after_startup()
-    if ready is not None:
-        ready.set()
-    try:
-        await stop.wait()
-    finally:
-        await service.stop_all()
-        await asyncio.gather(frames.stop(grace_s=0.5), server.stop(grace=0.5))
-        service.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(config.socket_path)
-
-
-async def _prepare_home(service: SandboxAgentService, config: AgentConfig) -> None:
+async def prepare_home(service: SandboxAgentService, config: AgentConfig) -> None:
     """Creates the tool user's HOME on the tmpfs, with upstream's state dirs (tool_home.py); done as that user,
     since the agent has no CAP_CHOWN."""
     os.makedirs(os.path.dirname(config.tool_home) or "/", exist_ok=True)

@@ -17,7 +17,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _v1(controller: str, cid: str) -> Path:
-    return CGROUP / controller / "docker" / cid
+    default = CGROUP / controller / "docker" / cid
+    if default.exists():
+        return default
+    # A sandbox under its tenant's parent (tenant_cgroups.py: /<plane's root>/<tenant>/<cid>), not the engine's own.
+    return next(iter((CGROUP / controller).glob(f"*/*/{cid}")), default)
 
 
 def _v2(cid: str) -> Path:

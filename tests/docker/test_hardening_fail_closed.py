@@ -179,7 +179,7 @@ def test_an_agent_without_its_syscall_filter_is_seen_from_the_host() -> None:
     try:
         for container in (plain, filtered):
             for _ in range(200):  # until the agent serves (as the provider checks only after its health answer)
-                if container.exec_run(["test", "-S", "/run/agent/agent.sock"]).exit_code == 0:
+                if container.exec_run(["test", "-S", "/run/agent/frames.sock"]).exit_code == 0:
                     break
                 time.sleep(0.05)
             container.reload()

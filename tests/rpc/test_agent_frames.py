@@ -22,7 +22,7 @@ from controlplane.sandbox.agent_streams import drain
 from sandbox.v1 import agent_pb2
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.frames import HEADER, MAX_PAYLOAD, MESSAGE, OPEN, STATUS, frame, frames_path
-from sandbox_agent.server import serve
+from sandbox_agent.serving import serve
 from tests.local_agent import local_agent
 from tests.planes import short_tmp
 from tests.rpc.test_agent_tool_stream import bash, collect

@@ -19,6 +19,7 @@ from controlplane.sandbox.layout import (
     CAP_DROP,
     CODE_DIR,
     CODE_MODE,
+    ENV_GRPC,
     ENV_TOOL_UID,
     LABEL_TOOL_UID,
     WORKSPACE,
@@ -53,7 +54,7 @@ def sandbox_template(
     memory = resources.memory_mb * 1024 * 1024
     spec = docker.types.ContainerSpec(
         image or config.image, command=AGENT_COMMAND, hostname="sandbox", user="0:0", labels=labels,
-        env={**agent_env(), **confinement.agent_env(tool_uid)},
+        env={**agent_env(), **confinement.agent_env(tool_uid), ENV_GRPC: "1"},
         mounts=[
             Mount("/tmp", None, type="tmpfs", tmpfs_size=tmpfs_mb * 1024 * 1024, tmpfs_mode=0o1777),
             workspace or Mount(WORKSPACE, None, type="tmpfs", tmpfs_size=config.workspace_mb * 1024 * 1024),
