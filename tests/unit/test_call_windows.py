@@ -149,3 +149,23 @@ async def test_an_honest_agent_within_its_window_is_never_failed() -> None:
         await anext(events)
     await events.aclose()  # type: ignore[attr-defined]
     stream.close()
+
+
+async def test_a_tool_result_bigger_than_the_window_is_taken_on_the_tool_stream() -> None:
+    # A tool's result may be bigger than the window (the agent never splits an event): it is sent while the
+    # window still has room, and the plane takes it whole.
+    agent = ScriptedAgent()
+    outbox: asyncio.Queue[object] = asyncio.Queue()
+    stream = SharedStream(agent, outbox, agent_pb2.RunToolsRequest)
+    number, inbox = stream.start(agent_pb2.RunToolRequest(start=agent_pb2.ToolStart(tool="read")),
+                                 AgentCallSpan("RunTool", "sbx-flow"))
+    metadata = agent_pb2.RunToolsEvent(call=number)
+    metadata.event.metadata.title = "m" * (WINDOW - 1024)
+    result = agent_pb2.RunToolsEvent(call=number, done=True)
+    result.event.result.output = "r" * (8 * WINDOW)
+    agent.events.put_nowait(metadata)
+    agent.events.put_nowait(result)
+    await settle()
+    assert [inbox.get_nowait(), inbox.get_nowait()] == [metadata, result]
+    assert stream._windows[number].queued == charge(metadata) + charge(result)
+    stream.close()
