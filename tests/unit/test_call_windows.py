@@ -27,7 +27,7 @@ class ScriptedAgent:
     """The agent's end of an ExecMany stream: the events the test puts, as fast as the plane reads them."""
 
     def __init__(self) -> None:
-        self.events: asyncio.Queue[agent_pb2.ExecManyEvent] = asyncio.Queue()
+        self.events: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = False
 
     def __aiter__(self) -> AsyncIterator[Any]:
