@@ -25,10 +25,6 @@ FRAME_DEADLINE_S = 30.0
 a second over a local socket even when starved of CPU); only a stalled or hostile agent takes this long."""
 
 
-class FrameStalledError(StreamCutError):
-    """A frame began and did not end in time: the stream is as good as cut."""
-
-
 async def read_frame_in_time(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
     """As sandbox_agent.frames.read_frame, with FRAME_DEADLINE_S for each frame once its first byte arrived."""
     try:
@@ -48,4 +44,5 @@ async def read_frame_in_time(reader: asyncio.StreamReader) -> tuple[int, bytes] 
     except asyncio.IncompleteReadError as exc:
         raise StreamCutError("the stream ended inside a frame") from exc
     except TimeoutError as exc:
-        raise FrameStalledError(f"a frame did not arrive whole within {deadline:g} s of its start") from exc
+        # A frame that began and did not end in time: the stream is as good as cut (UNAVAILABLE above).
+        raise StreamCutError(f"a frame did not arrive whole within {deadline:g} s of its start") from exc
