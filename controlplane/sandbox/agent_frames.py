@@ -21,6 +21,7 @@ import grpc
 
 from controlplane.sandbox.agent_framed_calls import status_error
 from controlplane.sandbox.agent_streams import SharedStream, drain
+from controlplane.sandbox.frame_deadline import read_frame_in_time
 from sandbox_agent.frames import (
     MAX_PAYLOAD,
     MESSAGE,
@@ -31,7 +32,6 @@ from sandbox_agent.frames import (
     StreamCutError,
     frame,
     frames_path,
-    read_frame,
 )
 
 CONNECT_TIMEOUT_S = 5.0
@@ -83,7 +83,7 @@ class FramedStreamCall:
             if read % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
             try:
-                item = await read_frame(self._reader)
+                item = await read_frame_in_time(self._reader)
             except (StreamCutError, ConnectionError, OSError) as exc:
                 if self._cancelled:
                     raise asyncio.CancelledError() from exc

@@ -23,6 +23,7 @@ from controlplane.errors import (
     SandboxError,
     SandboxLostError,
 )
+from controlplane.sandbox.call_windows import WINDOW, CallWindow, Overrun, largest_event
 from controlplane.telemetry.remote import AgentCallSpan
 
 END = object()
@@ -90,6 +91,8 @@ class SharedStream:
         self._outbox = outbox
         self._request_type = request_type
         self._inboxes: dict[int, asyncio.Queue[Any]] = {}
+        self._windows: dict[int, CallWindow] = {}
+        self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
         self._reader = asyncio.ensure_future(self._read())
@@ -105,14 +108,24 @@ class SharedStream:
         """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""
         number = next(self._numbers)
         inbox = self._inboxes[number] = asyncio.Queue()
-        self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata)))
+        self._windows[number] = CallWindow(self._largest)
+        self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata),
+                                                   credit=WINDOW))
         return number, inbox
 
     def send(self, number: int, request: Any) -> None:
         if number in self._inboxes:
             self._outbox.put_nowait(self._request_type(call=number, request=request))
 
+    def took(self, number: int) -> None:
+        """The call's consumer took its oldest event: more room for the call, once enough was taken."""
+        window = self._windows.get(number)
+        grant = window.took() if window is not None else 0
+        if grant and self.open:
+            self._outbox.put_nowait(self._request_type(call=number, credit=grant))
+
     def forget(self, number: int, *, cancel: bool) -> None:
+        self._windows.pop(number, None)
         if self._inboxes.pop(number, None) is not None and cancel and self.open:
             self._outbox.put_nowait(self._request_type(call=number, cancel=True))
 
@@ -122,14 +135,27 @@ class SharedStream:
             async for event in self._call:
                 inbox = self._inboxes.get(event.call)
                 if inbox is not None:
-                    inbox.put_nowait(event)
+                    overrun = self._windows[event.call].arrived(event)
+                    if overrun is None:
+                        inbox.put_nowait(event)
+                    else:
+                        self._overran(event.call, inbox, overrun)
         except grpc.aio.AioRpcError as exc:
             ended = exc
         finally:
             self.close()
             inboxes, self._inboxes = self._inboxes, {}
+            self._windows.clear()
             for inbox in inboxes.values():
                 inbox.put_nowait(ended)
+
+    def _overran(self, number: int, inbox: asyncio.Queue[Any], overrun: Overrun) -> None:
+        """Fails a call the agent sent past its window, without waiting: its queued events are dropped (the
+        plane holds no more for it), its later ones ignored, and the agent is told to cancel it."""
+        while not inbox.empty():
+            inbox.get_nowait()
+        inbox.put_nowait(overrun)
+        self.forget(number, cancel=True)
 
     def close(self) -> None:
         if self.open:
@@ -162,13 +188,19 @@ class SharedCall:
         raise NotImplementedError
 
     async def _events(self) -> AsyncIterator[Any]:
-        finished = False
+        finished = taken = False
         try:
             while True:
+                if taken:  # the consumer is back for more: the event before went on (for Exec, to the client)
+                    self._stream.took(self._number)
                 item = await self._inbox.get()
                 if isinstance(item, grpc.aio.AioRpcError):
                     self._traced.finish(error=item)
                     raise map_agent_error(item, self._sandbox_id) from item
+                if isinstance(item, Overrun):
+                    finished = True  # already cancelled
+                    raise item.error(self._sandbox_id)
+                taken = item is not None
                 if item is None or item.error:
                     finished = True  # the agent's side of the call is over: nothing to cancel
                     if item is not None:

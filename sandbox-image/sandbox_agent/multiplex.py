@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from sandbox_agent.errors import AgentError
+from sandbox_agent.output_credit import Credits
 
 Inner = TypeVar("Inner")
 """One request of a single call (RunToolRequest, ExecRequest)."""
@@ -29,8 +30,10 @@ class Routed(Generic[Inner]):
 
     call: int
     request: Inner | None
-    """None: the call is cancelled."""
+    """None: the call is cancelled (or, with `credit`, given more room)."""
     trace: dict[str, str]
+    credit: int = 0
+    """With `start`: the call's window of bytes (0: no limit); alone: more room (output_credit)."""
 
 
 MAX_QUEUED = 64
@@ -60,6 +63,7 @@ async def multiplex(
     room.set()
     inboxes: dict[int, asyncio.Queue[Inner | None]] = {}
     tasks: dict[int, asyncio.Task[None]] = {}
+    credits = Credits()
 
     async def put(event: Outer) -> None:
         events.put_nowait(event)
@@ -68,6 +72,7 @@ async def multiplex(
             await room.wait()
 
     def hang_up(number: int) -> None:
+        credits.hang_up(number)
         if cancel_on_hang_up:
             tasks[number].cancel()
         else:
@@ -82,19 +87,24 @@ async def multiplex(
             done = False
             async for event in run_call(requests_of_call(), trace):
                 done = is_final(event)
-                await put(wrap(number, event=event, done=done))
+                wrapped = wrap(number, event=event, done=done)
+                await credits.spend(number, wrapped)
+                await put(wrapped)
             if not done:
                 events.put_nowait(wrap(number, done=True))
         except AgentError as exc:
             events.put_nowait(wrap(number, done=True, error=str(exc), code=exc.status))
         finally:
             del inboxes[number], tasks[number]
+            credits.drop(number)
             events.put_nowait(None)  # wakes the stream up, in case this was the last call
 
     async def dispatch() -> None:
         try:
             async for routed in requests:
-                if routed.call in inboxes:
+                if routed.request is None and routed.credit:
+                    credits.top_up(routed.call, routed.credit)
+                elif routed.call in inboxes:
                     if routed.request is None:
                         hang_up(routed.call)
                     else:
@@ -102,6 +112,7 @@ async def multiplex(
                 elif routed.request is not None and opens(routed.request):
                     inbox = inboxes[routed.call] = asyncio.Queue()
                     inbox.put_nowait(routed.request)
+                    credits.open(routed.call, routed.credit)
                     task = tasks[routed.call] = asyncio.ensure_future(one(routed.call, inbox, routed.trace))
                     keep.add(task)
                     task.add_done_callback(keep.discard)
@@ -130,7 +141,12 @@ async def multiplex(
 async def routed(requests: AsyncIterator[Any]) -> AsyncIterator[Routed[Any]]:
     """The shared stream's requests (RunToolsRequest, ExecManyRequest: `call`, `request`, `cancel`, `trace`)."""
     async for request in requests:
-        yield Routed(request.call, None if request.cancel else request.request, dict(request.trace))
+        if request.cancel:
+            yield Routed(request.call, None, dict(request.trace))
+        elif request.HasField("request") or not request.credit:
+            yield Routed(request.call, request.request, dict(request.trace), request.credit)
+        else:  # only more room for the call
+            yield Routed(request.call, None, {}, request.credit)
 
 
 def is_start(request: Any) -> bool:

@@ -462,10 +462,17 @@ class ExecManyRequest(_message.Message):
     REQUEST_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
     TRACE_FIELD_NUMBER: _builtins.int
+    CREDIT_FIELD_NUMBER: _builtins.int
     call: _builtins.int
     """The control plane's number for the call, unique on the stream."""
     cancel: _builtins.bool
     """The control plane is gone for this call: an abort."""
+    credit: _builtins.int
+    """Flow control: bytes of events (each counted as its encoded size plus a fixed cost) the agent may send for
+    the call beyond what it has been granted. With `start`: the call's window (0, as an older control plane
+    sends: no limit); alone (no request): more room, as the control plane's consumer took the call's events.
+    The agent holds the call's output (stops reading its pipes) while the window is used up.
+    """
     @_builtins.property
     def request(self) -> Global___ExecRequest:
         """One of the command's requests: `start` first, then stdin, close_stdin or abort."""
@@ -481,10 +488,11 @@ class ExecManyRequest(_message.Message):
         request: Global___ExecRequest | None = ...,
         cancel: _builtins.bool = ...,
         trace: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        credit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "cancel", b"cancel", "request", b"request", "trace", b"trace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "cancel", b"cancel", "credit", b"credit", "request", b"request", "trace", b"trace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -819,10 +827,17 @@ class RunToolsRequest(_message.Message):
     REQUEST_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
     TRACE_FIELD_NUMBER: _builtins.int
+    CREDIT_FIELD_NUMBER: _builtins.int
     call: _builtins.int
     """The control plane's number for the call, unique on the stream."""
     cancel: _builtins.bool
     """The control plane is gone for this call: an abort."""
+    credit: _builtins.int
+    """Flow control: bytes of events (each counted as its encoded size plus a fixed cost) the agent may send for
+    the call beyond what it has been granted. With `start`: the call's window (0, as an older control plane
+    sends: no limit); alone (no request): more room, as the control plane's consumer took the call's events.
+    The agent holds the call's output (stops reading its pipes) while the window is used up.
+    """
     @_builtins.property
     def request(self) -> Global___RunToolRequest:
         """One of the call's requests: `start` first, then ask replies and aborts."""
@@ -838,10 +853,11 @@ class RunToolsRequest(_message.Message):
         request: Global___RunToolRequest | None = ...,
         cancel: _builtins.bool = ...,
         trace: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        credit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "cancel", b"cancel", "request", b"request", "trace", b"trace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "cancel", b"cancel", "credit", b"credit", "request", b"request", "trace", b"trace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
