@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from controlplane.sandbox.frame_deadline import read_frame_in_time
 from sandbox_agent.frames import (
     END,
     MAX_PAYLOAD,
@@ -31,7 +32,6 @@ from sandbox_agent.frames import (
     StreamCutError,
     frame,
     open_payload,
-    read_frame,
 )
 from sandbox_agent.rpc_methods import METHODS, Method, Shape
 
@@ -87,7 +87,8 @@ async def _replies(reader: asyncio.StreamReader, method: Method, deadline: _Dead
         if read % YIELD_EVERY == 0:
             await asyncio.sleep(0)
         try:
-            item = await deadline.within(read_frame(reader))
+            # Each frame whole within its deadline too: a call without one (a download) is not held by a drip.
+            item = await deadline.within(read_frame_in_time(reader))
         except (StreamCutError, ConnectionError, OSError) as exc:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"the agent's connection was lost: {exc}") from exc
         except FrameTooLargeError as exc:

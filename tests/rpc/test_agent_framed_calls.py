@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from controlplane.errors import NotFoundError
+from controlplane.sandbox import frame_deadline
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.agent_framed_calls import FramedStub
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
@@ -294,3 +295,25 @@ async def test_an_agent_whose_framed_socket_serves_only_the_streams_is_reached_o
     finally:
         await older.close()
         server.close()
+
+
+async def test_a_call_without_a_deadline_is_not_held_by_a_frame_that_never_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A download has no deadline of its own: a frame begun and dripped a byte at a time held it (and the plane's
+    # copy turn it runs in) for good. Each frame must now arrive whole within FRAME_DEADLINE_S of its start.
+    monkeypatch.setattr(frame_deadline, "FRAME_DEADLINE_S", 0.5)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _opened(reader)
+        writer.write(HEADER.pack(1000, MESSAGE))
+        for _ in range(50):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+
+    async with hostile_agent(answer) as (stub, _):
+        framed: Any = stub
+        found, details = await _status(asyncio.wait_for(
+            _drain(framed.DownloadWorkspace(agent_pb2.DownloadWorkspaceRequest())), 10))
+    assert found == grpc.StatusCode.UNAVAILABLE
+    assert "within 0.5 s of its start" in details
