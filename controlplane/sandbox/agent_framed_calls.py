@@ -36,6 +36,8 @@ from sandbox_agent.frames import (
 from sandbox_agent.rpc_methods import METHODS, Method, Shape
 
 CONNECT_TIMEOUT_S = 5.0
+MAX_STATUS_BYTES = 16 * 1024
+"""Of a STATUS frame: gRPC's trailers stop there too (the rest of a longer one is not decoded)."""
 READY_POLL_S = 0.005
 YIELD_EVERY = 16
 """Frames read before the event loop is given a turn (agent_frames.py says why)."""
@@ -53,7 +55,7 @@ def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
 
 def status_error(payload: bytes) -> grpc.aio.AioRpcError | None:
     """The error a STATUS frame names, or None for OK."""
-    name, _, details = payload.decode("utf-8", "replace").partition("\n")
+    name, _, details = payload[:MAX_STATUS_BYTES].decode("utf-8", "replace").partition("\n")
     if name == "OK":
         return None
     code = getattr(grpc.StatusCode, name, None) if name.isupper() else None

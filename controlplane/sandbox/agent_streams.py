@@ -40,9 +40,21 @@ def map_agent_error(exc: grpc.aio.AioRpcError, sandbox_id: str) -> ControlPlaneE
     return status_error(exc.code(), exc.details() or "", sandbox_id)
 
 
+MAX_DETAILS = 4096
+"""What is kept of an agent's error text: a compromised agent's 60 MiB of details went into the client's status,
+the audit record and the logs (gRPC's own trailers stop at 16 KiB; the framed socket's status frame did not)."""
+
+
+def shown_details(details: str) -> str:
+    if len(details) <= MAX_DETAILS:
+        return details
+    return f"{details[:MAX_DETAILS]}... ({len(details) - MAX_DETAILS} more characters from the agent left out)"
+
+
 def status_error(code: grpc.StatusCode, details: str, sandbox_id: str) -> ControlPlaneError:
     """Agent statuses are a closed set; an unexpected failure fails the call; anything else may mean the sandbox is
     gone (the session manager checks that it really is before failing the session)."""
+    details = shown_details(details)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgumentError(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:

@@ -15,10 +15,11 @@ from typing import Any
 import grpc
 import pytest
 
-from controlplane.errors import NotFoundError
+from controlplane.errors import FailedPreconditionError, NotFoundError
 from controlplane.sandbox import frame_deadline
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.agent_framed_calls import FramedStub
+from controlplane.sandbox.agent_streams import MAX_DETAILS, status_error
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent.frames import END, HEADER, MAX_PAYLOAD, MESSAGE, OPEN, STATUS, frame, open_payload, read_frame
 from tests.archives import tar_of
@@ -317,3 +318,21 @@ async def test_a_call_without_a_deadline_is_not_held_by_a_frame_that_never_ends(
             _drain(framed.DownloadWorkspace(agent_pb2.DownloadWorkspaceRequest())), 10))
     assert found == grpc.StatusCode.UNAVAILABLE
     assert "within 0.5 s of its start" in details
+
+
+async def test_a_hostile_agents_error_text_is_cut_short() -> None:
+    # 60 MiB of details in each of 20 failed calls took the plane to +2 GiB and its audit database to 1.2 GiB.
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _opened(reader)
+        writer.write(frame(STATUS, b"FAILED_PRECONDITION\n" + b"x" * (4 << 20)))
+        await writer.drain()
+
+    async with hostile_agent(answer) as (stub, _):
+        framed: Any = stub
+        found, details = await _status(asyncio.wait_for(framed.Health(agent_pb2.HealthRequest()), 10))
+    assert found == grpc.StatusCode.FAILED_PRECONDITION
+    assert len(details) < 16 * 1024
+    error = status_error(found, details, "sb1")
+    assert isinstance(error, FailedPreconditionError)
+    assert len(str(error)) < MAX_DETAILS + 100
+    assert str(error).endswith("more characters from the agent left out)")

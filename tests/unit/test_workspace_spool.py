@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.core.sessions import workspace_spool
 from controlplane.core.sessions.portable_tar import _StoppedError, portable, portable_file
 from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces
-from controlplane.errors import ResourceExhaustedError
+from controlplane.errors import ResourceExhaustedError, SandboxError
 
 
 async def _chunks(data: bytes, piece: int = 1000, stall_after: int | None = None) -> AsyncIterator[bytes]:
@@ -212,4 +213,27 @@ async def test_a_cancel_stops_the_portable_pass_at_its_next_read(tmp_path: Path)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert [type(e) for e in ended] == [_StoppedError]
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_a_download_that_stops_sending_is_given_up_and_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compromised agent that never answers a download held the copy, its turn and the reaper for good.
+    monkeypatch.setattr(workspace_spool, "PIECE_WAIT_S", 0.3)
+    spool = WorkspaceSpool(tmp_path / "spool")
+    closed = asyncio.Event()
+
+    async def download() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in _chunks(bytes(10_000), stall_after=3000):
+                yield chunk
+        finally:
+            closed.set()
+
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match=r"sent nothing of its workspace for 0\.3 s"):
+        async with spool.file("workspace") as path:
+            await fill(path, download(), limit=1 << 20)
+    assert time.monotonic() - started < 5
+    assert closed.is_set()
     assert list((tmp_path / "spool").iterdir()) == []

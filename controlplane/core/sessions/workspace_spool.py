@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from controlplane.core.sessions.fair_gate import FairGate
-from controlplane.errors import ResourceExhaustedError
+from controlplane.errors import ResourceExhaustedError, SandboxError
 
 PIECE = 1 << 20
 """Read and written a piece at a time: what the plane's memory holds of a workspace being copied."""
+PIECE_WAIT_S = 120.0
+"""The longest a copy waits for its next piece. An agent's archiver streams without a pause; one that sends nothing
+(a compromised agent) would otherwise hold the copy, its turn (every tenant's copies wait for one) and the reaper
+that runs an idle pause or an ending session's copy, for good."""
 
 T = TypeVar("T")
 
@@ -84,7 +88,14 @@ async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
     size = 0
     try:
         async with contextlib.aclosing(_closable(chunks)) as pieces:
-            async for chunk in pieces:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(anext(pieces), PIECE_WAIT_S)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise SandboxError(f"the sandbox sent nothing of its workspace for {PIECE_WAIT_S:g} s: the copy "
+                                       "is given up") from None
                 size += len(chunk)
                 if size > limit:
                     raise ResourceExhaustedError(f"the workspace is larger than the {limit} bytes a copy may hold")
