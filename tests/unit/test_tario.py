@@ -169,12 +169,11 @@ def test_runs_of_zeros_are_extracted_as_holes(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["big.img", "zeros-at-end"]
 
 
-def test_modes_that_shut_out_the_owner_are_extracted_as_archived(tmp_path: Path) -> None:
-    """A copy of a workspace whose model ran chmod 000 comes back with its 000 entries, not widened to 600/700."""
+def _extracted_with_modes(tmp_path: Path, entries: list[tuple[str, int, bytes | None]]) -> Path:
+    """An archive of directories (content None) and files with the given modes, extracted into a new directory."""
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
-        for name, mode, content in [("closed", 0, None), ("closed/inner", 0o500, None), ("closed/inner/f", 0, b"f"),
-                                    ("secret.txt", 0, b"s"), ("plain.txt", 0o644, b"p"), ("open", 0o755, None)]:
+        for name, mode, content in entries:
             info = tarfile.TarInfo(name)
             info.mode = mode
             if content is None:
@@ -188,6 +187,14 @@ def test_modes_that_shut_out_the_owner_are_extracted_as_archived(tmp_path: Path)
     dest.mkdir()
     summary = extract(data, str(dest), 1 << 20)
     assert summary.skipped == []
+    return dest
+
+
+def test_modes_that_shut_out_the_owner_are_extracted_as_archived(tmp_path: Path) -> None:
+    """A copy of a workspace whose model ran chmod 000 comes back with its 000 entries, not widened to 600/700."""
+    dest = _extracted_with_modes(tmp_path, [
+        ("closed", 0, None), ("closed/inner", 0o500, None), ("closed/inner/f", 0, b"f"), ("secret.txt", 0, b"s"),
+        ("plain.txt", 0o644, b"p"), ("open", 0o755, None)])
     modes = {p: os.lstat(dest / p).st_mode & 0o7777
              for p in ["closed", "closed/inner", "closed/inner/f", "secret.txt", "plain.txt", "open"]}
     assert modes == {"closed": 0, "closed/inner": 0o500, "closed/inner/f": 0, "secret.txt": 0, "plain.txt": 0o644,
@@ -197,23 +204,9 @@ def test_modes_that_shut_out_the_owner_are_extracted_as_archived(tmp_path: Path)
 
 def test_set_id_and_sticky_bits_are_extracted_as_archived(tmp_path: Path) -> None:
     """A snapshot's modes whole: 6755, 3777 and 2750 came back as 755, 777 and 750 (a red team's finding)."""
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        for name, mode, content in [("shared", 0o3777, None), ("group", 0o2750, None), ("group/tool", 0o6755, b"t"),
-                                    ("sticky-closed", 0o1000, None)]:
-            info = tarfile.TarInfo(name)
-            info.mode = mode
-            if content is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(content)
-                tar.addfile(info, io.BytesIO(content))
-    data.seek(0)
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    summary = extract(data, str(dest), 1 << 20)
-    assert summary.skipped == []
+    dest = _extracted_with_modes(tmp_path, [
+        ("shared", 0o3777, None), ("group", 0o2750, None), ("group/tool", 0o6755, b"t"),
+        ("sticky-closed", 0o1000, None)])
     modes = {p: os.lstat(dest / p).st_mode & 0o7777 for p in ["shared", "group", "group/tool", "sticky-closed"]}
     assert modes == {"shared": 0o3777, "group": 0o2750, "group/tool": 0o6755, "sticky-closed": 0o1000}
     assert (dest / "group/tool").read_bytes() == b"t"

@@ -27,6 +27,15 @@ async def _chunks(data: bytes, piece: int = 1000, stall_after: int | None = None
         yield data[offset : offset + piece]
 
 
+async def _stalling_download(closed: asyncio.Event) -> AsyncIterator[bytes]:
+    """3,000 bytes, then nothing more; `closed` is set once the copy has closed it."""
+    try:
+        async for chunk in _chunks(bytes(10_000), stall_after=3000):
+            yield chunk
+    finally:
+        closed.set()
+
+
 def _tar(*links: tuple[str, str]) -> bytes:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -61,17 +70,11 @@ async def test_a_copy_over_the_limit_is_refused_and_leaves_nothing(tmp_path: Pat
 async def test_a_cancelled_copy_leaves_no_file_and_closes_its_source(tmp_path: Path) -> None:
     spool = WorkspaceSpool(tmp_path / "spool")
     closed = asyncio.Event()
-
-    async def download() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in _chunks(bytes(10_000), stall_after=3000):
-                yield chunk
-        finally:
-            closed.set()
+    download = _stalling_download(closed)
 
     async def copy() -> None:
         async with spool.file("workspace") as path:
-            await fill(path, download(), limit=1 << 20)
+            await fill(path, download, limit=1 << 20)
 
     task = asyncio.ensure_future(copy())
     for _ in range(500):  # until the download stalls, its first pieces written
@@ -222,18 +225,12 @@ async def test_a_download_that_stops_sending_is_given_up_and_closed(
     monkeypatch.setattr(workspace_spool, "PIECE_WAIT_S", 0.3)
     spool = WorkspaceSpool(tmp_path / "spool")
     closed = asyncio.Event()
-
-    async def download() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in _chunks(bytes(10_000), stall_after=3000):
-                yield chunk
-        finally:
-            closed.set()
+    download = _stalling_download(closed)
 
     started = time.monotonic()
     with pytest.raises(SandboxError, match=r"sent nothing of its workspace for 0\.3 s"):
         async with spool.file("workspace") as path:
-            await fill(path, download(), limit=1 << 20)
+            await fill(path, download, limit=1 << 20)
     assert time.monotonic() - started < 5
     assert closed.is_set()
     assert list((tmp_path / "spool").iterdir()) == []
