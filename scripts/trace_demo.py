@@ -118,7 +118,8 @@ async def main() -> None:
             except subprocess.TimeoutExpired:
                 plane.kill()
                 plane.wait()
-        for container in docker.from_env().containers.list(all=True, filters={"label": f"ocsb.instance={instance}"}):
+        for container in docker.from_env().containers.list(all=True, filters={"label": f"ocsb.instance={instance}"},
+                                                              ignore_removed=True):
             container.remove(force=True)
         receiver.stop()
     spans = receiver.spans()

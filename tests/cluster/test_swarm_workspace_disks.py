@@ -62,7 +62,8 @@ def _leftovers(cluster: Cluster, instance: str) -> list[str]:
         volumes = client.volumes.list(filters={"label": f"ocsb.instance={instance}"})
         found += [f"{node} volume {v.name}" for v in volumes]
         helpers = client.containers.list(all=True, filters={"label": [f"ocsb.instance={instance}",
-                                                                      "ocsb.role=disk-helper"]})
+                                                                      "ocsb.role=disk-helper"]},
+                                         ignore_removed=True)  # a helper may end between listing and inspection
         found += [f"{node} helper {c.id}" for c in helpers]
         client.close()
     root = Path(DISK_ROOT) / instance

@@ -43,7 +43,8 @@ def take(instance: str, data_dir: Path, pooled: set[str]) -> LeakSnapshot:
     engine = docker.from_env()
     try:
         label: dict[str, Any] = {"label": [f"ocsb.instance={instance}"]}
-        containers = {c.name or c.id or "" for c in engine.containers.list(all=True, filters=label)}
+        listed = engine.containers.list(all=True, filters=label, ignore_removed=True)  # one may go meanwhile
+        containers = {c.name or c.id or "" for c in listed}
         volumes = {v.name or "" for v in engine.volumes.list(filters=label)}
     finally:
         engine.close()

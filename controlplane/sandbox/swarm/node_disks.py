@@ -260,7 +260,7 @@ class NodeDisks:
         for node, client in list(self.engines.items()):
             try:
                 for helper in client.containers.list(all=True, filters={"label": [
-                        f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}={HELPER_ROLE}"]}):
+                        f"{LABEL_INSTANCE}={self._instance}", f"{LABEL_ROLE}={HELPER_ROLE}"]}, ignore_removed=True):
                     helper.remove(force=True)  # a crash's: none runs before the plane serves
                 for volume in client.volumes.list(filters={"label": [f"{LABEL_INSTANCE}={self._instance}",
                                                                      f"{LABEL_ROLE}={ROLE}"]}):

@@ -54,7 +54,8 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
         while data := await reader.read(CHUNK):
             writer.write(data)
             await writer.drain()
-        if writer.can_write_eof():
+        # The other direction may have closed this transport already (its peer went away first).
+        if writer.can_write_eof() and not writer.is_closing():
             writer.write_eof()
     except (ConnectionError, OSError):
         pass
