@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from controlplane.core.sessions.admission import SessionPolicy
-from controlplane.core.sessions.models import Session
+from controlplane.core.sessions.models import Session, SessionState
 
 EXPIRED = "expired: "
 """Every expiry's message starts so: what ends a session at its lifetime (and keeps its workspace for
@@ -17,3 +19,10 @@ def reason(session: Session, policy: SessionPolicy, now: float) -> str | None:
     if now >= session.last_active_at + policy.idle_timeout_s:
         return f"{EXPIRED}idle for {policy.idle_timeout_s:g} s"
     return None
+
+
+def due(sessions: Iterable[Session], policy: SessionPolicy, now: float) -> Iterator[tuple[Session, str]]:
+    """The running sessions of `sessions` that have expired at `now`, each with its reason."""
+    for session in sessions:
+        if session.state == SessionState.READY and (why := reason(session, policy, now)) is not None:
+            yield session, why

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from controlplane.core.calls.tracked_tasks import TrackedTasks
 from controlplane.core.seam.messages import CodeChanges
 from controlplane.core.seam.provider import LostSandbox, ReconcileReport, Sandbox, SandboxProvider
-from controlplane.core.sessions import admission, expiry, network, sandbox_setup, store_sync
+from controlplane.core.sessions import admission, expiry, network, reap_tasks, sandbox_setup, store_sync
 from controlplane.core.sessions.admission import CreateSpec, SessionPolicy
 from controlplane.core.sessions.capacity import HostCapacity, HostLedger
 from controlplane.core.sessions.cpu_usage import CpuAccount, CpuStore
@@ -66,6 +68,7 @@ class SessionManager:
         self._end_listeners: list[Callable[[str], None]] = []
         self._networks = networks
         self.reapers: list[Callable[[], Awaitable[None]]] = []  # pausing.py
+        self.reaping = reap_tasks.ReapTasks()  # expiries, idle pauses (pausing.py)
         self.before_removal: Callable[[Session, SessionState, str], Awaitable[None]] | None = None
         spans.active_sessions.watch(self, lambda manager: len(manager._live))
         provider.on_lost(self._sandbox_lost)
@@ -124,7 +127,8 @@ class SessionManager:
                 await self._finish(child, SessionState.FAILED, f"its parent session {child.parent_id} ended")
         # Only what this plane adopted: other planes' sessions are booked under their own leases.
         await self.host.start(s.id for s in self._live.values() if not s.parent_id)
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+        rounds = reap_tasks.rounds(self._policy.reap_interval_s, lambda: [self._start_expiries, *self.reapers])
+        self._reaper = asyncio.get_running_loop().create_task(rounds)
         return report
 
     async def close(self) -> None:
@@ -132,6 +136,7 @@ class SessionManager:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        await self.reaping.close()
         await self._ending.wait()  # sessions whose callers went away finish ending before the engine closes
         await self.host.close()
         for session_id, at in list(self._touched.items()):
@@ -430,29 +435,19 @@ class SessionManager:
         self.bus.publish(kind, session.tenant, session.id, id=session.id, message=ended.status_message)
 
     async def reap_expired(self) -> list[str]:
-        await store_sync.sync(self._store, self._live, self._ended_elsewhere)
-        now = self._clock()
-        ended = []
-        for session in list(self._live.values()):
-            if session.state != SessionState.READY:
-                continue
-            reason = expiry.reason(session, self._policy, now)
-            if reason is None:
-                continue
-            try:
-                await self._end(session, SessionState.DELETED, reason)
-            except Exception:  # the engine or the store failed for this one: the others still expire
-                log.exception("ending expired session %s failed; retried next round", session.id)
-                continue
-            ended.append(session.id)
-        return ended
+        """One round of expiries, awaited: the ids of the sessions it ended."""
+        return await reap_tasks.succeeded(await self._start_expiries())
 
-    async def _reap_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._policy.reap_interval_s)
-            try:
-                await self.reap_expired()
-                for extra in self.reapers:
-                    await extra()
-            except Exception:  # any failure: lifetimes must keep being enforced, next round tries again
-                log.exception("reaping expired sessions failed")
+    async def _start_expiries(self) -> dict[str, asyncio.Task[Any]]:  # not awaited by the reaper's rounds
+        await store_sync.sync(self._store, self._live, self._ended_elsewhere)
+        started = {}
+        for session, why in expiry.due(list(self._live.values()), self._policy, self._clock()):
+            if task := self.reaping.start(session.tenant, session.id, functools.partial(self._expire, session, why)):
+                started[session.id] = task
+        return started
+
+    async def _expire(self, session: Session, reason: str) -> bool:
+        if self._live.get(session.id) is not session:  # ended meanwhile by its parent's end
+            return False
+        await self._end(session, SessionState.DELETED, reason)  # failing, it is retried
+        return True

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -230,13 +231,17 @@ class SessionPauses:
                 continue
             if now < held.last_active_at + self._pause_after_idle_s or now < self._retry_at.get(held.id, 0.0):
                 continue
-            try:
-                await self.pause(held.tenant, held.id)
-            except ControlPlaneError as exc:  # it runs on; the idle timeout still ends it
-                self._retry_at[held.id] = now + RETRY_PAUSE_S  # not every round: a refusal would fill the log
-                log.warning("pausing idle session %s failed (again in %g s): %s", held.id, RETRY_PAUSE_S, exc)
-            else:
-                self._retry_at.pop(held.id, None)
+            # Its own task (reap_tasks.py): a pause whose copy stalls must not hold up the other sessions'.
+            self._sessions.reaping.start(held.tenant, held.id, functools.partial(self._pause_idle_one, held, now))
+
+    async def _pause_idle_one(self, held: Session, now: float) -> None:
+        try:
+            await self.pause(held.tenant, held.id)
+        except ControlPlaneError as exc:  # it runs on; the idle timeout still ends it
+            self._retry_at[held.id] = now + RETRY_PAUSE_S  # not every round: a refusal would fill the log
+            log.warning("pausing idle session %s failed (again in %g s): %s", held.id, RETRY_PAUSE_S, exc)
+        else:
+            self._retry_at.pop(held.id, None)
 
     async def _scan(self, now: float) -> None:
         for tenant in await self._storage.tenants():
