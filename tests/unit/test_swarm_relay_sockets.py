@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from controlplane.sandbox.swarm.relay import Relay
+from controlplane.sandbox.swarm.relay import EgressPoint, Relay
 from tests.planes import short_tmp
 
 
@@ -80,3 +82,60 @@ async def test_a_link_in_the_sockets_place_is_not_followed_before_or_after_the_f
         for server in servers:
             server.close()
         front.close()
+
+
+async def test_an_agent_restarted_in_its_dir_is_reached_through_its_new_socket(root: Path) -> None:
+    mine, other = (root / "node" / "inst" / name for name in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"))
+    for directory in (mine, other):
+        directory.mkdir(parents=True)
+    relay = Relay(root, "node")
+    front = await asyncio.start_unix_server(relay.handle, str(root / "front.sock"))
+    first, another = await _agent(mine, "first"), await _agent(other, "another tenant's")
+    servers = [first, another]
+    try:
+        assert await _connect(root / "front.sock", "aaaaaaaaaaaa") == ({"ok": True}, b"first\n")
+        first.close()  # the agent restarts: its socket is bound anew under the same name
+        await first.wait_closed()
+        os.unlink(mine / "agent.sock")
+        servers.append(await _agent(mine, "restarted"))
+        assert await _connect(root / "front.sock", "aaaaaaaaaaaa") == ({"ok": True}, b"restarted\n")
+        # A dead socket is given up only for a socket: a link in its place is still refused.
+        servers[-1].close()
+        await servers[-1].wait_closed()
+        os.unlink(mine / "agent.sock")
+        os.symlink(other / "agent.sock", mine / "agent.sock")
+        reply, reached = await _connect(root / "front.sock", "aaaaaaaaaaaa")
+        assert reply["ok"] is False
+        assert reached == b""
+        assert mine not in relay.pinned
+    finally:
+        for server in servers:
+            server.close()
+        front.close()
+
+
+async def test_the_egress_socket_is_private_from_its_bind_and_no_swapped_link_is_followed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = root / "node" / "inst" / "aaaaaaaaaaaa"
+    directory.mkdir(parents=True)
+    victim = root / "victim"  # a file of the node the sandbox's agent would like opened to it
+    victim.write_text("node's")
+    victim.chmod(0o644)
+    real_start = asyncio.start_unix_server
+
+    async def start_then_swap(*args: Any, **kwargs: Any) -> asyncio.Server:
+        # The agent (which writes its dir) wins the race: right after the bind, the name is a link to the victim.
+        server = await real_start(*args, **kwargs)
+        os.rename(directory / "egress.sock", directory / "bound.sock")
+        os.symlink(victim, directory / "egress.sock")
+        return server
+
+    monkeypatch.setattr(asyncio, "start_unix_server", start_then_swap)
+    point = EgressPoint(directory / "egress.sock")
+    try:
+        await point.listen()
+        assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+        assert stat.S_IMODE(os.lstat(directory / "bound.sock").st_mode) == 0o600
+    finally:
+        point.close()

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import stat
 import sys
@@ -69,6 +70,24 @@ async def splice(
     await asyncio.gather(pipe(a[0], b[1]), pipe(b[0], a[1]))
 
 
+def private_socket(path: Path) -> socket.socket:
+    """A listening-to-be socket bound at `path` with mode 0600 from its creation. The dir is the sandbox's agent's to
+    write: a chmod by name after the bind would follow a link the agent put there meanwhile (to any file of the
+    node), and an fchmod of a socket's descriptor changes the socket's own inode, not its name's (measured on
+    Linux). bind(2) never follows a link (a name already there is EADDRINUSE), and takes its mode from the umask,
+    set here for that one call only (the relay runs no other thread)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    return sock
+
+
 class _Waiting:
     """One control-plane stream waiting for a connection of the sandbox. It never sends before it is handed one,
     so anything its reader returns meanwhile (an end) means the control plane let it go."""
@@ -99,8 +118,7 @@ class EgressPoint:
             self._server.close()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        self._server = await asyncio.start_unix_server(self._accept, str(self.path), limit=MAX_LINE)
-        os.chmod(self.path, 0o600)  # the agent (root in the sandbox) connects; its dir is 0700 anyway
+        self._server = await asyncio.start_unix_server(self._accept, sock=private_socket(self.path), limit=MAX_LINE)
 
     async def wait(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Holds a control-plane stream until the sandbox connects (then until that connection ends) or the
@@ -170,12 +188,25 @@ class Relay:
     def _agent_socket(self, directory: Path) -> str:
         fd = self.pinned.get(directory)
         if fd is None:
-            fd = os.open(directory / SOCKET_NAME, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)  # a link: ELOOP
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise OSError(0, "not a socket (a file the sandbox put there): not connected")
-            self.pinned[directory] = fd
+            fd = self.pinned[directory] = _open_socket(directory)
         return f"/proc/self/fd/{fd}"
+
+    async def _connect_agent(self, directory: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the sandbox's agent through its pinned socket. A restarted agent binds a new socket in
+        its dir: the pinned one, which nothing listens on any more, is given up for the one now there (taken with
+        the same checks as the first), so that an honest restart can be reached again; one that still listens is
+        kept whatever the name leads to now."""
+        held = self.pinned.get(directory)
+        dead = os.fstat(held).st_ino if held is not None else None
+        try:
+            return await asyncio.open_unix_connection(self._agent_socket(directory))
+        except ConnectionRefusedError:
+            if held is None:  # just taken from the name: nothing newer to take
+                raise
+        now = self.pinned.get(directory)
+        if now is not None and os.fstat(now).st_ino == dead:  # not re-pinned meanwhile by a concurrent connect
+            self._unpin(directory)
+        return await asyncio.open_unix_connection(self._agent_socket(directory))
 
     def _unpin(self, directory: Path) -> None:
         fd = self.pinned.pop(directory, None)
@@ -199,7 +230,7 @@ class Relay:
             op = request.get("op")
             if op == "connect":
                 try:
-                    upstream = await asyncio.open_unix_connection(self._agent_socket(self._dir(request)))
+                    upstream = await self._connect_agent(self._dir(request))
                 except OSError as exc:
                     await self._reply(writer, {"ok": False, "error": f"agent socket: {exc.strerror}"})
                     return
@@ -262,6 +293,20 @@ class Relay:
             await writer.drain()
         except (ConnectionError, OSError):
             pass
+
+
+def _open_socket(directory: Path) -> int:
+    """An O_PATH descriptor of the agent socket in `directory`: the dir itself and the socket's name are opened
+    without following links (a link: ELOOP), and only a socket is taken."""
+    parent = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(SOCKET_NAME, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a socket (a file the sandbox put there): not connected")
+    return fd
 
 
 async def main() -> None:
