@@ -9,16 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sandbox_agent.frames import (
-    HEADER,
-    MAX_PAYLOAD,
-    MESSAGE,
-    OPEN,
-    STATUS,
-    FrameError,
-    FrameTooLargeError,
-    StreamCutError,
-)
+from sandbox_agent.frames import HEADER, MESSAGE, OPEN, STATUS, StreamCutError, parse_header
 
 FRAME_DEADLINE_S = 30.0
 """From a frame's first byte to its last. An honest agent writes a whole frame at once (64 MiB at most, well under
@@ -35,11 +26,7 @@ async def read_frame_in_time(reader: asyncio.StreamReader) -> tuple[int, bytes] 
     try:
         async with asyncio.timeout(deadline):
             header = first + await reader.readexactly(HEADER.size - 1)
-            size, kind = HEADER.unpack(header)
-            if size > MAX_PAYLOAD:
-                raise FrameTooLargeError(f"a frame of {size} bytes is over the {MAX_PAYLOAD}-byte limit")
-            if kind not in (OPEN, MESSAGE, STATUS):
-                raise FrameError(f"unknown frame kind {kind}")
+            size, kind = parse_header(header, (OPEN, MESSAGE, STATUS))  # an agent sends no END
             return kind, await reader.readexactly(size)
     except asyncio.IncompleteReadError as exc:
         raise StreamCutError("the stream ended inside a frame") from exc

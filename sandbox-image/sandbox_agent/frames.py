@@ -63,6 +63,17 @@ class StreamCutError(FrameError):
     """The connection ended inside a frame: the other end went away mid-write (lost, as a dropped gRPC stream)."""
 
 
+def parse_header(header: bytes, kinds: tuple[int, ...]) -> tuple[int, int]:
+    """A frame header's payload size and kind, checked as every reader of frames checks it (the agent's and the
+    control plane's, frame_deadline.py): FrameError for one that breaks the format."""
+    size, kind = HEADER.unpack(header)
+    if size > MAX_PAYLOAD:
+        raise FrameTooLargeError(f"a frame of {size} bytes is over the {MAX_PAYLOAD}-byte limit")
+    if kind not in kinds:
+        raise FrameError(f"unknown frame kind {kind}")
+    return size, kind
+
+
 async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
     """The next frame, or None at a clean end of the stream (between frames)."""
     try:
@@ -71,11 +82,7 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
         if exc.partial:
             raise StreamCutError("the stream ended inside a frame header") from exc
         return None
-    size, kind = HEADER.unpack(header)
-    if size > MAX_PAYLOAD:
-        raise FrameTooLargeError(f"a frame of {size} bytes is over the {MAX_PAYLOAD}-byte limit")
-    if kind not in (OPEN, MESSAGE, STATUS, END):
-        raise FrameError(f"unknown frame kind {kind}")
+    size, kind = parse_header(header, (OPEN, MESSAGE, STATUS, END))
     try:
         return kind, await reader.readexactly(size)
     except asyncio.IncompleteReadError as exc:
