@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import pytest
 from controlplane.client import AsyncClient
 from controlplane.v1 import session_pb2
 from sandbox_agent.server import SandboxAgentService
-from tests.planes import Plane, running_plane
+from tests.planes import running_plane
 
 TENANTS = [{"name": "alpha", "token": "reaper-alpha-token"}, {"name": "beta", "token": "reaper-beta-token"}]
 HOSTILE = "HOSTILE"
@@ -46,44 +46,32 @@ async def state_within(client: AsyncClient, session_id: str, wanted: int, second
     return time.monotonic() - start
 
 
-async def stalled_alpha_and_idle_beta(plane: Plane, released: asyncio.Event,
-                                      check: Callable[[AsyncClient, str, str], Any]) -> None:
-    alpha = AsyncClient(plane.plane.address, TENANTS[0]["token"])
-    beta = AsyncClient(plane.plane.address, TENANTS[1]["token"])
-    try:
-        stalled = await alpha.create_session()
-        await alpha.run(stalled.id, ["bash", "-c", f"touch {HOSTILE}"])
-        await asyncio.sleep(0.5)  # alpha's session comes due first, and its copy is the one the reaper is in
-        idle = await beta.create_session()
-        await beta.run(idle.id, ["true"])
-        await check(beta, idle.id, stalled.id)
-        assert (await alpha.get_session(stalled.id)).state == session_pb2.Session.READY  # its copy still waits
-        assert plane.plane.sessions.reaping.busy(stalled.id)
-    finally:
-        released.set()
-        await alpha.close()
-        await beta.close()
-
-
-async def test_a_stalled_pause_holds_up_no_other_tenants_idle_pause(held_downloads: asyncio.Event) -> None:
-    lifetime = {"pause_after_idle_s": 1, "idle_timeout_s": 600, "reap_interval_s": 0.2}
+@pytest.mark.parametrize(("lifetime", "ends_as", "within_s"), [
+    # Idle 1 s, then the next round: in turn behind alpha's pause, 120 s later (workspace_spool.PIECE_WAIT_S).
+    pytest.param({"pause_after_idle_s": 1, "idle_timeout_s": 600, "reap_interval_s": 0.2},
+                 session_pb2.Session.PAUSED, 6, id="idle-pause"),
+    # Its workspace kept, then deleted: in turn behind alpha's kept copy, up to pausing.SALVAGE_TIMEOUT_S later.
+    pytest.param({"idle_timeout_s": 1.5, "retain_s": 60, "reap_interval_s": 0.2},
+                 session_pb2.Session.DELETED, 8, id="expiry-kept-copy"),
+])
+async def test_a_stalled_workspace_copy_holds_up_no_other_tenants_pause_or_expiry(
+    held_downloads: asyncio.Event, lifetime: dict[str, float], ends_as: int, within_s: float
+) -> None:
     async with running_plane("local", tenants=TENANTS, lifetime=lifetime) as plane:
-
-        async def paused_in_time(beta: AsyncClient, idle: str, stalled: str) -> None:
-            # Idle 1 s, then the next round: without its own task, 120 s behind alpha's (PIECE_WAIT_S).
-            await state_within(beta, idle, session_pb2.Session.PAUSED, 6)
-
-        await stalled_alpha_and_idle_beta(plane, held_downloads, paused_in_time)
-
-
-async def test_a_stalled_kept_copy_holds_up_no_other_tenants_expiry(held_downloads: asyncio.Event) -> None:
-    lifetime = {"idle_timeout_s": 1.5, "retain_s": 60, "reap_interval_s": 0.2}
-    async with running_plane("local", tenants=TENANTS, lifetime=lifetime) as plane:
-
-        async def deleted_in_time(beta: AsyncClient, idle: str, stalled: str) -> None:
-            # Its workspace kept, then deleted: without its own task, up to SALVAGE_TIMEOUT_S behind alpha's.
-            await state_within(beta, idle, session_pb2.Session.DELETED, 8)
-            kept = [s for s in await beta.list_snapshots() if s.session_id == idle]
-            assert kept, "the expired session's workspace was kept"
-
-        await stalled_alpha_and_idle_beta(plane, held_downloads, deleted_in_time)
+        alpha = AsyncClient(plane.plane.address, TENANTS[0]["token"])
+        beta = AsyncClient(plane.plane.address, TENANTS[1]["token"])
+        try:
+            stalled = await alpha.create_session()
+            await alpha.run(stalled.id, ["bash", "-c", f"touch {HOSTILE}"])
+            await asyncio.sleep(0.5)  # alpha's session comes due first, and its copy is the one the reaper is in
+            idle = await beta.create_session()
+            await beta.run(idle.id, ["true"])
+            await state_within(beta, idle.id, ends_as, within_s)
+            if ends_as == session_pb2.Session.DELETED:
+                assert [s for s in await beta.list_snapshots() if s.session_id == idle.id and s.retained]
+            assert (await alpha.get_session(stalled.id)).state == session_pb2.Session.READY  # its copy still waits
+            assert plane.plane.sessions.reaping.busy(stalled.id)  # and no later round started another
+        finally:
+            held_downloads.set()
+            await alpha.close()
+            await beta.close()

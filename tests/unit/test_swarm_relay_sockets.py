@@ -42,6 +42,15 @@ async def root() -> AsyncIterator[Path]:
         made.rmdir()
 
 
+async def _relay(root: Path, *sandboxes: str) -> tuple[Relay, asyncio.Server, list[Path]]:
+    """The relay of node "node", served on ROOT/front.sock, and the dirs of `sandboxes` of instance "inst"."""
+    dirs = [root / "node" / "inst" / name for name in sandboxes]
+    for directory in dirs:
+        directory.mkdir(parents=True)
+    relay = Relay(root, "node")
+    return relay, await asyncio.start_unix_server(relay.handle, str(root / "front.sock")), dirs
+
+
 async def _connect(front: Path, sandbox: str) -> tuple[dict[str, object], bytes]:
     reader, writer = await asyncio.open_unix_connection(str(front))
     writer.write(json.dumps({"op": "connect", "instance": "inst", "sandbox": sandbox}).encode() + b"\n")
@@ -53,11 +62,7 @@ async def _connect(front: Path, sandbox: str) -> tuple[dict[str, object], bytes]
 
 
 async def test_a_link_in_the_sockets_place_is_not_followed_before_or_after_the_first_connect(root: Path) -> None:
-    mine, other, third = (root / "node" / "inst" / name for name in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"))
-    for directory in (mine, other, third):
-        directory.mkdir(parents=True)
-    relay = Relay(root, "node")
-    front = await asyncio.start_unix_server(relay.handle, str(root / "front.sock"))
+    relay, front, (mine, other, third) = await _relay(root, "aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc")
     servers = [await _agent(mine, "mine"), await _agent(other, "another tenant's")]
     try:
         # After a first connect: the name is swapped for a link to the other sandbox's socket.
@@ -85,11 +90,7 @@ async def test_a_link_in_the_sockets_place_is_not_followed_before_or_after_the_f
 
 
 async def test_an_agent_restarted_in_its_dir_is_reached_through_its_new_socket(root: Path) -> None:
-    mine, other = (root / "node" / "inst" / name for name in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"))
-    for directory in (mine, other):
-        directory.mkdir(parents=True)
-    relay = Relay(root, "node")
-    front = await asyncio.start_unix_server(relay.handle, str(root / "front.sock"))
+    relay, front, (mine, other) = await _relay(root, "aaaaaaaaaaaa", "bbbbbbbbbbbb")
     first, another = await _agent(mine, "first"), await _agent(other, "another tenant's")
     servers = [first, another]
     try:
