@@ -4,6 +4,8 @@ no other tenant's (in-process agents; the hostile one is the real agent with its
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,30 +13,41 @@ from typing import Any
 
 import pytest
 
+from controlplane import app
 from controlplane.client import AsyncClient
+from controlplane.config import load_settings
+from controlplane.core.sessions.models import SessionState
 from controlplane.v1 import session_pb2
 from sandbox_agent.server import SandboxAgentService
-from tests.planes import running_plane
+from tests.planes import new_instance, remove_data_dir, remove_instance_leftovers, running_plane, short_tmp
 
 TENANTS = [{"name": "alpha", "token": "reaper-alpha-token"}, {"name": "beta", "token": "reaper-beta-token"}]
 HOSTILE = "HOSTILE"
 """A workspace holding this file is one whose agent leaves DownloadWorkspace unanswered (until released)."""
 
 
+class HeldDownloads:
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        """Set once a hostile workspace's download has begun (and is held)."""
+        self.released = asyncio.Event()
+        """Held downloads go on once set (at the end of a test, so that the plane stops at once)."""
+
+
 @pytest.fixture
-def held_downloads(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """Held downloads go on once the event is set (at the end of a test, so that the plane stops at once)."""
-    released = asyncio.Event()
+def held_downloads(monkeypatch: pytest.MonkeyPatch) -> HeldDownloads:
+    held = HeldDownloads()
     real = SandboxAgentService.DownloadWorkspace
 
-    async def held(self: SandboxAgentService, request: Any, context: Any) -> AsyncIterator[Any]:
+    async def download(self: SandboxAgentService, request: Any, context: Any) -> AsyncIterator[Any]:
         if (Path(self._config.workspace) / HOSTILE).exists():
-            await released.wait()
+            held.asked.set()
+            await held.released.wait()
         async for piece in real(self, request, context):
             yield piece
 
-    monkeypatch.setattr(SandboxAgentService, "DownloadWorkspace", held)
-    return released
+    monkeypatch.setattr(SandboxAgentService, "DownloadWorkspace", download)
+    return held
 
 
 async def state_within(client: AsyncClient, session_id: str, wanted: int, seconds: float) -> float:
@@ -55,7 +68,7 @@ async def state_within(client: AsyncClient, session_id: str, wanted: int, second
                  session_pb2.Session.DELETED, 8, id="expiry-kept-copy"),
 ])
 async def test_a_stalled_workspace_copy_holds_up_no_other_tenants_pause_or_expiry(
-    held_downloads: asyncio.Event, lifetime: dict[str, float], ends_as: int, within_s: float
+    held_downloads: HeldDownloads, lifetime: dict[str, float], ends_as: int, within_s: float
 ) -> None:
     async with running_plane("local", tenants=TENANTS, lifetime=lifetime) as plane:
         alpha = AsyncClient(plane.plane.address, TENANTS[0]["token"])
@@ -72,6 +85,33 @@ async def test_a_stalled_workspace_copy_holds_up_no_other_tenants_pause_or_expir
             assert (await alpha.get_session(stalled.id)).state == session_pb2.Session.READY  # its copy still waits
             assert plane.plane.sessions.reaping.busy(stalled.id)  # and no later round started another
         finally:
-            held_downloads.set()
+            held_downloads.released.set()
             await alpha.close()
             await beta.close()
+
+
+async def test_a_plane_stopped_mid_pause_stops_at_once_and_leaves_the_session_ready(
+    held_downloads: HeldDownloads
+) -> None:
+    data_dir, instance = short_tmp(), new_instance()
+    settings = load_settings(None, data_dir=data_dir, instance=instance, provider={"type": "local"},
+                             server={"listen": "127.0.0.1:0"}, tenants=TENANTS,
+                             lifetime={"pause_after_idle_s": 1, "idle_timeout_s": 600, "reap_interval_s": 0.2})
+    plane = await app.start(settings)
+    try:
+        async with AsyncClient(plane.address, TENANTS[0]["token"]) as alpha:
+            stalled = await alpha.create_session()
+            await alpha.run(stalled.id, ["bash", "-c", f"touch {HOSTILE}"])
+        await asyncio.wait_for(held_downloads.asked.wait(), 10)  # the reaper's pause of it is in its copy
+        assert plane.sessions.reaping.busy(stalled.id)
+        start = time.monotonic()
+        await app.stop(plane)  # the pause in flight is cancelled, not waited for (120 s)
+        assert time.monotonic() - start < 10
+        with contextlib.closing(sqlite3.connect(data_dir / "controlplane.db")) as db:
+            states = db.execute("SELECT state FROM sessions WHERE id = ?", (stalled.id,)).fetchall()
+        assert [SessionState(state) for (state,) in states] == [SessionState.READY]  # adopted again at a restart
+        assert not list((data_dir / "snapshots").rglob("*snap_*"))  # no paused copy left half written
+    finally:
+        held_downloads.released.set()
+        remove_instance_leftovers(instance)
+        remove_data_dir(data_dir)
