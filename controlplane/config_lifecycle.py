@@ -43,9 +43,10 @@ class SnapshotsConfig(_Closed):
 
     max_concurrent_copies: int = Field(default=2, ge=1, le=64)
     """Workspace copies (pauses, snapshots, forks, retained snapshots) this plane makes at once, whichever
-    tenants ask; the next waits, tenants let in in turn. Each is spooled to a file under the data dir (`spool`), up to
-    `limits.max_archive_expanded_bytes` (twice that while links out of the workspace are left out), so this
-    bounds that disk and the plane's time spent copying."""
+    tenants ask; the next waits, tenants let in in turn, and one tenant holds at most all but one of them (so a
+    tenant's stalled copies never hold another's back; with 1, that one is shared in turn). Each is spooled to a
+    file under the data dir (`spool`), up to `limits.max_archive_expanded_bytes` (twice that while links out of
+    the workspace are left out), so this bounds that disk and the plane's time spent copying."""
 
     def root(self, data_dir: Path) -> Path:
         return self.path if self.path is not None else data_dir / "snapshots"

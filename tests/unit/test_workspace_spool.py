@@ -103,14 +103,32 @@ async def test_at_most_max_concurrent_copies_run_at_once_tenants_in_turn(tmp_pat
             await asyncio.sleep(0.05)
             running -= 1
 
-    # Tenant a asks for six copies, then b for one: while b waits, a's share of the two slots is one (fair_gate.py),
-    # so b's copy starts as soon as one of a's two running ones ends, ahead of a's four waiting ones.
+    # Tenant a asks for six copies, then b for one: no tenant holds more than one of the two slots, so b's copy
+    # starts at once beside a's first, ahead of a's five waiting ones.
     copies = [asyncio.ensure_future(copy("a")) for _ in range(6)]
     await asyncio.sleep(0)
     copies.append(asyncio.ensure_future(copy("b")))
     await asyncio.gather(*copies)
     assert most == 2
-    assert order.index("b") == 2
+    assert order.index("b") == 1
+
+
+async def test_a_tenant_whose_copies_stall_leaves_another_tenant_a_slot(tmp_path: Path) -> None:
+    """Two forks whose agent never answers held both of the plane's slots for PIECE_WAIT_S (120 s)."""
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=2)
+    stalled = asyncio.Event()
+
+    async def stall() -> None:
+        async with spool.turn("a"):
+            await stalled.wait()
+
+    held = [asyncio.ensure_future(stall()) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    async with asyncio.timeout(1):
+        async with spool.turn("b"):
+            pass
+    stalled.set()
+    await asyncio.gather(*held)
 
 
 async def test_files_left_by_a_killed_plane_are_cleared_at_the_first_copy(tmp_path: Path) -> None:

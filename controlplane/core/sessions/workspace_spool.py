@@ -56,13 +56,17 @@ class WorkspaceSpool:
     def __init__(self, directory: Path, max_concurrent: int = 2) -> None:
         self.directory = directory
         """This plane's own (its instance's): the files of a plane killed mid-copy are removed at its next start."""
-        self._turns = FairGate(max_concurrent)
+        # One slot is kept from any one tenant (when there are two): a tenant whose copies stall (a compromised
+        # agent that never answers a download, given up only after PIECE_WAIT_S) held both slots with two forks,
+        # and another tenant's snapshot waited the whole time. A lone tenant's copies then run one at a time.
+        self._turns = FairGate(max_concurrent, max(1, max_concurrent - 1))
         self._cleared: asyncio.Future[None] | None = None
 
     @contextlib.asynccontextmanager
     async def turn(self, tenant: str) -> AsyncIterator[None]:
         """One of the plane's `max_concurrent` workspace copies: the others wait, let in by tenant in turn, so that
-        one tenant pausing or snapshotting many large sessions does not hold every other tenant's copy back."""
+        one tenant pausing, forking or snapshotting many large sessions does not hold every other tenant's copy
+        back; no tenant holds more than `max_concurrent - 1` of them (at least one)."""
         async with self._turns.slot(tenant):
             yield
 
