@@ -4,6 +4,11 @@ tool host protocol. Run as `python3 /opt/agent/pyhost/host.py` with cwd = the pr
 
 from __future__ import annotations
 
+# isort: off
+# First of all: the host enters proc_guard's domain and takes its protected identity before anything else loads,
+# so that the agent's identity check (verify_server) passes while the rest of the host's imports are still running.
+import pyhost_harden  # noqa: F401
+# isort: on
 import asyncio
 import importlib.util
 import inspect
@@ -15,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyhost_harden  # noqa: F401 - first: before any tool code runs in the host
 import pyhost_logs
 from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext
 from pyhost_children import CHILDREN, kill_all
