@@ -14,6 +14,7 @@ import os
 import signal
 from typing import Any
 
+from sandbox_agent import server_identity
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.frames import FramesServer, frames_path
 from sandbox_agent.gc_tuning import tune_after_startup
@@ -33,6 +34,9 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     # Before the gRPC socket answers: a plane that finds the framed socket uses it for every call, and one that
     # finds only the gRPC socket keeps this agent on gRPC for good.
     framed = await frames.start()
+    # Once the socket serves (not before: a cold CreateSession waits for that): the one process the first tool
+    # host's start would otherwise wait for, started while the plane finishes the creation.
+    probing = server_identity.probe_split_uid_early(config.tool_uid, config.output_buffer_bytes)
     server: Any = None
     if config.serve_grpc or not framed:
         from sandbox_agent import grpc_serving  # only here: a frames-only agent never loads grpc
@@ -57,6 +61,8 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     try:
         await stop.wait()
     finally:
+        if probing is not None:
+            probing.cancel()
         await service.stop_all()
         await asyncio.gather(frames.stop(grace_s=0.5), *([server.stop(grace=0.5)] if server is not None else []))
         service.close()
