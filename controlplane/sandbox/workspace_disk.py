@@ -21,6 +21,10 @@ from typing import Any
 from controlplane.errors import SandboxStartError
 from controlplane.sandbox.layout import WORKSPACE_MOUNT_OPTIONS
 
+TEMPLATE_FORMAT = 1
+"""In the template's name: a change to how the template is made (mkfs's options, what is removed) takes a new
+name, so that a data dir's template from before is never copied."""
+
 
 class WorkspaceDisks:
     """`DATA_DIR/disks/<id>.img`: created before the sandbox's volume, released after it is removed."""
@@ -69,7 +73,7 @@ class WorkspaceDisks:
     def _template(self) -> Path:
         """This size's template, made on first use: an empty ext4 whose root is root's, without lost+found (the
         workspace starts empty, as a plain volume does)."""
-        template = self._templates / f"ext4-{self.size_mb}m.img"
+        template = self._templates / f"ext4-{self.size_mb}m-v{TEMPLATE_FORMAT}.img"
         with self._template_lock:
             if not template.exists():
                 self._templates.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def test_a_file_where_a_dir_belongs_fails_the_start(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".local").mkdir(parents=True)
     (home / ".local/share").write_text("not a dir")
-    with pytest.raises(OSError):
+    with pytest.raises(FileExistsError):
         tool_home.make(str(home))
 
 
@@ -47,6 +47,6 @@ def test_the_version_file_is_never_written_through_a_link(tmp_path: Path) -> Non
     target = tmp_path / "elsewhere"
     target.write_text("untouched")
     os.symlink(target, home / ".cache/opencode/version")
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="symbolic links"):  # ELOOP: O_NOFOLLOW
         tool_home.make(str(home))
     assert target.read_text() == "untouched"
