@@ -4,22 +4,31 @@ tool host protocol. Run as `python3 /opt/agent/pyhost/host.py` with cwd = the pr
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import inspect
-import itertools
-import json
-import os
-import sys
-import time
-from dataclasses import dataclass, field
-from typing import Any
+# isort: off
+import gc
 
-import pyhost_harden  # noqa: F401 - first: before any tool code runs in the host
-import pyhost_logs
-from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext
-from pyhost_children import CHILDREN, kill_all
-from pyhost_tracing import Recording, unix_ms
+# No collection while the host's own modules load (they live as long as the host): a few ms of every host start,
+# which a session's first listing may wait for. main() turns it back on before any tool file is imported.
+gc.disable()
+# First of all: the host enters proc_guard's domain and takes its protected identity before anything else loads,
+# so that the agent's identity check (verify_server) passes while the rest of the host's imports are still running.
+import pyhost_harden  # noqa: F401, E402
+# isort: on
+import asyncio  # noqa: E402
+import importlib.util  # noqa: E402
+import inspect  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pyhost_logs  # noqa: E402
+from opencode_tool import InvalidArguments, PermissionDenied, Tool, ToolContext  # noqa: E402
+from pyhost_children import CHILDREN, kill_all  # noqa: E402
+from pyhost_tracing import Recording, unix_ms  # noqa: E402
 
 ABORTED = "Tool execution aborted"
 CANCEL_AFTER_S = 0.1
@@ -434,6 +443,7 @@ async def serve(channel: Channel) -> None:
 
 
 def main() -> None:
+    gc.enable()
     sys.dont_write_bytecode = True  # importing a tool must not leave __pycache__ in the user's project
     channel = Channel()
     pyhost_logs.capture(channel.send)

@@ -10,10 +10,17 @@ Every way the standard library starts a program is made to start it as the tool 
 (and so `os.popen`, asyncio's subprocesses) with `user=`, `os.fork` (and what forks through it) with an
 at-fork hook, `os.system` through `subprocess`, `os.posix_spawn[p]` through `setpriv --ruid`.
 Files the host reads at run time must not be replaceable either: see `_no_bytecode_from_writable_dirs`.
+
+The host enters proc_guard's Landlock domain (no write under /proc) itself, as the very first step of its
+hardening: the agent starts it without the separate `python3` that entered the domain and exec'd the rest of the
+chain for the other servers (one interpreter start less on every Python host start, docs/performance.md). No
+code of the tool user's runs before this: the host's own modules and the standard library come from root-owned
+directories, and the tool files are imported only after the agent checked the host's identity.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from collections.abc import Callable, Sequence
@@ -95,8 +102,24 @@ def _no_bytecode_from_writable_dirs() -> None:
     external.cache_from_source = cache_from_source
 
 
+PROC_GUARD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sandbox_agent", "proc_guard.py")
+"""The agent's own module, loaded by path: the host's import path does not hold the agent's package."""
+
+
+def enter_proc_guard() -> bool:
+    """Enters proc_guard's domain (False where the kernel has no Landlock or the sandbox no no_new_privs, as for
+    every other process of the sandbox); an error here ends the host's start, so no host runs outside it."""
+    spec = importlib.util.spec_from_file_location("_pyhost_proc_guard", PROC_GUARD)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {PROC_GUARD}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return bool(module.restrict_proc_writes())
+
+
 def harden() -> bool:
     """True when the host runs under its own uid (inside the sandbox) and is now protected."""
+    enter_proc_guard()
     euid = pyhost_identity.protect()
     if euid is None:
         return False  # an unprivileged test run: nothing to separate from

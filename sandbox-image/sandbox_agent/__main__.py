@@ -1,10 +1,16 @@
 """Entry point of the sandbox image: `python3 -m sandbox_agent`."""
 
-import os
+import gc
 
-from sandbox_agent import environ_scrub, event_loop, syscall_filter
-from sandbox_agent.config import AgentConfig
-from sandbox_agent.serving import serve
+# No collection while the agent's modules load (all of them live as long as the agent): a few ms of every sandbox's
+# start. serve() collects, freezes and enables the collector once the socket serves (gc_tuning).
+gc.disable()
+
+import os  # noqa: E402
+
+from sandbox_agent import environ_scrub, event_loop, syscall_filter  # noqa: E402
+from sandbox_agent.config import AgentConfig  # noqa: E402
+from sandbox_agent.serving import serve  # noqa: E402
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ GEN0_THRESHOLD = 10_000
 
 
 def tune_after_startup() -> None:
+    gc.enable()  # the agent's entry point keeps it off while its modules load
     gc.collect()
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()

@@ -420,7 +420,6 @@ def _event(seq: int, item: Chunk | Exit) -> agent_pb2.ExecEvent:
 
 async def prepare_home(service: SandboxAgentService, config: AgentConfig) -> None:
     """Creates the tool user's HOME on the tmpfs, with upstream's state dirs (tool_home.py); done as that user,
-    since the agent has no CAP_CHOWN."""
+    since the agent has no CAP_CHOWN: with that user's filesystem identity on the agent's own thread (no process)."""
     os.makedirs(os.path.dirname(config.tool_home) or "/", exist_ok=True)
-    helper = await service.run_tool(tool_home.prepare_command(config.tool_home))
-    await collect(helper, Announced(config.workspace))
+    service._runner.io_now(tool_home.make, config.tool_home)

@@ -64,10 +64,14 @@ GUARD = [sys.executable, "-I", "-S", "-B", "-c",
 """The first program of a server's chain: it enters proc_guard's domain (as root, before the uid switch) and execs
 the rest. `-S`: it needs nothing beyond the standard library, and `site` (its .pth files) costs every host start."""
 VERIFY_TIMEOUT_S = 10.0
-_POLL_S = 0.002
+_POLL_FIRST_S = 0.001
+_POLL_MAX_S = 0.008
+"""The checks back off from 1 to 8 ms: a server takes its identity as its first step and then goes on loading, so a
+check every 2 ms (each reads every thread's status) mostly took CPU from the start it waited for."""
 
 __all__ = ["BUN_SERVER", "LSP_SERVER", "MCP_SERVER", "PY_SERVER", "SERVER_UIDS_ENV", "ServerIdentityError",
-           "exec_keeps_split_uid", "is_bun_server", "server_argv", "server_uid", "start_bun_server", "verify_server"]
+           "exec_keeps_split_uid", "is_bun_server", "probe_split_uid_early", "server_argv", "server_uid",
+           "start_bun_server", "verify_server"]
 TOOLHOST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "toolhost")
 
 
@@ -80,40 +84,70 @@ def server_uid(tool_uid: int, kind: int) -> int:
     return tool_uid + kind
 
 
-def server_argv(argv: list[str], server_uid: int, uid: int, gid: int, *, split_exec: bool = True) -> list[str]:
+def server_argv(argv: list[str], server_uid: int, uid: int, gid: int, *, split_exec: bool = True,
+                guards_itself: bool = False) -> list[str]:
     """`argv` run with real uid `server_uid`, effective uid `uid`, all gids `gid` and no other groups, unable to
     write under /proc (proc_guard: the tool code it runs, and what that starts, cannot lower its OOM score).
 
     `split_exec=False` (a kernel whose execve does not keep real != effective uid): started as root with only
-    CAP_SETUID, and the server takes its uids itself (module docstring)."""
+    CAP_SETUID, and the server takes its uids itself (module docstring). `guards_itself`: the server enters
+    proc_guard's domain as its own first step, before any code not the image's runs (the Python tool host:
+    pyhost_harden), so the chain skips GUARD's interpreter start."""
+    guard = [] if guards_itself else GUARD
     if split_exec:
-        return [*GUARD, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}",
+        return [*guard, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--ruid={server_uid}", f"--euid={uid}",
                 f"--rgid={gid}", f"--egid={gid}", "--clear-groups", "--", *argv]
-    return [*GUARD, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--rgid={gid}", f"--egid={gid}", "--clear-groups",
+    return [*guard, NICE, "-n", str(SERVER_NICENESS), SETPRIV, f"--rgid={gid}", f"--egid={gid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all,+setuid", "--", ENV, f"{SERVER_UIDS_ENV}={server_uid}:{uid}",
             *argv]
 
 
 _split_exec: bool | None = None
+_split_probe: asyncio.Task[bool] | None = None
 
 
 async def exec_keeps_split_uid(server_uid: int, uid: int, buffer_limit: int) -> bool:
     """Whether an exec under real uid `server_uid` and effective uid `uid` keeps the effective uid (Linux
-    does, gVisor's Debian build does not). Probed once: the kernel does not change under a running agent."""
-    global _split_exec
+    does, gVisor's Debian build does not). Probed once: the kernel does not change under a running agent; callers
+    that ask while the probe runs (`probe_split_uid_early`'s, then a host's start) share it."""
+    global _split_exec, _split_probe
     if _split_exec is None:
-        spec = ExecSpec(argv=[SETPRIV, f"--ruid={server_uid}", f"--euid={uid}", "--", ID, "-u"], env={}, cwd="/",
-                        timeout_s=VERIFY_TIMEOUT_S, stdin=False, kill_grace_s=0.2, merge_stderr=True)
-        execution = await Execution.start(spec, Identity(uid=None, gid=None), buffer_limit)
-        out = bytearray()
-        async for item in execution.events():
-            if isinstance(item, Chunk):
-                out.extend(item.data)
-            else:
-                break
-        # Anything but the tool uid (a failed probe included) takes the path that holds on both kernels.
-        _split_exec = out.decode(errors="replace").strip() == str(uid)
+        probe = _split_probe
+        if probe is None or probe.get_loop() is not asyncio.get_running_loop() or (probe.done() and (
+                probe.cancelled() or probe.exception() is not None)):
+            probe = _split_probe = asyncio.ensure_future(_probe_split_uid(server_uid, uid, buffer_limit))
+        _split_exec = await asyncio.shield(probe)
     return _split_exec
+
+
+def probe_split_uid_early(tool_uid: int, buffer_limit: int) -> asyncio.Task[bool] | None:
+    """Starts the probe in the background (the agent, once its socket serves): the first tool host's start, which
+    CreateSession's code snapshot begins, then finds the answer instead of starting a process to get it. None when
+    the agent has no tool user (no server is separated)."""
+    if tool_uid < 0:
+        return None
+    task = asyncio.ensure_future(exec_keeps_split_uid(server_uid(tool_uid, PY_SERVER), tool_uid, buffer_limit))
+    task.add_done_callback(_quiet)
+    return task
+
+
+def _quiet(task: asyncio.Task[bool]) -> None:
+    if not task.cancelled():
+        task.exception()  # a failed early probe is probed again by the host's start, which reports it
+
+
+async def _probe_split_uid(server_uid: int, uid: int, buffer_limit: int) -> bool:
+    spec = ExecSpec(argv=[SETPRIV, f"--ruid={server_uid}", f"--euid={uid}", "--", ID, "-u"], env={}, cwd="/",
+                    timeout_s=VERIFY_TIMEOUT_S, stdin=False, kill_grace_s=0.2, merge_stderr=True)
+    execution = await Execution.start(spec, Identity(uid=None, gid=None), buffer_limit)
+    out = bytearray()
+    async for item in execution.events():
+        if isinstance(item, Chunk):
+            out.extend(item.data)
+        else:
+            break
+    # Anything but the tool uid (a failed probe included) takes the path that holds on both kernels.
+    return out.decode(errors="replace").strip() == str(uid)
 
 
 def _threads_protected(pid: int, server_uid: int) -> bool:
@@ -146,12 +180,14 @@ async def verify_server(pid: int, server_uid: int, label: str) -> None:
     """Waits until the server `pid` (`label`: "the bun tool host") protected itself; ServerIdentityError if not."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + VERIFY_TIMEOUT_S
+    delay = _POLL_FIRST_S
     try:
         _write_oom_score_adj(pid)
         while not _threads_protected(pid, server_uid):
             if loop.time() > deadline:
                 raise ServerIdentityError(f"{label} did not take its protected identity in time")
-            await asyncio.sleep(_POLL_S)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX_S)
         # A non-dumpable process's /proc entries belong to root.
         if os.stat(f"/proc/{pid}/mem").st_uid != 0:
             raise ServerIdentityError(f"{label} is still dumpable")

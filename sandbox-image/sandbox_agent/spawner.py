@@ -96,11 +96,9 @@ class Spawner:
         """The helper's pid while it runs."""
         return self._proc.pid if self._proc is not None and self._sock is not None else None
 
-    async def spawn(
-        self, argv: list[str], env: dict[str, str], cwd: str, *, umask: int,
-        stdout: int, stderr: int | None, stdin: int | None,
-    ) -> Spawned:
-        """Starts `argv` in a new session; the fds are the child's ends (the caller closes its copies)."""
+    async def start(self) -> None:
+        """Starts the helper unless it runs (or is starting): on a command's first spawn, or earlier (the agent
+        starts it once its socket serves, so that a session's first command does not wait for it)."""
         if self._closed:
             raise SpawnError(_LOST)
         if self._sock is None:
@@ -112,6 +110,13 @@ class Spawner:
             finally:
                 if starting.done() and self._starting is starting:
                     self._starting = None
+
+    async def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: str, *, umask: int,
+        stdout: int, stderr: int | None, stdin: int | None,
+    ) -> Spawned:
+        """Starts `argv` in a new session; the fds are the child's ends (the caller closes its copies)."""
+        await self.start()
         sock = self._sock
         if sock is None:
             raise SpawnError(_LOST)

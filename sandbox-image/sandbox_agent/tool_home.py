@@ -24,10 +24,29 @@ CACHE_VERSION = "21"
 """v1.2.27's cache version: its cache dir is emptied and the file rewritten when this differs."""
 
 
-def prepare_command(home: str) -> list[str]:
-    """The command (run as the tool user) that makes HOME, its state dirs and the cache version file."""
-    dirs = [os.path.join(home, d) for d in STATE_DIRS]
-    version = os.path.join(home, ".cache/opencode/version")
-    # Paths go in as arguments, never into the script's text.
-    script = 'umask 077; mkdir -p "$@" && printf %s "$V" > "$F"'
-    return ["/usr/bin/env", f"V={CACHE_VERSION}", f"F={version}", "/bin/sh", "-c", script, "sh", home, *dirs]
+def make(home: str) -> None:
+    """Makes HOME, its state dirs and the cache version file, each as `mkdir -p` with umask 077 would.
+
+    Called with the tool user's filesystem identity (ToolRunner.io_now), so all of it belongs to that user; in
+    the agent's own process rather than through a spawned shell, which took a process start (the spawner
+    helper's interpreter, then `sh`) off every sandbox's start (docs/performance.md, 2026-11-28 12:30)."""
+    made = {os.path.dirname(home.rstrip("/"))}  # the agent made the parent (a tmpfs's root or a test's dir)
+    for relative in ("", *STATE_DIRS):
+        path = os.path.join(home, relative) if relative else home.rstrip("/")
+        chain = []
+        while path not in made and path not in ("/", ""):
+            chain.append(path)
+            path = os.path.dirname(path)
+        for directory in reversed(chain):
+            try:
+                os.mkdir(directory, 0o700)
+            except FileExistsError:
+                if not os.path.isdir(directory):
+                    raise
+            made.add(directory)
+    version = os.open(os.path.join(home, ".cache/opencode/version"),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(version, CACHE_VERSION.encode())
+    finally:
+        os.close(version)

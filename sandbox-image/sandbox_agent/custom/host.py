@@ -493,16 +493,17 @@ def python_launcher(runner: ToolRunner, python: str, host_py: str, cwd: str, env
     """Starts `python host.py` under the Python host's own identity; host.py's directory provides `opencode_tool`.
 
     `-s`: no user site-packages (they would be under the tool user's HOME); `-B`: no `.pyc` written (the
-    host also reads none from a directory the tool user can write, see pyhost_harden).
+    host also reads none from a directory the tool user can write, see pyhost_harden). The host enters
+    proc_guard's domain itself (pyhost_harden), so its chain has no separate interpreter for it.
     """
     argv = [python, "-s", "-B", host_py]
-    return _launcher(runner, argv, cwd, env, PY_SERVER, "python")
+    return _launcher(runner, argv, cwd, env, PY_SERVER, "python", guards_itself=True)
 
 
 def _launcher(runner: ToolRunner, argv: list[str], cwd: str, env: dict[str, str], kind: int,
-              name: str) -> Launch:
+              name: str, *, guards_itself: bool = False) -> Launch:
     async def launch() -> Execution:
-        execution = await runner.start_server(argv, cwd=cwd, env=env, kind=kind)
+        execution = await runner.start_server(argv, cwd=cwd, env=env, kind=kind, guards_itself=guards_itself)
         if runner.separates_servers:
             try:
                 await verify_server(execution.pid, runner.server_uid(kind), f"the {name} tool host")

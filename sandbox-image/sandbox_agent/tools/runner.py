@@ -148,7 +148,8 @@ class ToolRunner:
                         kill_grace_s=0.2, merge_stderr=merge_stderr)
         return await Execution.start(spec, self._identity, self._buffer_limit)
 
-    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], kind: int) -> Execution:
+    async def start_server(self, argv: list[str], *, cwd: str, env: dict[str, str], kind: int,
+                           guards_itself: bool = False) -> Execution:
         """A long-lived server (a tool host) with stdin, under the real uid of its `kind` (server_identity's
         BUN_SERVER, ...) and the tool user's effective uid; unseparated when the agent has no tool user (a test run)."""
         if self._identity.uid is None:
@@ -156,7 +157,8 @@ class ToolRunner:
         uid = self._identity.uid
         gid = self._identity.gid if self._identity.gid is not None else uid
         split = await exec_keeps_split_uid(server_uid(uid, kind), uid, self._buffer_limit)
-        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid(uid, kind), uid, gid, split_exec=split)
+        argv = server_argv([self._program(argv[0]), *argv[1:]], server_uid(uid, kind), uid, gid, split_exec=split,
+                           guards_itself=guards_itself)
         spec = ExecSpec(argv=argv, env=self._env | env, cwd=cwd, timeout_s=None, stdin=True, kill_grace_s=0.2,
                         merge_stderr=False)
         # Started by the agent itself (the spawner runs as the tool user and cannot set another uid).
