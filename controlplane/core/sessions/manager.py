@@ -329,7 +329,6 @@ class SessionManager:
         elif held.sandbox_id == lost.sandbox_id and held.state == SessionState.READY:
             await self._end(held, SessionState.FAILED, lost.reason)
 
-    # -- internals ------------------------------------------------------------------------------
 
     async def _close_network(self, session: Session) -> None:
         if session.network is not None and self._networks is not None:
