@@ -20,6 +20,9 @@ REFUSED_STREAM, which the client does not retry), a tight loop of failures, and 
 same process took 4 s instead of 16 ms.
 
 Per tenant: one tenant's schedule never delays another's refusals, and nothing here touches admitted work.
+The same gate, keyed by the client's address instead, paces refused tokens (controlplane.rpc.auth): a token no
+tenant holds costs a client nothing to send, so its refusals are held like a tenant's, and past the bounds
+answered at once (what a client with more than MAX_HELD streams open then spends, it spends per refusal).
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ MAX_HELD = 256
 """Refusals of one tenant held at once (each waiting for its turn on the schedule)."""
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """Request bytes those held refusals keep (a CreateSession's archive, and gRPC's copy of it off the wire)."""
+HELD_STREAM_BYTES = 256 * 1024
+"""What one held refusal of a request stream counts against MAX_HELD_BYTES, read or not: its messages are never
+read, but gRPC takes what the client sends up to the stream's receive window into its own buffers. Counted as
+nothing, 200 held Exec streams each sending 8 MiB at once grew the plane by 2.4 GiB, because gRPC's BDP probing
+grew each stream's window to the whole message; the plane's server turns that probing off (controlplane.rpc.
+server.RECEIVE_WINDOW_OPTIONS), which leaves each stream HTTP/2's 64 KiB window: measured at 120 KiB a held
+stream with its state and frames, so 256 KiB is a worst case with room, and MAX_HELD of them fit the byte bound."""
 
 
 @dataclass
