@@ -74,7 +74,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._quotas = quotas or TenantQuotas.unlimited()
         self._guard = StreamGuard(authenticator.directory, audit)
         self._refusals = CoalescedRefusals(audit or NoAudit())
-        self._token_refusals = RefusalGate()
+        self._token_refusals = RefusalGate(forget_idle=True)
         """Refused tokens' answers, held on a schedule per client address (a retry loop with a wrong token
         made as many refusals a second as it could send)."""
 
