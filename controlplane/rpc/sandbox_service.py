@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
+from controlplane.core.calls.output_budget import OutputBudgets, drawing_from
 from controlplane.core.permissions.exec_policy import (
     ExecDeniedError,
     ExecGate,
@@ -26,7 +27,6 @@ from controlplane.rpc.auth import Authenticator
 from controlplane.rpc.drain import drain
 from controlplane.rpc.errors import abort_with
 from controlplane.rpc.token_watch import ending_reason
-from controlplane.sandbox.output_budget import OutputBudgets, drawing_from
 from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc
 
 

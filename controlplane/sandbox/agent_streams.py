@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from controlplane.core.calls.output_budget import CURRENT, CallShare
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -23,8 +24,7 @@ from controlplane.errors import (
     SandboxError,
     SandboxLostError,
 )
-from controlplane.sandbox.call_windows import WINDOW, CallWindow, Overrun, largest_event
-from controlplane.sandbox.output_budget import CURRENT, CallShare
+from controlplane.sandbox.call_windows import GRANT_EVERY, WINDOW, CallWindow, Overrun, largest_event
 from controlplane.telemetry.remote import AgentCallSpan
 
 END = object()
@@ -106,7 +106,7 @@ class SharedStream:
         self._inboxes: dict[int, asyncio.Queue[Any]] = {}
         self._windows: dict[int, CallWindow] = {}
         self._shares: dict[int, CallShare] = {}
-        """Calls whose windows come from their tenant's budget (controlplane.sandbox.output_budget)."""
+        """Calls whose windows come from their tenant's budget (controlplane.core.calls.output_budget)."""
         self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
@@ -204,7 +204,8 @@ class SharedCall:
     def __init__(self, stream: SharedStream, request: Any, sandbox_id: str, traced: AgentCallSpan) -> None:
         self._stream = stream
         budget = CURRENT.get()  # the tenant's, where the handler that started the call set it
-        self._number, self._inbox = stream.start(request, traced, budget.open() if budget is not None else None)
+        share = budget.open(WINDOW, GRANT_EVERY) if budget is not None else None
+        self._number, self._inbox = stream.start(request, traced, share)
         self._sandbox_id = sandbox_id
         self._traced = traced
 

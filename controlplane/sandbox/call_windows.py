@@ -57,7 +57,7 @@ class CallWindow:
     def __init__(self, largest: int, window: int = WINDOW, grant_every: int = GRANT_EVERY) -> None:
         self._largest = largest
         self.window = window
-        """The call's own (a tenant's budget may give a smaller one: controlplane.sandbox.output_budget)."""
+        """The call's own (a tenant's budget may give a smaller one: controlplane.core.calls.output_budget)."""
         self._grant_every = grant_every
         self.queued = 0
         self._sizes: deque[int] = deque()

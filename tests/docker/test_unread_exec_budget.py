@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from controlplane.client import AsyncClient
-from controlplane.sandbox.output_budget import FLOOR, TENANT_BUDGET
+from controlplane.core.calls.output_budget import FLOOR, TENANT_BUDGET
 from tests.planes import served_plane, tenant_clients
 
 TENANTS: list[dict[str, Any]] = [

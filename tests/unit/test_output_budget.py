@@ -1,4 +1,4 @@
-"""A tenant's budget of call output (controlplane/sandbox/output_budget.py): its calls' windows together stay under
+"""A tenant's budget of call output (controlplane/core/calls/output_budget.py): its calls' windows together stay under
 the budget (plus the floor of each call started past it), a call whose consumer reads always progresses however
 many of the tenant's other calls sit unread, and one tenant's budget never touches another's. The agent here is a
 model of sandbox_agent/output_credit.py's rule: send while what was sent and not granted back is under the window."""
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from controlplane.core.calls.output_budget import FLOOR, TENANT_BUDGET, CallShare, OutputBudget, OutputBudgets
 from controlplane.sandbox.call_windows import GRANT_EVERY, WINDOW
-from controlplane.sandbox.output_budget import FLOOR, TENANT_BUDGET, CallShare, OutputBudget, OutputBudgets
 
 CHUNK = 64 << 10
 
@@ -43,7 +43,7 @@ class ModelCall:
 
 def test_calls_start_with_a_full_window_while_the_budget_has_room_then_with_the_floor() -> None:
     budget = OutputBudget()
-    shares = [budget.open() for _ in range(100)]
+    shares = [budget.open(WINDOW, GRANT_EVERY) for _ in range(100)]
     full = TENANT_BUDGET // WINDOW
     assert [s.window for s in shares[:full]] == [WINDOW] * full
     assert {s.window for s in shares[full:]} == {FLOOR}
@@ -52,7 +52,7 @@ def test_calls_start_with_a_full_window_while_the_budget_has_room_then_with_the_
 
 def test_what_unread_calls_hold_is_bounded_by_the_budget_not_by_their_number() -> None:
     budget = OutputBudget()
-    calls = [ModelCall(budget.open()) for _ in range(100)]
+    calls = [ModelCall(budget.open(WINDOW, GRANT_EVERY)) for _ in range(100)]
     for call in calls:
         while call.agent_sends():
             pass
@@ -64,11 +64,11 @@ def test_what_unread_calls_hold_is_bounded_by_the_budget_not_by_their_number() -
 
 def test_a_read_call_progresses_while_the_tenants_other_calls_sit_unread_on_the_whole_budget() -> None:
     budget = OutputBudget()
-    unread = [ModelCall(budget.open()) for _ in range(40)]
+    unread = [ModelCall(budget.open(WINDOW, GRANT_EVERY)) for _ in range(40)]
     for call in unread:
         while call.agent_sends():
             pass
-    reader = ModelCall(budget.open())
+    reader = ModelCall(budget.open(WINDOW, GRANT_EVERY))
     assert reader.share.window == FLOOR
     for _ in range(2000):
         if not reader.agent_sends():
@@ -79,7 +79,7 @@ def test_a_read_call_progresses_while_the_tenants_other_calls_sit_unread_on_the_
 
 def test_grants_are_batched_as_before_while_the_budget_has_room() -> None:
     budget = OutputBudget()
-    share = budget.open()
+    share = budget.open(WINDOW, GRANT_EVERY)
     grants = [share.taken(CHUNK) for _ in range(8)]
     assert grants == [0, 0, 0, GRANT_EVERY, 0, 0, 0, GRANT_EVERY]
     assert budget.used == WINDOW
@@ -87,8 +87,8 @@ def test_grants_are_batched_as_before_while_the_budget_has_room() -> None:
 
 def test_a_grant_past_the_budget_waits_until_the_tenants_consumers_read() -> None:
     budget = OutputBudget(total=2 * WINDOW)
-    first, second = budget.open(), budget.open()
-    late = budget.open()  # past the budget: the floor
+    first, second = budget.open(WINDOW, GRANT_EVERY), budget.open(WINDOW, GRANT_EVERY)
+    late = budget.open(WINDOW, GRANT_EVERY)  # past the budget: the floor
     assert late.window == FLOOR
     # `first`'s consumer takes a quarter window: its grant is what the budget has room for (the floor's overdraft
     # is repaid first), not the whole quarter.
@@ -105,7 +105,7 @@ def test_a_grant_past_the_budget_waits_until_the_tenants_consumers_read() -> Non
 
 def test_an_ended_call_gives_its_window_back() -> None:
     budget = OutputBudget()
-    share = budget.open()
+    share = budget.open(WINDOW, GRANT_EVERY)
     share.taken(CHUNK)
     share.close()
     share.close()
@@ -118,9 +118,9 @@ def test_each_tenant_has_a_budget_of_its_own() -> None:
     budgets = OutputBudgets()
     hoarder = budgets.of("hoarder")
     for _ in range(200):
-        hoarder.open()
+        hoarder.open(WINDOW, GRANT_EVERY)
     assert budgets.of("hoarder") is hoarder
-    assert budgets.of("neighbour").open().window == WINDOW
+    assert budgets.of("neighbour").open(WINDOW, GRANT_EVERY).window == WINDOW
 
 
 def test_a_floor_too_small_for_a_grant_is_refused() -> None:

@@ -1,12 +1,13 @@
 """A tenant's budget of call output held for its consumers, shared by all its calls on the agents' shared streams.
 
 Each call on a shared stream has a window of bytes the agent may send ahead of the call's consumer (controlplane.
-sandbox.call_windows), so what a tenant makes the plane hold is its windows times its calls: 100 Execs nobody reads
-held 112 MiB. So the windows of one tenant's calls come out of one budget: a call starts with a full window while
-the budget has room, and with the floor once it has not; taken bytes are granted back (the agent may send that much
-more) only as far as the budget has room again. Past it, a call still always has the floor: an honest call is
-never failed nor stopped, only slowed (its grants wait until that tenant's consumers read), and each tenant has a
-budget of its own, so one tenant's unread calls never slow another's.
+sandbox.call_windows, which gives its full window and grant batch to `open`), so what a tenant makes the plane
+hold is its windows times its calls: 100 Execs nobody reads held 112 MiB. So the windows of one tenant's calls
+come out of one budget: a call starts with a full window while the budget has room, and with the floor once it
+has not; taken bytes are granted back (the agent may send that much more) only as far as the budget has room
+again. Past it, a call still always has the floor: an honest call is never failed nor stopped, only slowed (its
+grants wait until that tenant's consumers read), and each tenant has a budget of its own, so one tenant's unread
+calls never slow another's.
 
 What a tenant's calls make the plane hold is then at most `total`, plus `floor` for each call started past it (a
 `calls` quota bounds how many), plus one event a call past its window (an event is never split).
@@ -17,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-
-from controlplane.sandbox.call_windows import GRANT_EVERY, WINDOW
 
 TENANT_BUDGET = 16 << 20
 """A tenant's calls' windows together: sixteen calls at a full window each (a fast reader's pace); more calls
@@ -40,19 +39,21 @@ class OutputBudget:
         self.used = 0
         """The windows the tenant's calls have open now, less what their consumers took and was not granted back."""
 
-    def open(self) -> CallShare:
-        """A new call's share: a full window if the budget has room, else what is left, at least the floor."""
-        window = max(self.floor, min(WINDOW, self.total - self.used))
+    def open(self, full: int, batch: int) -> CallShare:
+        """A new call's share: a `full` window if the budget has room, else what is left, at least the floor;
+        its grants batched by `batch` (or by a quarter of a smaller window)."""
+        window = max(self.floor, min(full, self.total - self.used))
         self.used += window
-        return CallShare(self, window)
+        return CallShare(self, window, min(batch, window // 4))
 
 
 class CallShare:
     """One call's part of its tenant's budget: its window, and the bytes its consumer took not yet granted back."""
 
-    def __init__(self, budget: OutputBudget, window: int) -> None:
+    def __init__(self, budget: OutputBudget, window: int, batch: int) -> None:
         self._budget = budget
         self.window = window
+        self._batch = batch
         self.withheld = 0
         self._open = True
 
@@ -71,8 +72,7 @@ class CallShare:
         grant = min(self.withheld, room)
         # Batched as before (a grant per quarter window taken); where the budget has less room than that, what it
         # has (a call whose agent waits has all its window withheld, and the floor is always room for it).
-        batch = min(GRANT_EVERY, self.window // 4)
-        if grant < batch and (room >= batch or grant < SMALLEST_GRANT):
+        if grant < self._batch and (room >= self._batch or grant < SMALLEST_GRANT):
             return 0
         self.withheld -= grant
         self._budget.used += grant
