@@ -13,6 +13,7 @@ from controlplane.core.permissions.audit import AuditEntry, AuditLog, CoalescedR
 from controlplane.core.sessions.models import Tenant
 from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, token_too_long
+from controlplane.core.tenants.refusals import HELD_STREAM_BYTES, RefusalGate
 from controlplane.errors import ControlPlaneError, UnauthenticatedError
 from controlplane.rpc.errors import abort_with
 from controlplane.rpc.token_watch import StreamGuard
@@ -73,6 +74,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._quotas = quotas or TenantQuotas.unlimited()
         self._guard = StreamGuard(authenticator.directory, audit)
         self._refusals = CoalescedRefusals(audit or NoAudit())
+        self._token_refusals = RefusalGate(forget_idle=True)
+        """Refused tokens' answers, held on a schedule per client address (a retry loop with a wrong token
+        made as many refusals a second as it could send)."""
 
     async def intercept_service(
         self,
@@ -89,7 +93,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             tenant = self._auth.tenant(handler_call_details.invocation_metadata)
         except UnauthenticatedError as exc:
             await self._refused_token(handler_call_details, str(exc))
-            return _rejecting(handler, str(exc))
+            return _rejecting(handler, str(exc), self._token_refusals)
         token = bearer(handler_call_details.invocation_metadata)
         return self._accepting(handler, tenant.name, token, handler_call_details.method)
 
@@ -111,8 +115,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         async def refused(reason: str) -> None:
             await self._record_refusal(tenant, method, "quota calls", reason)
-            # A flood of refused calls is slowed where it comes from (controlplane.core.tenants.quota).
-            await self._quotas.pause_refusal(tenant)
+            # A flood of refused calls is slowed where it comes from (controlplane.core.tenants.quota); held, the
+            # stream's unread messages still sit in gRPC's window, counted at its worst case.
+            await self._quotas.pause_refusal(tenant, HELD_STREAM_BYTES)
 
         return _streaming(
             handler, lambda: self._quotas.take_call(tenant), refused, self._guard, token, tenant, method,
@@ -168,12 +173,31 @@ def _streaming(
     )
 
 
-def _rejecting(handler: grpc.RpcMethodHandler[Any, Any], message: str) -> grpc.RpcMethodHandler[Any, Any]:
+def peer_host(peer: str) -> str:
+    """The address a call came from without its port (`ipv4:10.0.0.1:5000` -> `ipv4:10.0.0.1`): a client
+    opens as many connections, and ports, as it likes."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return f"{kind}:{address.rpartition(':')[0]}"
+    return peer
+
+
+def _rejecting(
+    handler: grpc.RpcMethodHandler[Any, Any], message: str, gate: RefusalGate,
+) -> grpc.RpcMethodHandler[Any, Any]:
+    async def held(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        # Held on the client address's schedule: a request stream at its window's worst case, a request
+        # message at its size twice (parsed, and gRPC's bytes off the wire). Past the bounds, at once.
+        size = HELD_STREAM_BYTES if handler.request_streaming else 2 * int(getattr(request, "ByteSize", int)())
+        await gate.hold(peer_host(context.peer() or ""), size)
+
     async def reject(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await held(request, context)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     async def reject_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         # Interceptors that wrap streaming handlers (tracing) iterate them, so this must be a generator.
+        await held(request, context)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield  # pragma: no cover - abort raises
 

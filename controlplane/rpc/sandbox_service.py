@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from controlplane.config import ExecConfig
+from controlplane.core.calls.output_budget import OutputBudgets, drawing_from
 from controlplane.core.permissions.exec_policy import (
     ExecDeniedError,
     ExecGate,
@@ -38,6 +39,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         self._auth = auth
         self._config = config
         self._gate = gate or ExecGate()
+        self._budgets = OutputBudgets()
+        """Each tenant's Execs share one budget of output held for their clients (an unread Exec holds its window)."""
 
     async def Exec(
         self, request_iterator: AsyncIterator[sandbox_pb2.ExecRequest], context: Any
@@ -68,7 +71,8 @@ class SandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             audited = (tenant.name, text)
             stdin = StdinRecord()
             took_stdin = first.start.stdin
-            stream = await sandbox.agent.exec(spec)
+            with drawing_from(self._budgets.of(tenant.name)):
+                stream = await sandbox.agent.exec(spec)
             pump = asyncio.ensure_future(_relay(requests, stream, stdin))
             seq = 0
             async for event in stream.events():

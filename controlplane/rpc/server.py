@@ -73,6 +73,14 @@ METADATA_OPTIONS = (("grpc.max_metadata_size", MAX_METADATA_BYTES),
                     ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES))
 
 
+RECEIVE_WINDOW_OPTIONS = (("grpc.http2.bdp_probe", 0),)
+"""Each request stream's receive window stays at HTTP/2's 64 KiB instead of growing with gRPC's bandwidth-delay
+probing: grown, a stream whose messages the plane does not read (a refusal held on its schedule, controlplane.
+core.tenants.refusals) still had its client's whole 8 MiB message taken into gRPC's buffers, 2.4 GiB for 200 of
+them. A message the plane reads is unaffected (gRPC opens the window to the size of the message being read);
+a 100 MiB upload over loopback measured 0.79 s with probing and 0.83 s without (alternating runs)."""
+
+
 def build_server(
     settings: Settings, sessions: SessionManager, tools: ToolRuntime, auth: Authenticator,
     tenants: TenantAdmin | None = None, exec_gate: ExecGate | None = None,
@@ -84,7 +92,7 @@ def build_server(
     server = grpc.aio.server(
         interceptors=[*server_interceptors(), AuthInterceptor(auth, quotas, exec_gate.audit if exec_gate else None)],
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                 *METADATA_OPTIONS],
+                 *METADATA_OPTIONS, *RECEIVE_WINDOW_OPTIONS],
     )
     snapshots = None if audit is None else SessionSnapshots(
         sessions, FsSnapshotStorage(settings.snapshots.root(settings.data_dir)), audit[0], audit[0], quotas,

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from controlplane.core.calls.output_budget import CURRENT, CallShare
 from controlplane.errors import (
     ControlPlaneError,
     FailedPreconditionError,
@@ -23,7 +24,7 @@ from controlplane.errors import (
     SandboxError,
     SandboxLostError,
 )
-from controlplane.sandbox.call_windows import WINDOW, CallWindow, Overrun, largest_event
+from controlplane.sandbox.call_windows import GRANT_EVERY, WINDOW, CallWindow, Overrun, largest_event
 from controlplane.telemetry.remote import AgentCallSpan
 
 END = object()
@@ -104,6 +105,8 @@ class SharedStream:
         self._request_type = request_type
         self._inboxes: dict[int, asyncio.Queue[Any]] = {}
         self._windows: dict[int, CallWindow] = {}
+        self._shares: dict[int, CallShare] = {}
+        """Calls whose windows come from their tenant's budget (controlplane.core.calls.output_budget)."""
         self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
@@ -116,13 +119,19 @@ class SharedStream:
         outbox: asyncio.Queue[object] = asyncio.Queue()
         return cls(rpc(drain(outbox, request_type)), outbox, request_type)
 
-    def start(self, request: Any, traced: AgentCallSpan) -> tuple[int, asyncio.Queue[Any]]:
+    def start(self, request: Any, traced: AgentCallSpan,
+              share: CallShare | None = None) -> tuple[int, asyncio.Queue[Any]]:
         """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""
         number = next(self._numbers)
         inbox = self._inboxes[number] = asyncio.Queue()
-        self._windows[number] = CallWindow(self._largest)
+        window = WINDOW
+        if share is None:
+            self._windows[number] = CallWindow(self._largest)
+        else:  # every taken byte goes to the share, which batches the grants itself
+            window = share.window
+            self._windows[number], self._shares[number] = CallWindow(self._largest, window, 1), share
         self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata),
-                                                   credit=WINDOW))
+                                                   credit=window))
         return number, inbox
 
     def send(self, number: int, request: Any) -> None:
@@ -133,11 +142,17 @@ class SharedStream:
         """The call's consumer took its oldest event: more room for the call, once enough was taken."""
         window = self._windows.get(number)
         grant = window.took() if window is not None else 0
+        share = self._shares.get(number)
+        if grant and share is not None:
+            grant = share.taken(grant)
         if grant and self.open:
             self._outbox.put_nowait(self._request_type(call=number, credit=grant))
 
     def forget(self, number: int, *, cancel: bool) -> None:
         self._windows.pop(number, None)
+        share = self._shares.pop(number, None)
+        if share is not None:
+            share.close()
         if self._inboxes.pop(number, None) is not None and cancel and self.open:
             self._outbox.put_nowait(self._request_type(call=number, cancel=True))
 
@@ -158,6 +173,9 @@ class SharedStream:
             self.close()
             inboxes, self._inboxes = self._inboxes, {}
             self._windows.clear()
+            shares, self._shares = self._shares, {}
+            for share in shares.values():
+                share.close()
             for inbox in inboxes.values():
                 inbox.put_nowait(ended)
 
@@ -185,7 +203,9 @@ class SharedCall:
 
     def __init__(self, stream: SharedStream, request: Any, sandbox_id: str, traced: AgentCallSpan) -> None:
         self._stream = stream
-        self._number, self._inbox = stream.start(request, traced)
+        budget = CURRENT.get()  # the tenant's, where the handler that started the call set it
+        share = budget.open(WINDOW, GRANT_EVERY) if budget is not None else None
+        self._number, self._inbox = stream.start(request, traced, share)
         self._sandbox_id = sandbox_id
         self._traced = traced
 

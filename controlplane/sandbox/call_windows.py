@@ -40,21 +40,25 @@ def largest_event(request_type: type[Any]) -> int:
 class Overrun:
     """Put in a call's inbox in place of its events: the agent sent past the call's window."""
 
-    def __init__(self, queued: int, size: int) -> None:
+    def __init__(self, queued: int, size: int, window: int = WINDOW) -> None:
         self.queued = queued
         self.size = size
+        self.window = window
 
     def error(self, sandbox_id: str) -> ControlPlaneError:
         return SandboxError(
             f"sandbox {sandbox_id}'s agent sent an event of {self.size} bytes for a call that already had {self.queued}"
-            f" bytes queued, past its window of {WINDOW}: the call is failed (the agent ignores flow control)")
+            f" bytes queued, past its window of {self.window}: the call is failed (the agent ignores flow control)")
 
 
 class CallWindow:
     """One call's bytes between the agent and its consumer."""
 
-    def __init__(self, largest: int) -> None:
+    def __init__(self, largest: int, window: int = WINDOW, grant_every: int = GRANT_EVERY) -> None:
         self._largest = largest
+        self.window = window
+        """The call's own (a tenant's budget may give a smaller one: controlplane.core.calls.output_budget)."""
+        self._grant_every = grant_every
         self.queued = 0
         self._sizes: deque[int] = deque()
         """Each queued event's count, in the inbox's order."""
@@ -64,8 +68,8 @@ class CallWindow:
     def arrived(self, event: Any) -> Overrun | None:
         """Counts an event put in the inbox; an Overrun when the agent had no room for it."""
         size = charge(event)
-        if self.queued >= WINDOW + SLACK or size > self._largest:
-            return Overrun(self.queued, size)
+        if self.queued >= self.window + SLACK or size > self._largest:
+            return Overrun(self.queued, size, self.window)
         self.queued += size
         self._sizes.append(size)
         return None
@@ -77,7 +81,7 @@ class CallWindow:
         size = self._sizes.popleft()
         self.queued -= size
         self._taken += size
-        if self._taken < GRANT_EVERY:
+        if self._taken < self._grant_every:
             return 0
         grant, self._taken = self._taken, 0
         return grant

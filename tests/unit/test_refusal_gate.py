@@ -92,6 +92,21 @@ async def test_a_cancelled_hold_gives_back_what_it_held() -> None:
     assert gate.answered_at_once("gone") == 0
 
 
+async def test_a_gate_keyed_by_client_address_keeps_no_schedule_once_its_refusals_are_over() -> None:
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST, max_held_bytes=100, forget_idle=True)
+    await asyncio.gather(*(gate.hold(f"ipv4:10.0.0.{i}") for i in range(50)), gate.hold("ipv4:10.0.1.1", 1000))
+    assert gate.answered_at_once("ipv4:10.0.1.1") == 0  # answered at once, and not kept either
+    await _answered_at(gate, "ipv4:10.0.0.1", 3 * BURST)
+    await asyncio.sleep(3 * BURST / RATE)
+    await asyncio.gather(gate.hold("ipv4:10.0.0.2"), gate.hold("ipv4:10.0.0.3"))
+    assert gate.held("ipv4:10.0.0.1") == (0, 0)
+    assert gate.kept() == 0
+    # Dropped only when a new schedule would be the same: a loop's refusals still leave at the rate.
+    took = await _answered_at(gate, "ipv4:10.0.0.3", 20)
+    for i, t in enumerate(took):
+        assert i + 1 <= BURST + (t - PAUSE) * RATE + 1, (i, t)
+
+
 def test_a_schedule_needs_a_rate_and_a_burst() -> None:
     with pytest.raises(ValueError, match="rate"):
         RefusalGate(rate=0)

@@ -20,11 +20,15 @@ REFUSED_STREAM, which the client does not retry), a tight loop of failures, and 
 same process took 4 s instead of 16 ms.
 
 Per tenant: one tenant's schedule never delays another's refusals, and nothing here touches admitted work.
+The same gate, keyed by the client's address instead, paces refused tokens (controlplane.rpc.auth): a token no
+tenant holds costs a client nothing to send, so its refusals are held like a tenant's, and past the bounds
+answered at once (what a client with more than MAX_HELD streams open then spends, it spends per refusal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass
 
 REFUSAL_PAUSE_S = 0.1
@@ -38,6 +42,13 @@ MAX_HELD = 256
 """Refusals of one tenant held at once (each waiting for its turn on the schedule)."""
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """Request bytes those held refusals keep (a CreateSession's archive, and gRPC's copy of it off the wire)."""
+HELD_STREAM_BYTES = 256 * 1024
+"""What one held refusal of a request stream counts against MAX_HELD_BYTES, read or not: its messages are never
+read, but gRPC takes what the client sends up to the stream's receive window into its own buffers. Counted as
+nothing, 200 held Exec streams each sending 8 MiB at once grew the plane by 2.4 GiB, because gRPC's BDP probing
+grew each stream's window to the whole message; the plane's server turns that probing off (controlplane.rpc.
+server.RECEIVE_WINDOW_OPTIONS), which leaves each stream HTTP/2's 64 KiB window: measured at 120 KiB a held
+stream with its state and frames, so 256 KiB is a worst case with room, and MAX_HELD of them fit the byte bound."""
 
 
 @dataclass
@@ -53,7 +64,7 @@ class RefusalGate:
     """Holds refusals per tenant until their turn; `hold` returns when the refusal may be sent."""
 
     def __init__(self, *, pause_s: float = REFUSAL_PAUSE_S, rate: float = REFUSALS_PER_S, burst: int = BURST,
-                 max_held: int = MAX_HELD, max_held_bytes: int = MAX_HELD_BYTES) -> None:
+                 max_held: int = MAX_HELD, max_held_bytes: int = MAX_HELD_BYTES, forget_idle: bool = False) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError(f"refusals need a rate > 0 and a burst >= 1, got {rate} and {burst}")
         self._pause_s = pause_s
@@ -62,6 +73,9 @@ class RefusalGate:
         self._max_held = max_held
         self._max_held_bytes = max_held_bytes
         self._tenants: dict[str, _Schedule] = {}
+        self._forget_idle = forget_idle
+        """Keys no one chooses the number of (client addresses): a schedule nothing is held on, and whose next
+        refusal would be scheduled as a new one's, is dropped, so that the schedules kept stay as many as held."""
 
     def held(self, tenant: str) -> tuple[int, int]:
         """How many of the tenant's refusals are held, and the request bytes they keep."""
@@ -71,6 +85,10 @@ class RefusalGate:
     def answered_at_once(self, tenant: str) -> int:
         """Refusals past the holding bounds (each one a sign of a client with many connections)."""
         return self._tenants.get(tenant, _Schedule()).answered_at_once
+
+    def kept(self) -> int:
+        """How many schedules the gate keeps (tenants', or client addresses')."""
+        return len(self._tenants)
 
     def forget(self, tenant: str) -> None:
         schedule = self._tenants.get(tenant)
@@ -82,11 +100,14 @@ class RefusalGate:
             return
         schedule = self._tenants.get(tenant)
         if schedule is None:
+            if self._forget_idle:
+                self._drop_oldest_idle()
             schedule = self._tenants[tenant] = _Schedule()
         if schedule.held >= self._max_held or (
             request_bytes and schedule.held_bytes + request_bytes > self._max_held_bytes
         ):
             schedule.answered_at_once += 1
+            self._drop_if_idle(tenant, schedule)
             return
         now = asyncio.get_running_loop().time()
         earliest = now + self._pause_s
@@ -101,3 +122,19 @@ class RefusalGate:
         finally:
             schedule.held -= 1
             schedule.held_bytes -= request_bytes
+            self._drop_if_idle(tenant, schedule)
+
+    def _idle(self, schedule: _Schedule) -> bool:
+        return not schedule.held and schedule.tat <= asyncio.get_running_loop().time() + self._pause_s - self._tolerance
+
+    def _drop_if_idle(self, key: str, schedule: _Schedule) -> None:
+        if self._forget_idle and self._idle(schedule) and self._tenants.get(key) is schedule:
+            del self._tenants[key]
+
+    def _drop_oldest_idle(self) -> None:
+        """Looks at the two oldest schedules for each new one (a busy one goes to the back): those left idle by a
+        key that made its last refusals in a burst go too, so the schedules kept never outgrow twice the busy."""
+        for key in list(itertools.islice(self._tenants, 2)):
+            schedule = self._tenants.pop(key)
+            if not self._idle(schedule):
+                self._tenants[key] = schedule
