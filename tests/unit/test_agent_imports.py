@@ -3,6 +3,7 @@ RPC needs (StartNetwork, a workspace download, a plugin named by a file URL) is 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_the_rare_rpcs_modules_still_import_what_they_use(tmp_path: Path) -> Non
     assert discovery._url_path("file:///a%20b/tool.ts") == "/a b/tool.ts"
     info = fileops._info("d", Path("/").stat())
     assert info.isdir()
-    assert syscall_filter.program(["io_setup"], syscall_filter.os.uname().machine)
+    assert syscall_filter.program(["io_setup"], os.uname().machine)
     (tmp_path / "cas.pem").write_bytes(b"SYSTEM")
     bundle = egress_forwarder.write_ca_bundle(b"SESSION", str(tmp_path), str(tmp_path / "cas.pem"))
     assert Path(bundle).read_bytes() == b"SYSTEM\nSESSION"
