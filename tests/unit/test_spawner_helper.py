@@ -54,8 +54,9 @@ def test_the_helper_leaves_out_the_convenience_modules_too() -> None:
 
 def test_a_request_crosses_the_framing_as_it_was_sent() -> None:
     """Every str the agent may pass arrives unchanged: a NUL (which posix_spawn then refuses, as it did), a lone
-    surrogate, empty strings, no argv or env at all, and a request larger than a frame."""
-    for argv, env in ((["a\0b", "\udcff", ""], {"K": "v\0", "": "", "é": "\ud800"}), ([], {}),
+    surrogate, empty strings, newlines and spaces (the header's separators), no argv or env at all, and a request
+    larger than a frame."""
+    for argv, env in ((["a\0b", "\udcff", "", "1\n2 3"], {"K": "v\0", "": "", "é": "\ud800", "L": "x\ny"}), ([], {}),
                       (["y" * (spawner.FRAME * 2)], {"BIG": "z" * spawner.FRAME})):
         message = {"id": 7, "argv": argv, "env": env, "cwd": "/w\0", "umask": 0o22, "stdin": True, "stderr": "pipe"}
         frames = _frames(encode_request(message))
