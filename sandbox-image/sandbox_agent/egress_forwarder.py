@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import tempfile
 
 from sandbox_agent.errors import AgentError
 
@@ -53,6 +51,9 @@ def write_ca_bundle(ca_pem: bytes, directory: str = "/tmp", system: str = SYSTEM
     """A new file of the system CAs followed by the session CA, world-readable; its path. Written by the agent
     (root) under a random name it creates itself (O_EXCL): a tool process can neither plant the file beforehand
     nor change it afterwards (/tmp is sticky), so it cannot change what the other tools trust."""
+    import shutil  # only here: StartNetwork is rare, and tempfile costs every idle agent about 0.2 MiB
+    import tempfile
+
     fd, path = tempfile.mkstemp(prefix=".ocsb-egress-ca-", suffix=".pem", dir=directory)
     with os.fdopen(fd, "wb") as out:
         with contextlib.suppress(FileNotFoundError), open(system, "rb") as cas:

@@ -27,13 +27,17 @@ import os
 import signal
 import stat
 import sys
-import tarfile
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from sandbox_agent.errors import AgentError
 from sandbox_agent.helper_temps import announce
 from sandbox_agent.tools.safe_open import PathChangedError, Target, inspect, open_checked, open_directory
+
+if TYPE_CHECKING:
+    # Imported where an archive is written (`pack`, in the helper process only): the agent imports this module for
+    # `frame`, and tarfile would cost every idle agent about 0.3 MiB.
+    import tarfile
 
 CHUNK = 1024 * 1024
 LIST_BOUND = 10_000
@@ -288,6 +292,8 @@ def pack(workspace: str, paths: list[str], out: IO[bytes]) -> None:
     for path, target in zip(paths or [""], targets, strict=True):
         if target.identity is None:
             raise _os_refusal(OSError(target.error, os.strerror(target.error)), path)
+    import tarfile
+
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as archive:
         for path, target in zip(paths or [""], targets, strict=True):
             rel = relative(root, target.real)
@@ -305,7 +311,10 @@ def pack(workspace: str, paths: list[str], out: IO[bytes]) -> None:
                     os.close(dir_fd)
 
 
-def _info(name: str, st: os.stat_result, kind: bytes = tarfile.DIRTYPE, link: str = "") -> tarfile.TarInfo:
+def _info(name: str, st: os.stat_result, kind: bytes = b"5", link: str = "") -> tarfile.TarInfo:
+    """`kind`: tarfile's DIRTYPE by default (its value: tarfile is imported by `pack` only)."""
+    import tarfile
+
     info = tarfile.TarInfo(name)
     info.type = kind
     info.mode = stat.S_IMODE(st.st_mode)
@@ -324,6 +333,8 @@ def _pack_dir(archive: tarfile.TarFile, fd: int, rel: str) -> None:
 
 
 def _pack_entry(archive: tarfile.TarFile, dir_fd: int, name: str, rel: str) -> None:
+    import tarfile
+
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if stat.S_ISLNK(st.st_mode):

@@ -24,7 +24,6 @@ no_new_privs is not set (a host run of the agent), nothing is restricted and `re
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import os
@@ -95,9 +94,11 @@ def _allow_writes_beneath(path: str, ruleset: int) -> None:
     try:
         directory = stat.S_ISDIR(os.fstat(fd).st_mode)  # a file's rule may hold file rights only
         rule = _PathBeneathAttr(_ACCESS_FS_WRITE_FILE | (_ACCESS_FS_REFER if directory else 0), fd)
-        with contextlib.suppress(OSError):  # an entry Landlock cannot hold a rule for stays unwritable
+        try:  # (not contextlib.suppress: the spawner helper imports this module, and contextlib costs it memory)
             _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
                      ctypes.c_uint32(0))
+        except OSError:
+            pass  # an entry Landlock cannot hold a rule for stays unwritable
     finally:
         os.close(fd)
 

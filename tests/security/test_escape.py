@@ -29,7 +29,7 @@ pytestmark = pytest.mark.docker
 
 AGENT_PID = "$(pgrep -xf 'python3 -m sandbox_agent')"
 
-SPAWNER_PID = "$(pgrep -u $(id -u) -f '^/usr/bin/python3 -I -B -c .*sandbox_agent.spawner')"
+SPAWNER_PID = "$(pgrep -u $(id -u) -f '^/usr/bin/python3 -I -S -B -c .*sandbox_agent.spawner')"
 
 
 async def test_runtime_facts_of_a_tool_process(
