@@ -91,7 +91,9 @@ class StreamedExec(SharedCall, ExecStream):
         return self._events()
 
     async def write_stdin(self, data: bytes) -> None:
-        self._stream.send(self._number, agent_pb2.ExecRequest(stdin=data))
+        # Waits while the call's stdin window is used up (stdin_windows.py): what a client streams into a command
+        # that does not read stays with the client, not in the plane.
+        await self._stream.send_stdin(self._number, agent_pb2.ExecRequest(stdin=data), data)
 
     async def close_stdin(self) -> None:
         self._stream.send(self._number, agent_pb2.ExecRequest(close_stdin=agent_pb2.CloseStdin()))

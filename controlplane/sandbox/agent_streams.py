@@ -24,6 +24,7 @@ from controlplane.errors import (
     SandboxLostError,
 )
 from controlplane.sandbox.call_windows import WINDOW, CallWindow, Overrun, largest_event
+from controlplane.sandbox.stdin_windows import StdinWindow
 from controlplane.telemetry.remote import AgentCallSpan
 
 END = object()
@@ -104,6 +105,9 @@ class SharedStream:
         self._request_type = request_type
         self._inboxes: dict[int, asyncio.Queue[Any]] = {}
         self._windows: dict[int, CallWindow] = {}
+        self._stdin: dict[int, StdinWindow] = {}
+        self.features: frozenset[str] | None = None
+        """The flow control the agent honours, from the stream's first message (None: not arrived yet)."""
         self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
@@ -120,7 +124,12 @@ class SharedStream:
         """A new call: its number and the inbox its events (then None or the stream's error) arrive in."""
         number = next(self._numbers)
         inbox = self._inboxes[number] = asyncio.Queue()
-        self._windows[number] = CallWindow(self._largest)
+        # Until the agent said what it honours, a call is counted as if it honoured both: an agent of this version
+        # says so before anything else, and an older one's first event lifts what it ignores.
+        if self.features is None or "output-credit" in self.features:
+            self._windows[number] = CallWindow(self._largest)
+        if self.features is None or "stdin-credit" in self.features:
+            self._stdin[number] = StdinWindow()
         self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata),
                                                    credit=WINDOW))
         return number, inbox
@@ -128,6 +137,14 @@ class SharedStream:
     def send(self, number: int, request: Any) -> None:
         if number in self._inboxes:
             self._outbox.put_nowait(self._request_type(call=number, request=request))
+
+    async def send_stdin(self, number: int, request: Any, data: bytes) -> None:
+        """Sends a command's stdin once its window has room (at once where the agent honours none); dropped when
+        the call ended meanwhile."""
+        window = self._stdin.get(number)
+        if window is not None:
+            await window.spend(data)
+        self.send(number, request)
 
     def took(self, number: int) -> None:
         """The call's consumer took its oldest event: more room for the call, once enough was taken."""
@@ -138,6 +155,7 @@ class SharedStream:
 
     def forget(self, number: int, *, cancel: bool) -> None:
         self._windows.pop(number, None)
+        self._release_stdin(number)
         if self._inboxes.pop(number, None) is not None and cancel and self.open:
             self._outbox.put_nowait(self._request_type(call=number, cancel=True))
 
@@ -145,21 +163,53 @@ class SharedStream:
         ended: grpc.aio.AioRpcError | None = None
         try:
             async for event in self._call:
+                if self.features is None:
+                    self._learn_features(event)
+                if not event.call:  # the agent's hello (a later one changes nothing)
+                    continue
                 inbox = self._inboxes.get(event.call)
-                if inbox is not None:
-                    overrun = self._windows[event.call].arrived(event)
-                    if overrun is None:
-                        inbox.put_nowait(event)
-                    else:
-                        self._overran(event.call, inbox, overrun)
+                if inbox is None:
+                    continue
+                if getattr(event, "stdin_credit", 0):
+                    stdin = self._stdin.get(event.call)
+                    if stdin is not None:
+                        stdin.credit(event.stdin_credit)
+                    if not (event.HasField("event") or event.done or event.error):
+                        continue
+                if event.done or event.error:  # the call is over in the agent: its stdin goes nowhere now
+                    self._release_stdin(event.call)
+                window = self._windows.get(event.call)
+                overrun = window.arrived(event) if window is not None else None
+                if overrun is None:
+                    inbox.put_nowait(event)
+                else:
+                    self._overran(event.call, inbox, overrun)
         except grpc.aio.AioRpcError as exc:
             ended = exc
         finally:
             self.close()
             inboxes, self._inboxes = self._inboxes, {}
             self._windows.clear()
+            for number in list(self._stdin):
+                self._release_stdin(number)
             for inbox in inboxes.values():
                 inbox.put_nowait(ended)
+
+    def _learn_features(self, event: Any) -> None:
+        """The agent's first message says what flow control it honours; an agent that starts with anything else
+        is of an older image, honouring none: its calls are not held to windows it would break (an honest call
+        would fail past 2 MiB of output queued, a writer would wait for stdin credit without end)."""
+        self.features = frozenset(event.features) if not event.call else frozenset()
+        if "output-credit" not in self.features:
+            self._windows.clear()
+        if "stdin-credit" not in self.features:
+            for number in list(self._stdin):
+                self._release_stdin(number)
+
+    def _release_stdin(self, number: int) -> None:
+        window = self._stdin.pop(number, None)
+        if window is not None:
+            window.release()
 
     def _overran(self, number: int, inbox: asyncio.Queue[Any], overrun: Overrun) -> None:
         """Fails a call the agent sent past its window, without waiting: its queued events are dropped (the
