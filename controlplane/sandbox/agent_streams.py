@@ -144,6 +144,8 @@ class SharedStream:
         window = self._stdin.get(number)
         if window is not None:
             await window.spend(data)
+            if window.ended:
+                return
         self.send(number, request)
 
     def took(self, number: int) -> None:
@@ -177,7 +179,9 @@ class SharedStream:
                     if not (event.HasField("event") or event.done or event.error):
                         continue
                 if event.done or event.error:  # the call is over in the agent: its stdin goes nowhere now
-                    self._release_stdin(event.call)
+                    over = self._stdin.get(event.call)
+                    if over is not None:
+                        over.release(ended=True)  # kept until the call is forgotten: later writes see it ended
                 window = self._windows.get(event.call)
                 overrun = window.arrived(event) if window is not None else None
                 if overrun is None:
@@ -204,12 +208,12 @@ class SharedStream:
             self._windows.clear()
         if "stdin-credit" not in self.features:
             for number in list(self._stdin):
-                self._release_stdin(number)
+                self._release_stdin(number, ended=False)
 
-    def _release_stdin(self, number: int) -> None:
+    def _release_stdin(self, number: int, *, ended: bool = True) -> None:
         window = self._stdin.pop(number, None)
         if window is not None:
-            window.release()
+            window.release(ended=ended)
 
     def _overran(self, number: int, inbox: asyncio.Queue[Any], overrun: Overrun) -> None:
         """Fails a call the agent sent past its window, without waiting: its queued events are dropped (the

@@ -29,6 +29,8 @@ class StdinWindow:
         self.open = True
         """False once nothing more will be credited (the call ended, or its agent honours no stdin window): writers
         no longer wait on it."""
+        self.ended = False
+        """The call is over: what a writer still has goes nowhere."""
         self._room = asyncio.Event()
         self._room.set()
 
@@ -45,7 +47,8 @@ class StdinWindow:
         if self.outstanding < STDIN_WINDOW:
             self._room.set()
 
-    def release(self) -> None:
-        """Nothing more will be credited (the call is over): a waiting writer goes on at once."""
+    def release(self, *, ended: bool) -> None:
+        """Nothing more will be credited (`ended`: the call is over): a waiting writer goes on at once."""
         self.open = False
+        self.ended = self.ended or ended
         self._room.set()
