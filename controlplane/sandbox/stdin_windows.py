@@ -19,6 +19,18 @@ STDIN_WINDOW = 1 << 20
 """Stdin bytes a call may have on their way to the command's pipe: enough to keep a command that reads fast busy
 while the credits travel, small next to what a plane holds for its many calls."""
 
+PIECE = 256 * 1024
+"""The most of a client's stdin message sent to the agent at once: a client's 1 MiB messages would otherwise fill the
+window one at a time, each waiting for the one before to be written and credited (half the throughput)."""
+
+
+def pieces(data: bytes) -> list[bytes]:
+    """`data` as the messages the agent gets (an empty message stays one: it is the client's to send)."""
+    if len(data) <= PIECE:
+        return [data]
+    view = memoryview(data)
+    return [bytes(view[at:at + PIECE]) for at in range(0, len(data), PIECE)]
+
 
 class StdinWindow:
     """One call's stdin between the plane and the command's pipe."""
