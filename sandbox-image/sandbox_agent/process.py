@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import os
 import signal
 import subprocess
@@ -42,10 +41,6 @@ FREEZE_ROUNDS = 20
 """Stop-and-scan rounds before the kill; each catches the escaped children forked since the previous one."""
 READ_SIZE = 64 * 1024
 UMASK = 0o022
-F_SETPIPE_SZ = 1031
-STDIN_PIPE_BYTES = 1 << 20
-"""A command's stdin pipe holds this much (Linux's default for an unprivileged maximum; 64 KiB otherwise): the agent
-writes it without a blocked thread, and each time the pipe fills costs a wake-up."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +119,6 @@ class Execution:
             # Written as the command reads (never a thread blocked on a full pipe: a command that does not read
             # held one of the agent's few worker threads for good, and its call could not be cancelled).
             os.set_blocking(launched.stdin, False)
-            with contextlib.suppress(OSError):  # fewer wake-ups per MiB written (best effort: a limit may refuse)
-                fcntl.fcntl(launched.stdin, F_SETPIPE_SZ, STDIN_PIPE_BYTES)
         self._stdin_writers = 0
         self._stdin_close_pending = False
         self._exit_status = launched.exit_status
