@@ -11,15 +11,18 @@ import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import grpc
 import pytest
 
-from controlplane.core.seam.messages import CommandSpec, Exited, Started
+from controlplane.core.seam.messages import CommandSpec, Exited, Output, Started
 from controlplane.sandbox.stdin_windows import STDIN_WINDOW
 from controlplane.v1 import sandbox_pb2
 from sandbox.v1 import agent_pb2
 from sandbox_agent import server
+from sandbox_agent.multiplex import multiplex
+from sandbox_agent.output_credit import Credits
 from sandbox_agent.stdin_credit import Stdin, feed
 from tests.local_agent import local_agent
 from tests.planes import Plane
@@ -167,3 +170,37 @@ async def test_an_abort_reaches_a_command_whose_stdin_is_stalled() -> None:
         await asyncio.wait_for(writer, 5)  # the call is over: the writer is let go
         with contextlib.suppress(StopAsyncIteration):
             await anext(events)
+
+
+async def test_an_agent_of_an_older_image_serves_honest_calls_without_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An image from before the hello: it names no flow control, credits no stdin and ignores output windows.
+    def without_hello(*args: Any, hello: object = None, **kwargs: Any) -> AsyncIterator[Any]:
+        return multiplex(*args, **kwargs)
+
+    def uncredited(requests: AsyncIterator[agent_pb2.ExecRequest], execution: Stdin,
+                   credit: Callable[[int], None]) -> Coroutine[None, None, None]:
+        return feed(requests, execution, lambda _size: None)
+
+    opened = Credits.open
+    monkeypatch.setattr(server, "multiplex", without_hello)
+    monkeypatch.setattr(server, "feed", uncredited, raising=False)
+    monkeypatch.setattr(Credits, "open", lambda self, call, window: opened(self, call, 0))
+    data = bytes(range(256)) * (32 * MIB // 256)
+    async with local_agent("a.sock") as (client, _, _root):
+        stream = await client.exec(CommandSpec(argv=["cat"], stdin=True))
+        for at in range(0, len(data), MIB):  # all of it before any output is read: nothing waits for credit
+            await asyncio.wait_for(stream.write_stdin(data[at:at + MIB]), 5)
+        await stream.close_stdin()
+        await asyncio.sleep(1)  # its output piles up unread: on main, past the window, the call was failed
+        out, exited = bytearray(), None
+        async for event in stream.events():
+            if isinstance(event, Output):
+                out += event.data
+            elif isinstance(event, Exited):
+                exited = event
+        assert exited is not None
+        assert exited.exit_code == 0
+        assert bytes(out) == data
+        shared = client._exec_stream
+        assert shared is not None
+        assert shared.features == frozenset()
