@@ -24,6 +24,7 @@ from controlplane.errors import (
     SandboxLostError,
 )
 from controlplane.sandbox.call_windows import WINDOW, CallWindow, Overrun, largest_event
+from controlplane.sandbox.held_output import HeldOutput
 from controlplane.sandbox.stdin_windows import StdinWindow
 from controlplane.telemetry.remote import AgentCallSpan
 
@@ -108,6 +109,8 @@ class SharedStream:
         self._stdin: dict[int, StdinWindow] = {}
         self.features: frozenset[str] | None = None
         """The flow control the agent honours, from the stream's first message (None: not arrived yet)."""
+        self._held: HeldOutput | None = None
+        """For an agent that honours no output window: the reader's own bound on each call's queue."""
         self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
@@ -150,6 +153,8 @@ class SharedStream:
 
     def took(self, number: int) -> None:
         """The call's consumer took its oldest event: more room for the call, once enough was taken."""
+        if self._held is not None:
+            self._held.took(number)
         window = self._windows.get(number)
         grant = window.took() if window is not None else 0
         if grant and self.open:
@@ -157,6 +162,8 @@ class SharedStream:
 
     def forget(self, number: int, *, cancel: bool) -> None:
         self._windows.pop(number, None)
+        if self._held is not None:
+            self._held.drop(number)
         self._release_stdin(number)
         if self._inboxes.pop(number, None) is not None and cancel and self.open:
             self._outbox.put_nowait(self._request_type(call=number, cancel=True))
@@ -186,6 +193,8 @@ class SharedStream:
                 overrun = window.arrived(event) if window is not None else None
                 if overrun is None:
                     inbox.put_nowait(event)
+                    if self._held is not None:
+                        await self._held.arrived(event.call, event)
                 else:
                     self._overran(event.call, inbox, overrun)
         except grpc.aio.AioRpcError as exc:
@@ -206,6 +215,7 @@ class SharedStream:
         self.features = frozenset(event.features) if not event.call else frozenset()
         if "output-credit" not in self.features:
             self._windows.clear()
+            self._held = HeldOutput()
         if "stdin-credit" not in self.features:
             for number in list(self._stdin):
                 self._release_stdin(number, ended=False)
@@ -224,6 +234,8 @@ class SharedStream:
         self.forget(number, cancel=True)
 
     def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
         if self.open:
             self.open = False
             self._outbox.put_nowait(END)

@@ -12,13 +12,16 @@ import pytest
 
 from controlplane.core.seam.messages import Output
 from controlplane.sandbox.agent_client import StreamedExec
+from controlplane.sandbox.agent_streams import SharedStream
 from controlplane.sandbox.call_windows import SLACK, WINDOW
+from controlplane.sandbox.held_output import HOLD
 from controlplane.sandbox.stdin_windows import STDIN_WINDOW, StdinWindow
 from sandbox.v1 import agent_pb2
 from sandbox_agent.stdin_credit import FEATURES, stdin_cost
 from tests.unit.test_call_windows import ScriptedAgent, command, new_stream, requests_sent, settle
 
 CHUNK = 64 * 1024
+MIB = 1 << 20
 
 
 def stdin_sent(outbox: asyncio.Queue[object], call: int) -> list[bytes]:
@@ -119,7 +122,6 @@ async def test_an_older_agent_is_held_to_no_window_it_does_not_honour() -> None:
     agent = ScriptedAgent()
     agent.events.get_nowait()  # an image from before the hello: its first message is a call's event
     outbox: asyncio.Queue[object] = asyncio.Queue()
-    from controlplane.sandbox.agent_streams import SharedStream
     stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
     call = command(stream)
     requests_sent(outbox)
@@ -145,7 +147,6 @@ async def test_a_writer_before_the_hello_is_counted_and_the_hello_keeps_it() -> 
     hello = agent.events.get_nowait()
     assert list(hello.features) == list(FEATURES)
     outbox: asyncio.Queue[object] = asyncio.Queue()
-    from controlplane.sandbox.agent_streams import SharedStream
     stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
     call = command(stream)
     flood = await fill(call)  # the client's stdin arrives before the agent said anything
@@ -156,3 +157,37 @@ async def test_a_writer_before_the_hello_is_counted_and_the_hello_keeps_it() -> 
     assert not flood.done()  # still held: the agent honours the window
     flood.cancel()
     stream.close()
+
+
+async def test_an_agent_honouring_no_output_window_is_held_by_the_reader_not_failed() -> None:
+    agent = ScriptedAgent()
+    agent.events.get_nowait()  # no hello: an older image, or a hostile agent that says nothing
+    outbox: asyncio.Queue[object] = asyncio.Queue()
+    stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
+    call = command(stream)
+    flood = (HOLD + 4 * MIB) // CHUNK
+    for _ in range(flood):
+        agent.output(1)
+    await settle()
+    held = stream._inboxes[1].qsize()
+    assert held * CHUNK <= HOLD + CHUNK  # on main: the call failed past 2 MiB; without the hold: all 12 MiB queued
+    assert not agent.events.empty()  # the rest waits in the agent's stream, unread
+    events = call.events()
+    for _ in range(flood):  # taken, every event arrives: nothing is failed or lost
+        assert isinstance(await asyncio.wait_for(anext(events), 1), Output)
+    await events.aclose()  # type: ignore[attr-defined]
+    # Another call nobody reads holds the reader (and so the sandbox's other calls) until the stream closes.
+    unread, behind = command(stream), command(stream)
+    for _ in range(flood):
+        agent.output(2)
+    agent.output(3, 10)
+    await settle()
+    assert stream._inboxes[3].empty()
+    stream.close()
+    for _ in range(50 * flood):
+        if not stream._inboxes[3].empty():
+            break
+        await asyncio.sleep(0)
+    assert stream._inboxes[3].qsize() == 1  # let go: a closed stream's reader waits on no consumer
+    unread.cancel()
+    behind.cancel()
