@@ -153,10 +153,10 @@ class SharedStream:
 
     def took(self, number: int) -> None:
         """The call's consumer took its oldest event: more room for the call, once enough was taken."""
-        if self._held is not None:
-            self._held.took(number)
         window = self._windows.get(number)
         grant = window.took() if window is not None else 0
+        if self._held is not None:
+            grant = self._held.took(number)
         if grant and self.open:
             self._outbox.put_nowait(self._request_type(call=number, credit=grant))
 

@@ -37,11 +37,16 @@ class HeldOutput:
             self._taken.clear()
             await self._taken.wait()
 
-    def took(self, call: int) -> None:
+    def took(self, call: int) -> int:
+        """The consumer took the call's oldest event: its size, to grant back (an agent of the image before the
+        hello honours the window it was given at the start, and waits for these grants)."""
         sizes = self._sizes.get(call)
-        if sizes:
-            self._queued[call] -= sizes.popleft()
-            self._taken.set()
+        if not sizes:
+            return 0
+        size = sizes.popleft()
+        self._queued[call] -= size
+        self._taken.set()
+        return size
 
     def drop(self, call: int) -> None:
         """The call is forgotten: its queue no longer counts (a reader waiting on it goes on)."""

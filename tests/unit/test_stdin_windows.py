@@ -173,8 +173,12 @@ async def test_an_agent_honouring_no_output_window_is_held_by_the_reader_not_fai
     assert held * CHUNK <= HOLD + CHUNK  # on main: the call failed past 2 MiB; without the hold: all 12 MiB queued
     assert not agent.events.empty()  # the rest waits in the agent's stream, unread
     events = call.events()
+    requests_sent(outbox)
     for _ in range(flood):  # taken, every event arrives: nothing is failed or lost
         assert isinstance(await asyncio.wait_for(anext(events), 1), Output)
+    # What was taken is granted back all the same: the image before the hello honours its start window.
+    grants = [r.credit for r in requests_sent(outbox) if r.call == 1 and not r.HasField("request")]
+    assert sum(grants) >= (flood - 1) * CHUNK
     await events.aclose()  # type: ignore[attr-defined]
     # Another call nobody reads holds the reader (and so the sandbox's other calls) until the stream closes.
     unread, behind = command(stream), command(stream)
