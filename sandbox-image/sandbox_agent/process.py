@@ -305,8 +305,8 @@ class Execution:
             self._stdin_close_pending = True
         finally:
             self._stdin_writers -= 1
-        if self._stdin_close_pending:
-            self.close_stdin()
+            if self._stdin_close_pending:  # also when the write is cancelled (its call ended) while it waited
+                self.close_stdin()
 
     def close_stdin(self) -> None:
         self._stdin_close_pending = True
