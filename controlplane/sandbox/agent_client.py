@@ -42,6 +42,7 @@ from controlplane.sandbox.agent_frames import SharedStreams
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.pinned_socket import PinnedSocket
 from controlplane.sandbox.rule_encoding import encode_rules
+from controlplane.sandbox.stdin_windows import pieces
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2, agent_pb2_grpc
 from sandbox_agent.frames import frames_path
@@ -91,7 +92,10 @@ class StreamedExec(SharedCall, ExecStream):
         return self._events()
 
     async def write_stdin(self, data: bytes) -> None:
-        self._stream.send(self._number, agent_pb2.ExecRequest(stdin=data))
+        # Waits while the call's stdin window is used up (stdin_windows.py): what a client streams into a command
+        # that does not read stays with the client, not in the plane.
+        for piece in pieces(data):
+            await self._stream.send_stdin(self._number, agent_pb2.ExecRequest(stdin=piece), piece)
 
     async def close_stdin(self) -> None:
         self._stream.send(self._number, agent_pb2.ExecRequest(close_stdin=agent_pb2.CloseStdin()))

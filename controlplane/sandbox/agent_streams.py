@@ -25,6 +25,8 @@ from controlplane.errors import (
     SandboxLostError,
 )
 from controlplane.sandbox.call_windows import GRANT_EVERY, WINDOW, CallWindow, Overrun, largest_event
+from controlplane.sandbox.held_output import HeldOutput
+from controlplane.sandbox.stdin_windows import StdinWindow
 from controlplane.telemetry.remote import AgentCallSpan
 
 END = object()
@@ -107,6 +109,11 @@ class SharedStream:
         self._windows: dict[int, CallWindow] = {}
         self._shares: dict[int, CallShare] = {}
         """Calls whose windows come from their tenant's budget (controlplane.core.calls.output_budget)."""
+        self._stdin: dict[int, StdinWindow] = {}
+        self.features: frozenset[str] | None = None
+        """The flow control the agent honours, from the stream's first message (None: not arrived yet)."""
+        self._held: HeldOutput | None = None
+        """For an agent that honours no output window: the reader's own bound on each call's queue."""
         self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
@@ -125,11 +132,18 @@ class SharedStream:
         number = next(self._numbers)
         inbox = self._inboxes[number] = asyncio.Queue()
         window = WINDOW
-        if share is None:
-            self._windows[number] = CallWindow(self._largest)
-        else:  # every taken byte goes to the share, which batches the grants itself
-            window = share.window
-            self._windows[number], self._shares[number] = CallWindow(self._largest, window, 1), share
+        # Until the agent said what it honours, a call is counted as if it honoured both: an agent of this version
+        # says so before anything else, and an older one's first event lifts what it ignores.
+        if self.features is None or "output-credit" in self.features:
+            if share is None:
+                self._windows[number] = CallWindow(self._largest)
+            else:  # every taken byte goes to the share, which batches the grants itself
+                window = share.window
+                self._windows[number], self._shares[number] = CallWindow(self._largest, window, 1), share
+        elif share is not None:  # an agent without windows is held by the reader (held_output), not by a budget
+            share.close()
+        if self.features is None or "stdin-credit" in self.features:
+            self._stdin[number] = StdinWindow()
         self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata),
                                                    credit=window))
         return number, inbox
@@ -138,6 +152,16 @@ class SharedStream:
         if number in self._inboxes:
             self._outbox.put_nowait(self._request_type(call=number, request=request))
 
+    async def send_stdin(self, number: int, request: Any, data: bytes) -> None:
+        """Sends a command's stdin once its window has room (at once where the agent honours none); dropped when
+        the call ended meanwhile."""
+        window = self._stdin.get(number)
+        if window is not None:
+            await window.spend(data)
+            if window.ended:
+                return
+        self.send(number, request)
+
     def took(self, number: int) -> None:
         """The call's consumer took its oldest event: more room for the call, once enough was taken."""
         window = self._windows.get(number)
@@ -145,6 +169,8 @@ class SharedStream:
         share = self._shares.get(number)
         if grant and share is not None:
             grant = share.taken(grant)
+        if self._held is not None:
+            grant = self._held.took(number)
         if grant and self.open:
             self._outbox.put_nowait(self._request_type(call=number, credit=grant))
 
@@ -153,6 +179,9 @@ class SharedStream:
         share = self._shares.pop(number, None)
         if share is not None:
             share.close()
+        if self._held is not None:
+            self._held.drop(number)
+        self._release_stdin(number)
         if self._inboxes.pop(number, None) is not None and cancel and self.open:
             self._outbox.put_nowait(self._request_type(call=number, cancel=True))
 
@@ -160,24 +189,66 @@ class SharedStream:
         ended: grpc.aio.AioRpcError | None = None
         try:
             async for event in self._call:
+                if self.features is None:
+                    self._learn_features(event)
+                if not event.call:  # the agent's hello (a later one changes nothing)
+                    continue
                 inbox = self._inboxes.get(event.call)
-                if inbox is not None:
-                    overrun = self._windows[event.call].arrived(event)
-                    if overrun is None:
-                        inbox.put_nowait(event)
-                    else:
-                        self._overran(event.call, inbox, overrun)
+                if inbox is None:
+                    continue
+                if getattr(event, "stdin_credit", 0):
+                    stdin = self._stdin.get(event.call)
+                    if stdin is not None:
+                        stdin.credit(event.stdin_credit)
+                    if not (event.HasField("event") or event.done or event.error):
+                        continue
+                if event.done or event.error:  # the call is over in the agent: its stdin goes nowhere now
+                    over = self._stdin.get(event.call)
+                    if over is not None:
+                        over.release(ended=True)  # kept until the call is forgotten: later writes see it ended
+                window = self._windows.get(event.call)
+                overrun = window.arrived(event) if window is not None else None
+                if overrun is None:
+                    inbox.put_nowait(event)
+                    if self._held is not None:
+                        await self._held.arrived(event.call, event)
+                else:
+                    self._overran(event.call, inbox, overrun)
         except grpc.aio.AioRpcError as exc:
             ended = exc
         finally:
             self.close()
             inboxes, self._inboxes = self._inboxes, {}
             self._windows.clear()
-            shares, self._shares = self._shares, {}
-            for share in shares.values():
-                share.close()
+            self._close_shares()
+            for number in list(self._stdin):
+                self._release_stdin(number)
             for inbox in inboxes.values():
                 inbox.put_nowait(ended)
+
+    def _learn_features(self, event: Any) -> None:
+        """The agent's first message says what flow control it honours; an agent that starts with anything else
+        is of an older image, honouring none: its calls are not held to windows it would break (an honest call
+        would fail past 2 MiB of output queued, a writer would wait for stdin credit without end)."""
+        self.features = frozenset(event.features) if not event.call else frozenset()
+        if "output-credit" not in self.features:
+            self._windows.clear()
+            self._close_shares()
+            self._held = HeldOutput()
+        if "stdin-credit" not in self.features:
+            for number in list(self._stdin):
+                self._release_stdin(number, ended=False)
+
+    def _close_shares(self) -> None:
+        """The budgeted calls' windows go back to their tenants' budgets."""
+        shares, self._shares = self._shares, {}
+        for share in shares.values():
+            share.close()
+
+    def _release_stdin(self, number: int, *, ended: bool = True) -> None:
+        window = self._stdin.pop(number, None)
+        if window is not None:
+            window.release(ended=ended)
 
     def _overran(self, number: int, inbox: asyncio.Queue[Any], overrun: Overrun) -> None:
         """Fails a call the agent sent past its window, without waiting: its queued events are dropped (the
@@ -188,6 +259,8 @@ class SharedStream:
         self.forget(number, cancel=True)
 
     def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
         if self.open:
             self.open = False
             self._outbox.put_nowait(END)

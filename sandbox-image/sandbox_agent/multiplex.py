@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -36,6 +37,9 @@ class Routed(Generic[Inner]):
     """With `start`: the call's window of bytes (0: no limit); alone: more room (output_credit)."""
 
 
+call_aside: ContextVar[Callable[..., None]] = ContextVar("call_aside")
+"""In a call's task (and the tasks it starts): sends a message of the shared stream for the call beside its events
+(`wrap`'s fields, no event), without waiting on its window: what the call's stdin credit goes down in."""
 MAX_QUEUED = 64
 """Events (an output chunk is at most 64 KiB) queued on the shared stream before the calls feeding it wait."""
 CallRunner = Callable[[AsyncIterator[Inner], dict[str, str]], AsyncIterator[Event]]
@@ -46,6 +50,7 @@ Wrap = Callable[..., Outer]
 async def multiplex(
     requests: AsyncIterator[Routed[Inner]], opens: Callable[[Inner], bool], run_call: CallRunner[Inner, Event],
     wrap: Wrap[Outer], keep: set[asyncio.Task[Any]], *, cancel_on_hang_up: bool, is_final: Callable[[Event], bool],
+    hello: Outer | None = None,
 ) -> AsyncIterator[Outer]:
     """The shared stream's events; `keep` holds calls still finishing after the stream went away.
 
@@ -55,6 +60,8 @@ async def multiplex(
     A call is hung up by its `cancel` or by the end of the shared stream. `cancel_on_hang_up`: its task is
     cancelled, as gRPC cancels the handler of a cancelled call (Exec, whose requests may end early and
     normally); otherwise its requests end, which the call reads as an abort (RunTool).
+
+    `hello` goes first, once the first request arrived (before any event of a call): what the agent offers.
     """
     events: asyncio.Queue[Outer | None] = asyncio.Queue()
     room = asyncio.Event()
@@ -83,6 +90,7 @@ async def multiplex(
             while (request := await inbox.get()) is not None:
                 yield request
 
+        call_aside.set(lambda **fields: events.put_nowait(wrap(number, **fields)))
         try:
             done = False
             async for event in run_call(requests_of_call(), trace):
@@ -100,8 +108,12 @@ async def multiplex(
             events.put_nowait(None)  # wakes the stream up, in case this was the last call
 
     async def dispatch() -> None:
+        said_hello = False
         try:
             async for routed in requests:
+                if hello is not None and not said_hello:
+                    said_hello = True
+                    events.put_nowait(hello)
                 if routed.request is None and routed.credit:
                     credits.top_up(routed.call, routed.credit)
                 elif routed.call in inboxes:

@@ -115,6 +115,10 @@ class Execution:
         self._abort_reason = ""
         self.finished = False
         self._stdin = launched.stdin
+        if launched.stdin is not None:
+            # Written as the command reads (never a thread blocked on a full pipe: a command that does not read
+            # held one of the agent's few worker threads for good, and its call could not be cancelled).
+            os.set_blocking(launched.stdin, False)
         self._stdin_writers = 0
         self._stdin_close_pending = False
         self._exit_status = launched.exit_status
@@ -293,16 +297,16 @@ class Execution:
         fd = self._stdin
         if fd is None or self._stdin_close_pending:
             return
-        # The fd stays open while a thread writes to it: its number must not be reused under the write.
+        # The fd stays open while a write waits on it: its number must not be reused under the write.
         self._stdin_writers += 1
         try:
-            await asyncio.to_thread(_write_all, fd, data)
+            await _write_all(self._loop, fd, data)
         except OSError:
             self._stdin_close_pending = True
         finally:
             self._stdin_writers -= 1
-        if self._stdin_close_pending:
-            self.close_stdin()
+            if self._stdin_close_pending:  # also when the write is cancelled (its call ended) while it waited
+                self.close_stdin()
 
     def close_stdin(self) -> None:
         self._stdin_close_pending = True
@@ -507,8 +511,23 @@ def _close_fds(fds: Iterable[int]) -> None:
             os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+async def _write_all(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
+    """Writes `data` into the non-blocking `fd` as the pipe takes it (OSError: the reader is gone)."""
     view = memoryview(data)
     while view:
-        written = os.write(fd, view)
-        view = view[written:]
+        try:
+            view = view[os.write(fd, view):]
+            continue
+        except BlockingIOError:
+            pass
+        ready = loop.create_future()
+        loop.add_writer(fd, _settle, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(fd)
+
+
+def _settle(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)

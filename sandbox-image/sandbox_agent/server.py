@@ -20,11 +20,12 @@ from sandbox_agent.egress_forwarder import EgressForwarder, NetworkStartError, p
 from sandbox_agent.errors import AgentError, ExhaustedError, SpawnError, WorkspacePathError
 from sandbox_agent.file_rpcs import FileRpcs
 from sandbox_agent.helper_temps import Announced, collect, stop_and_clean
-from sandbox_agent.multiplex import is_start, multiplex, routed
+from sandbox_agent.multiplex import call_aside, is_start, multiplex, routed
 from sandbox_agent.process import Chunk, ExecSpec, Execution, Exit, Identity
 from sandbox_agent.rpc_status import Code, RequestsLostError
 from sandbox_agent.saved_outputs import resource_error
 from sandbox_agent.server_identity import is_bun_server, start_bun_server
+from sandbox_agent.stdin_credit import FEATURES, feed
 from sandbox_agent.tool_calls import ToolCalls
 from sandbox_agent.tools.base import ToolError
 from sandbox_agent.tools.runner import ToolRunner
@@ -151,7 +152,8 @@ class SandboxAgentService:
             return self._exec(requests, trace.items())
 
         async for event in multiplex(routed(request_iterator), is_start, run_call, _exec_many_event,
-                                     self._background, cancel_on_hang_up=True, is_final=_is_exit):
+                                     self._background, cancel_on_hang_up=True, is_final=_is_exit,
+                                     hello=agent_pb2.ExecManyEvent(features=FEATURES)):
             yield event
 
     async def _exec(
@@ -176,7 +178,9 @@ class SandboxAgentService:
         if span is not None:
             span.set("process.pid", execution.pid)
         self._running.add(execution)
-        pump = asyncio.ensure_future(_pump_requests(requests, execution))
+        aside = call_aside.get(None)
+        credit = (lambda size: aside(stdin_credit=size)) if aside is not None else (lambda size: None)
+        pump = asyncio.ensure_future(feed(requests, execution, credit))
         seq = 0
         try:
             seq += 1
@@ -362,20 +366,9 @@ def _is_exit(event: agent_pb2.ExecEvent) -> bool:
 
 
 def _exec_many_event(call: int, event: agent_pb2.ExecEvent | None = None, done: bool = False, error: str = "",
-                     code: str = "") -> agent_pb2.ExecManyEvent:
-    return agent_pb2.ExecManyEvent(call=call, event=event, done=done, error=error, code=code)
-
-
-async def _pump_requests(requests: AsyncIterator[agent_pb2.ExecRequest], execution: Execution) -> None:
-    with contextlib.suppress(RequestsLostError, asyncio.InvalidStateError):
-        async for request in requests:
-            kind = request.WhichOneof("msg")
-            if kind == "stdin":
-                await execution.write_stdin(request.stdin)
-            elif kind == "close_stdin":
-                execution.close_stdin()
-            elif kind == "abort":
-                execution.stop(reason=request.abort.reason or "aborted")
+                     code: str = "", stdin_credit: int = 0) -> agent_pb2.ExecManyEvent:
+    return agent_pb2.ExecManyEvent(call=call, event=event, done=done, error=error, code=code,
+                                   stdin_credit=stdin_credit)
 
 
 async def _feed(

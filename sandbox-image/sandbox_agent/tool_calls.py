@@ -30,6 +30,7 @@ from sandbox_agent.saved_outputs import (
     SpooledText,
     new_name,
 )
+from sandbox_agent.stdin_credit import FEATURES
 from sandbox_agent.tools.base import Attachment, SessionState, ToolContext, ToolError, ToolOutput, ToolRun
 from sandbox_agent.tools.paths import with_real_spellings
 from sandbox_agent.tools.runner import ToolRunner
@@ -260,7 +261,8 @@ class ToolCalls:
             return self.run(call_requests, tracing.recorder_from_metadata(trace.items()))
 
         async for event in multiplex(routed(requests), is_start, run_call, wrap, self._detached,
-                                     cancel_on_hang_up=False, is_final=_is_end):
+                                     cancel_on_hang_up=False, is_final=_is_end,
+                                     hello=agent_pb2.RunToolsEvent(features=FEATURES)):
             yield event
 
     def _custom_run(self, tool_id: str, abort: asyncio.Event, on_log: LogFn) -> ToolRun:

@@ -22,6 +22,7 @@ from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.sandbox.call_windows import SLACK, WINDOW
 from sandbox.v1 import agent_pb2
 from sandbox_agent.frames import HEADER, MESSAGE, frame
+from sandbox_agent.stdin_credit import FEATURES
 from tests.local_agent import local_agent
 from tests.planes import short_tmp
 
@@ -82,6 +83,8 @@ async def hostile_agent(serve: Serve) -> AsyncIterator[tuple[GrpcSandboxAgent, l
 
         collecting = asyncio.ensure_future(collect())
         try:
+            # As an agent of this version starts its stream: it says it honours the windows it then ignores.
+            writer.write(frame(MESSAGE, agent_pb2.ExecManyEvent(features=FEATURES).SerializeToString()))
             await serve(reader, writer)
             await collecting
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -19,6 +19,7 @@ from controlplane.sandbox.call_windows import GRANT_EVERY, SLACK, WINDOW
 from controlplane.telemetry.remote import AgentCallSpan
 from sandbox.v1 import agent_pb2
 from sandbox_agent.output_credit import charge
+from sandbox_agent.stdin_credit import FEATURES
 
 CHUNK = 64 * 1024
 
@@ -28,6 +29,7 @@ class ScriptedAgent:
 
     def __init__(self) -> None:
         self.events: asyncio.Queue[Any] = asyncio.Queue()
+        self.events.put_nowait(agent_pb2.ExecManyEvent(features=FEATURES))  # as an agent of this version starts
         self.cancelled = False
 
     def __aiter__(self) -> AsyncIterator[Any]:

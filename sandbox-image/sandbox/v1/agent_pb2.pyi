@@ -507,6 +507,8 @@ class ExecManyEvent(_message.Message):
     DONE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     CODE_FIELD_NUMBER: _builtins.int
+    STDIN_CREDIT_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     call: _builtins.int
     done: _builtins.bool
     """Set on the call's last message: its events have ended (with `exited` or after it, or with `error`).
@@ -517,8 +519,21 @@ class ExecManyEvent(_message.Message):
     (INVALID_ARGUMENT, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ...).
     """
     code: _builtins.str
+    stdin_credit: _builtins.int
+    """Stdin flow control (sandbox_agent/stdin_credit.py): bytes of the call's stdin (each message counted as its
+    data plus a fixed cost) the agent has written into the command's stdin pipe, or dropped (stdin closed or
+    never opened), since its last credit. Alone (no event). The control plane sends at most a window of stdin
+    ahead of these credits.
+    """
     @_builtins.property
     def event(self) -> Global___ExecEvent: ...
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only on the stream's first message (call 0, no event): what flow control this agent honours ("output-credit":
+        the `credit` window of each call's events; "stdin-credit": `stdin_credit` above). An agent that sends no such
+        message (an older image) honours neither, and the control plane keeps to what it supports.
+        """
+
     def __init__(
         self,
         *,
@@ -527,10 +542,12 @@ class ExecManyEvent(_message.Message):
         done: _builtins.bool = ...,
         error: _builtins.str = ...,
         code: _builtins.str = ...,
+        stdin_credit: _builtins.int = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "code", b"code", "done", b"done", "error", b"error", "event", b"event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "code", b"code", "done", b"done", "error", b"error", "event", b"event", "features", b"features", "stdin_credit", b"stdin_credit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -871,6 +888,7 @@ class RunToolsEvent(_message.Message):
     EVENT_FIELD_NUMBER: _builtins.int
     DONE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     call: _builtins.int
     done: _builtins.bool
     """Set on the call's last message: its events have ended (with `result` or `failed`, or after them, or
@@ -880,6 +898,10 @@ class RunToolsEvent(_message.Message):
     """Why the call was refused (a malformed call: the control plane raises INVALID_ARGUMENT)."""
     @_builtins.property
     def event(self) -> Global___RunToolEvent: ...
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only on the stream's first message (call 0, no event): as ExecManyEvent.features."""
+
     def __init__(
         self,
         *,
@@ -887,10 +909,11 @@ class RunToolsEvent(_message.Message):
         event: Global___RunToolEvent | None = ...,
         done: _builtins.bool = ...,
         error: _builtins.str = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "done", b"done", "error", b"error", "event", b"event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "done", b"done", "error", b"error", "event", b"event", "features", b"features"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
