@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from controlplane.core.calls.output_budget import OutputBudget, drawing_from
 from controlplane.core.seam.messages import Output
 from controlplane.sandbox.agent_client import StreamedExec
 from controlplane.sandbox.agent_streams import SharedStream
@@ -195,3 +196,25 @@ async def test_an_agent_honouring_no_output_window_is_held_by_the_reader_not_fai
     assert stream._inboxes[3].qsize() == 1  # let go: a closed stream's reader waits on no consumer
     unread.cancel()
     behind.cancel()
+
+
+async def test_a_budgeted_call_on_a_stream_without_output_windows_gives_its_share_back() -> None:
+    """A tenant's budget (output_budget.py) must not keep the windows of calls whose agent honours none: each such
+    call would hold a full window of the budget until it ended, and the tenant's other calls start at the floor."""
+    budget = OutputBudget()
+    agent = ScriptedAgent()
+    agent.events.get_nowait()  # an image from before the hello
+    outbox: asyncio.Queue[object] = asyncio.Queue()
+    stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
+    with drawing_from(budget):
+        early = command(stream)  # counted as windowed until the agent's first message says otherwise
+    assert budget.used == WINDOW
+    agent.output(1, 10)
+    await settle()
+    assert budget.used == 0
+    with drawing_from(budget):
+        late = command(stream)  # the stream is known to have no windows: its share goes back at once
+    assert budget.used == 0
+    early.cancel()
+    late.cancel()
+    stream.close()
