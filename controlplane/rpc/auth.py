@@ -4,6 +4,8 @@ the streams it opened (token_watch)."""
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -13,7 +15,7 @@ from controlplane.core.permissions.audit import AuditEntry, AuditLog, CoalescedR
 from controlplane.core.sessions.models import Tenant
 from controlplane.core.tenants.quota import Slot, TenantQuotas
 from controlplane.core.tenants.records import TokenDirectory, token_too_long
-from controlplane.core.tenants.refusals import HELD_STREAM_BYTES, RefusalGate
+from controlplane.core.tenants.refusals import HELD_STREAM_BYTES, MAX_TOKEN_REFUSAL_BYTES, RefusalGate
 from controlplane.errors import ControlPlaneError, UnauthenticatedError
 from controlplane.rpc.errors import abort_with
 from controlplane.rpc.token_watch import StreamGuard
@@ -74,7 +76,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._quotas = quotas or TenantQuotas.unlimited()
         self._guard = StreamGuard(authenticator.directory, audit)
         self._refusals = CoalescedRefusals(audit or NoAudit())
-        self._token_refusals = RefusalGate(forget_idle=True)
+        self._token_refusals = RefusalGate(forget_idle=True, max_total_bytes=MAX_TOKEN_REFUSAL_BYTES)
         """Refused tokens' answers, held on a schedule per client address (a retry loop with a wrong token
         made as many refusals a second as it could send)."""
 
@@ -174,42 +176,51 @@ def _streaming(
 
 
 def peer_host(peer: str) -> str:
-    """The address a call came from without its port (`ipv4:10.0.0.1:5000` -> `ipv4:10.0.0.1`): a client
-    opens as many connections, and ports, as it likes."""
+    """Where a call came from, as a client cannot multiply it: the address without its port
+    (`ipv4:10.0.0.1:5000` -> `ipv4:10.0.0.1`; a client opens as many connections, and ports, as it likes), and
+    for IPv6 the /64 it is in (one host is commonly given a whole /64, so its addresses are many)."""
     kind, _, address = peer.partition(":")
-    if kind in ("ipv4", "ipv6"):
+    if kind == "ipv4":
         return f"{kind}:{address.rpartition(':')[0]}"
+    if kind == "ipv6":  # gRPC writes `ipv6:[::1]:5000`, or with the brackets percent-encoded
+        host = urllib.parse.unquote(address).rpartition(":")[0].strip("[]").partition("%")[0]
+        try:
+            parsed = ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"ipv6:{host}"
+        if parsed.ipv4_mapped is not None:  # a dual-stack listener's IPv4 client: its own address, not ::/64
+            return f"ipv4:{parsed.ipv4_mapped}"
+        return f"ipv6:{ipaddress.IPv6Network((parsed, 64), strict=False)}"
     return peer
 
 
 def _rejecting(
     handler: grpc.RpcMethodHandler[Any, Any], message: str, gate: RefusalGate,
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    async def held(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        # Held on the client address's schedule: a request stream at its window's worst case, a request
-        # message at its size twice (parsed, and gRPC's bytes off the wire). Past the bounds, at once.
-        size = HELD_STREAM_BYTES if handler.request_streaming else 2 * int(getattr(request, "ByteSize", int)())
-        await gate.hold(peer_host(context.peer() or ""), size)
+    """A refusal that never reads the request. Every kind of call gets a request-streaming handler: gRPC reads
+    a unary call's message whole before its handler runs, so a refused CreateSession's archive was taken off the
+    wire and parsed first (anyone reaching the port, with no token, grew the plane by GiB: 8 clients sending
+    48 MiB archives, +2.9 GiB). Unread, a request stays in the client's window (HTTP/2's 64 KiB a stream, the
+    server's BDP probing being off) and each refusal counts at that worst case."""
 
-    async def reject(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await held(request, context)
+    async def held(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await gate.hold(peer_host(context.peer() or ""), HELD_STREAM_BYTES)
+
+    async def reject(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await held(context)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    async def reject_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    async def reject_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         # Interceptors that wrap streaming handlers (tracing) iterate them, so this must be a generator.
-        await held(request, context)
+        await held(context)
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield  # pragma: no cover - abort raises
 
-    kinds = (handler.request_streaming, handler.response_streaming)
-    factory = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }[kinds]
-    return factory(
-        reject_stream if handler.response_streaming else reject,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
+    if handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(
+            reject_stream, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.stream_unary_rpc_method_handler(
+        reject, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer,
     )

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from controlplane.core.tenants.refusals import RefusalGate
+from controlplane.rpc.auth import peer_host
 
 PAUSE = 0.05
 RATE = 50.0
@@ -110,3 +111,32 @@ async def test_a_gate_keyed_by_client_address_keeps_no_schedule_once_its_refusal
 def test_a_schedule_needs_a_rate_and_a_burst() -> None:
     with pytest.raises(ValueError, match="rate"):
         RefusalGate(rate=0)
+
+
+async def test_keys_without_a_closed_set_are_bounded_together() -> None:
+    """Client addresses: a client with many of them held each one's bound (8 addresses, +209 MiB)."""
+    gate = RefusalGate(pause_s=PAUSE, rate=RATE, burst=BURST, max_held_bytes=300, max_total_bytes=500,
+                       forget_idle=True)
+    loop = asyncio.get_running_loop()
+    first = [asyncio.ensure_future(gate.hold(f"ipv4:10.0.0.{i}", 200)) for i in range(2)]
+    await asyncio.sleep(0)
+    assert gate.total_bytes() == 400
+    asked = loop.time()
+    await gate.hold("ipv4:10.0.0.9", 200)  # under its own address's bound, past all of them together
+    assert loop.time() - asked < PAUSE / 2
+    await asyncio.gather(*first)
+    assert gate.total_bytes() == 0
+    took = await _answered_at(gate, "ipv4:10.0.0.9", 1, 200)  # with room again, held as before
+    assert took[0] >= PAUSE * 0.9
+
+
+@pytest.mark.parametrize(("peer", "key"), [
+    ("ipv4:10.0.0.1:5000", "ipv4:10.0.0.1"),
+    ("ipv6:[2001:db8:1:2:3:4:5:6]:443", "ipv6:2001:db8:1:2::/64"),
+    ("ipv6:%5B2001:db8:1:2:ffff::9%5D:443", "ipv6:2001:db8:1:2::/64"),
+    ("ipv6:[::ffff:10.1.2.3]:9", "ipv4:10.1.2.3"),
+    ("unix:/run/plane.sock", "unix:/run/plane.sock"),
+])
+def test_a_client_is_known_by_what_it_cannot_multiply(peer: str, key: str) -> None:
+    """An IPv6 client is commonly given a /64; a dual-stack listener's IPv4 clients are each their own."""
+    assert peer_host(peer) == key

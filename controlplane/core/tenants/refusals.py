@@ -49,6 +49,9 @@ nothing, 200 held Exec streams each sending 8 MiB at once grew the plane by 2.4 
 grew each stream's window to the whole message; the plane's server turns that probing off (controlplane.rpc.
 server.RECEIVE_WINDOW_OPTIONS), which leaves each stream HTTP/2's 64 KiB window: measured at 120 KiB a held
 stream with its state and frames, so 256 KiB is a worst case with room, and MAX_HELD of them fit the byte bound."""
+MAX_TOKEN_REFUSAL_BYTES = 2 * MAX_HELD_BYTES
+"""Refused tokens' held bytes from every client address together: two addresses' worth (a client with many
+addresses held 64 MiB on each: 8 loopback addresses, +209 MiB). Past it, a refusal is answered at once."""
 
 
 @dataclass
@@ -64,7 +67,8 @@ class RefusalGate:
     """Holds refusals per tenant until their turn; `hold` returns when the refusal may be sent."""
 
     def __init__(self, *, pause_s: float = REFUSAL_PAUSE_S, rate: float = REFUSALS_PER_S, burst: int = BURST,
-                 max_held: int = MAX_HELD, max_held_bytes: int = MAX_HELD_BYTES, forget_idle: bool = False) -> None:
+                 max_held: int = MAX_HELD, max_held_bytes: int = MAX_HELD_BYTES, forget_idle: bool = False,
+                 max_total_bytes: int | None = None) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError(f"refusals need a rate > 0 and a burst >= 1, got {rate} and {burst}")
         self._pause_s = pause_s
@@ -73,6 +77,10 @@ class RefusalGate:
         self._max_held = max_held
         self._max_held_bytes = max_held_bytes
         self._tenants: dict[str, _Schedule] = {}
+        self._max_total_bytes = max_total_bytes
+        """All keys' held bytes together, where keys are not a closed set (client addresses: a client with many
+        of them, an IPv6 range or many hosts, held 64 MiB on each)."""
+        self._total_bytes = 0
         self._forget_idle = forget_idle
         """Keys no one chooses the number of (client addresses): a schedule nothing is held on, and whose next
         refusal would be scheduled as a new one's, is dropped, so that the schedules kept stay as many as held."""
@@ -85,6 +93,10 @@ class RefusalGate:
     def answered_at_once(self, tenant: str) -> int:
         """Refusals past the holding bounds (each one a sign of a client with many connections)."""
         return self._tenants.get(tenant, _Schedule()).answered_at_once
+
+    def total_bytes(self) -> int:
+        """The request bytes every key's held refusals keep together."""
+        return self._total_bytes
 
     def kept(self) -> int:
         """How many schedules the gate keeps (tenants', or client addresses')."""
@@ -105,7 +117,7 @@ class RefusalGate:
             schedule = self._tenants[tenant] = _Schedule()
         if schedule.held >= self._max_held or (
             request_bytes and schedule.held_bytes + request_bytes > self._max_held_bytes
-        ):
+        ) or (self._max_total_bytes is not None and self._total_bytes + request_bytes > self._max_total_bytes):
             schedule.answered_at_once += 1
             self._drop_if_idle(tenant, schedule)
             return
@@ -117,11 +129,13 @@ class RefusalGate:
         schedule.tat = slot + self._interval
         schedule.held += 1
         schedule.held_bytes += request_bytes
+        self._total_bytes += request_bytes
         try:
             await asyncio.sleep(max(earliest, slot) - now)
         finally:
             schedule.held -= 1
             schedule.held_bytes -= request_bytes
+            self._total_bytes -= request_bytes
             self._drop_if_idle(tenant, schedule)
 
     def _idle(self, schedule: _Schedule) -> bool:
