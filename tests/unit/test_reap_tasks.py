@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controlplane.core.sessions.reap_tasks import ReapTasks, succeeded
+from controlplane.core.sessions.reap_tasks import PER_TENANT, ReapTasks, succeeded
 
 
 async def test_a_session_in_flight_is_skipped_and_its_slot_is_freed_when_done() -> None:
@@ -83,4 +83,17 @@ async def test_a_failure_is_logged_and_frees_the_slot(caplog: pytest.LogCaptureF
     assert "ses_a" in caplog.text
     assert "engine unreachable" in caplog.text
     assert tasks.start("alpha", "ses_b", fail) is not None
+    await tasks.close()
+
+
+async def test_many_tenants_stalled_sessions_leave_another_tenant_a_slot() -> None:
+    """Four tenants whose agents never answered a copy held all 16 slots of the reaper as it was: a fifth
+    tenant's sessions, even those whose expiry needs no copy, were never handled."""
+    tasks = ReapTasks()
+    stalled = asyncio.Event()
+    for tenant in range(8):
+        for session in range(PER_TENANT):
+            assert tasks.start(f"hostile-{tenant}", f"s-{tenant}-{session}", stalled.wait) is not None
+    assert tasks.start("victim", "v", lambda: asyncio.sleep(0)) is not None
+    stalled.set()
     await tasks.close()

@@ -20,8 +20,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
-AT_ONCE = 16
-"""Sessions handled at once by one plane's reaper."""
+AT_ONCE = 256
+"""Sessions handled at once by one plane's reaper: a bound on its tasks, not on its copies (the copy turns bound
+those, workspace_spool.py). A task waiting for a copy turn costs a coroutine; at 16, four tenants whose agents
+never answered a copy held every slot, and another tenant's sessions were neither paused nor expired, even
+those whose end needs no copy (red team, 2026-11-28)."""
 PER_TENANT = 4
 """Of those, the most one tenant's sessions take."""
 
