@@ -99,6 +99,11 @@ class SandboxError(ControlPlaneError, RuntimeError):
     code = ErrorCode.UNAVAILABLE
 
 
+class CopyLapsedError(SandboxError):
+    """A sandbox sent nothing of a workspace copy for too long: its agent is broken or hostile, so the copy is
+    given up (and not asked of it again as if it were honest)."""
+
+
 class HardeningError(SandboxError):
     code = ErrorCode.FAILED_PRECONDITION
 

@@ -16,6 +16,7 @@ import pytest
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
+from controlplane.core.sessions import pausing, workspace_spool
 from controlplane.core.sessions.models import SessionState
 from controlplane.v1 import session_pb2
 from sandbox_agent.server import SandboxAgentService
@@ -32,6 +33,8 @@ class HeldDownloads:
         """Set once a hostile workspace's download has begun (and is held)."""
         self.released = asyncio.Event()
         """Held downloads go on once set (at the end of a test, so that the plane stops at once)."""
+        self.count = 0
+        """Hostile workspaces' downloads begun."""
 
 
 @pytest.fixture
@@ -41,6 +44,7 @@ def held_downloads(monkeypatch: pytest.MonkeyPatch) -> HeldDownloads:
 
     async def download(self: SandboxAgentService, request: Any, context: Any) -> AsyncIterator[Any]:
         if (Path(self._config.workspace) / HOSTILE).exists():
+            held.count += 1
             held.asked.set()
             await held.released.wait()
         async for piece in real(self, request, context):
@@ -115,3 +119,25 @@ async def test_a_plane_stopped_mid_pause_stops_at_once_and_leaves_the_session_re
         held_downloads.released.set()
         remove_instance_leftovers(instance)
         remove_data_dir(data_dir)
+
+
+async def test_a_session_whose_copy_lapsed_is_not_paused_again_automatically(
+    held_downloads: HeldDownloads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked again after each retry interval, its agent held a copy turn each time: with such agents in two
+    tenants, every other tenant's copies waited for good."""
+    monkeypatch.setattr(workspace_spool, "PIECE_WAIT_S", 0.5)
+    monkeypatch.setattr(pausing, "RETRY_PAUSE_S", 0.3)
+    lifetime = {"pause_after_idle_s": 0.5, "idle_timeout_s": 600, "reap_interval_s": 0.1}
+    async with running_plane("local", tenants=TENANTS, lifetime=lifetime) as plane:
+        alpha = AsyncClient(plane.plane.address, TENANTS[0]["token"])
+        try:
+            stalled = await alpha.create_session()
+            await alpha.run(stalled.id, ["bash", "-c", f"touch {HOSTILE}"])
+            await asyncio.wait_for(held_downloads.asked.wait(), 10)
+            await asyncio.sleep(3)  # the lapse, then ten retry intervals
+            assert held_downloads.count == 1
+            assert (await alpha.get_session(stalled.id)).state == session_pb2.Session.READY
+        finally:
+            held_downloads.released.set()
+            await alpha.close()

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -43,7 +44,7 @@ from controlplane.core.sessions.session_locks import SessionLocks
 from controlplane.core.sessions.snapshots import Snapshot, SnapshotStorage
 from controlplane.core.sessions.snapshotting import PAUSED, RETAINED, SessionSnapshots
 from controlplane.core.sessions.store_port import SessionStore
-from controlplane.errors import ControlPlaneError, FailedPreconditionError, ResourceExhaustedError
+from controlplane.errors import ControlPlaneError, CopyLapsedError, FailedPreconditionError, ResourceExhaustedError
 
 log = logging.getLogger(__name__)
 PAUSED_MESSAGE = "call ResumeSession to run it again"
@@ -237,6 +238,12 @@ class SessionPauses:
     async def _pause_idle_one(self, held: Session, now: float) -> None:
         try:
             await self.pause(held.tenant, held.id)
+        except CopyLapsedError as exc:
+            # Its agent held a copy turn for the whole wait without a byte: asked again every minute, it would
+            # hold one again each time (with such agents in two tenants, every tenant's copies waited). It is not
+            # paused automatically any more; its idle timeout still ends it.
+            self._retry_at[held.id] = math.inf
+            log.warning("idle session %s is not paused: its sandbox let the workspace copy lapse (%s)", held.id, exc)
         except ControlPlaneError as exc:  # it runs on; the idle timeout still ends it
             self._retry_at[held.id] = now + RETRY_PAUSE_S  # not every round: a refusal would fill the log
             log.warning("pausing idle session %s failed (again in %g s): %s", held.id, RETRY_PAUSE_S, exc)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from controlplane.core.sessions.fair_gate import FairGate
-from controlplane.errors import ResourceExhaustedError, SandboxError
+from controlplane.errors import CopyLapsedError, ResourceExhaustedError
 
 PIECE = 1 << 20
 """Read and written a piece at a time: what the plane's memory holds of a workspace being copied."""
@@ -98,8 +98,8 @@ async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    raise SandboxError(f"the sandbox sent nothing of its workspace for {PIECE_WAIT_S:g} s: the copy "
-                                       "is given up") from None
+                    raise CopyLapsedError(f"the sandbox sent nothing of its workspace for {PIECE_WAIT_S:g} s: the "
+                                          "copy is given up") from None
                 size += len(chunk)
                 if size > limit:
                     raise ResourceExhaustedError(f"the workspace is larger than the {limit} bytes a copy may hold")
