@@ -126,7 +126,7 @@ async def test_a_session_whose_copy_lapsed_is_not_paused_again_automatically(
 ) -> None:
     """Asked again after each retry interval, its agent held a copy turn each time: with such agents in two
     tenants, every other tenant's copies waited for good."""
-    monkeypatch.setattr(workspace_spool, "PIECE_WAIT_S", 0.5)
+    monkeypatch.setattr(workspace_spool, "FIRST_PIECE_WAIT_S", 0.5)
     monkeypatch.setattr(pausing, "RETRY_PAUSE_S", 0.3)
     lifetime = {"pause_after_idle_s": 0.5, "idle_timeout_s": 600, "reap_interval_s": 0.1}
     async with running_plane("local", tenants=TENANTS, lifetime=lifetime) as plane:
@@ -137,6 +137,7 @@ async def test_a_session_whose_copy_lapsed_is_not_paused_again_automatically(
             await asyncio.wait_for(held_downloads.asked.wait(), 10)
             await asyncio.sleep(3)  # the lapse, then ten retry intervals
             assert held_downloads.count == 1
+            assert not plane.plane.sessions.reaping.busy(stalled.id)  # the copy was given up, not still waiting
             assert (await alpha.get_session(stalled.id)).state == session_pb2.Session.READY
         finally:
             held_downloads.released.set()

@@ -252,3 +252,24 @@ async def test_a_download_that_stops_sending_is_given_up_and_closed(
     assert time.monotonic() - started < 5
     assert closed.is_set()
     assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_a_download_that_never_begins_is_given_up_sooner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compromised agent that sends nothing at all held a copy turn for the whole wait between pieces (120 s)."""
+    monkeypatch.setattr(workspace_spool, "PIECE_WAIT_S", 100.0)
+    monkeypatch.setattr(workspace_spool, "FIRST_PIECE_WAIT_S", 0.3)
+    closed = asyncio.Event()
+
+    async def silent() -> AsyncIterator[bytes]:
+        try:
+            await asyncio.Event().wait()
+            yield b""
+        finally:
+            closed.set()
+
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match=r"sent nothing of its workspace for 0\.3 s"):
+        async with WorkspaceSpool(tmp_path / "spool").file("workspace") as path:
+            await fill(path, silent(), limit=1 << 20)
+    assert time.monotonic() - started < 5
+    assert closed.is_set()

@@ -27,6 +27,10 @@ PIECE_WAIT_S = 120.0
 """The longest a copy waits for its next piece. An agent's archiver streams without a pause; one that sends nothing
 (a compromised agent) would otherwise hold the copy, its turn (every tenant's copies wait for one) and the reaper
 that runs an idle pause or an ending session's copy, for good."""
+FIRST_PIECE_WAIT_S = 30.0
+"""The longest a copy waits for its first piece: an honest agent's archiver starts sending within a second or two
+(a helper process's start, then the first entry), and a compromised agent that never answers holds a copy turn for
+this long, not PIECE_WAIT_S (with such agents in as many tenants as there are turns, every copy waits)."""
 
 T = TypeVar("T")
 
@@ -93,12 +97,13 @@ async def fill(path: Path, chunks: AsyncIterator[bytes], limit: int) -> int:
     try:
         async with contextlib.aclosing(_closable(chunks)) as pieces:
             while True:
+                wait_s = PIECE_WAIT_S if size else FIRST_PIECE_WAIT_S
                 try:
-                    chunk = await asyncio.wait_for(anext(pieces), PIECE_WAIT_S)
+                    chunk = await asyncio.wait_for(anext(pieces), wait_s)
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    raise CopyLapsedError(f"the sandbox sent nothing of its workspace for {PIECE_WAIT_S:g} s: the "
+                    raise CopyLapsedError(f"the sandbox sent nothing of its workspace for {wait_s:g} s: the "
                                           "copy is given up") from None
                 size += len(chunk)
                 if size > limit:
