@@ -164,7 +164,8 @@ for pid in sys.argv[1:]:
 """
 
 CONTAINER_ENV = ["AGENT_CODE_DIR", "AGENT_OUTPUT_BUDGET_BYTES", "AGENT_SOCKET", "AGENT_SYSCALL_DENY", "AGENT_TOOL_UID",
-                 "AGENT_WORKSPACE", "GRPC_ENABLE_FORK_SUPPORT", "HOME", "HOSTNAME", "LANG", "PATH", "PYTHONPATH"]
+                 "AGENT_WORKSPACE", "GRPC_ENABLE_FORK_SUPPORT", "HOME", "HOSTNAME", "LANG", "PATH", "PYTHONOPTIMIZE",
+                 "PYTHONPATH"]
 """Everything the container starts with (the image's and the Docker provider's): paths, the tool uid, the
 filter's list. No secret may ever be added: on gVisor every process in the sandbox can read PID 1's copy."""
 
