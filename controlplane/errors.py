@@ -18,7 +18,8 @@ ControlPlaneError
 ├── SandboxError                the sandbox could not be had or was lost
 │   ├── HardeningError          a required hardening option could not be applied (fail closed)
 │   ├── SandboxStartError       the container or its agent did not come up
-│   └── SandboxLostError        the container died or vanished
+│   ├── SandboxLostError        the container died or vanished
+│   └── CopyLapsedError         a workspace copy got nothing from the sandbox in time (core/sessions/workspace_spool.py)
 ├── StoreUnavailableError       the PostgreSQL store cannot be reached (store/postgres.py)
 ├── HttpMessageError            a message the credential broker will not relay (egress_proxy/http1.py)
 ├── ToolError                   a tool call failed; its text is what the model reads (core/calls/tool.py)
