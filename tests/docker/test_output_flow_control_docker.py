@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.plane_memory import rss_mib
 from tests.planes import Plane
 
 pytestmark = pytest.mark.docker
@@ -18,13 +19,6 @@ GROWTH_MIB = 150
 """What the plane (and this test's client) may grow by: windows and gRPC's buffers, never the command's output
 (on main the plane held it all: +3.3 GiB in 22 s for a client that stopped reading)."""
 
-
-def rss_mib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    raise AssertionError("no VmRSS")
 
 
 async def written(plane: Plane, session_id: str, pid: int) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from controlplane.client import AsyncClient
 from controlplane.core.calls.output_budget import FLOOR, TENANT_BUDGET
+from tests.plane_memory import rss
 from tests.planes import served_plane, tenant_clients
 
 TENANTS: list[dict[str, Any]] = [
@@ -28,13 +29,6 @@ STREAMED = 32 << 20
 plane = served_plane("docker", tenants=TENANTS, pool={"size": 0})
 clients = tenant_clients(TENANTS)
 
-
-def rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 async def hoard(address: str, sessions: list[str]) -> None:

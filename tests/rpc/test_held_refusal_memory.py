@@ -22,6 +22,7 @@ import pytest
 from controlplane.client import AsyncClient
 from controlplane.core.tenants.refusals import BURST, MAX_HELD_BYTES, REFUSAL_PAUSE_S, REFUSALS_PER_S
 from controlplane.v1 import sandbox_pb2, sandbox_pb2_grpc, session_pb2, session_pb2_grpc
+from tests.plane_memory import rss
 from tests.planes import served_plane, tenant_clients
 
 TENANTS: list[dict[str, Any]] = [
@@ -37,13 +38,6 @@ GROWTH_BOUND = MAX_HELD_BYTES + (32 << 20)
 plane = served_plane("local", tenants=TENANTS, pool={"size": 0})
 clients = tenant_clients(TENANTS)
 
-
-def rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 async def flood(address: str, session_id: str, streams: int, mib: int, seconds: float) -> dict[str, int]:

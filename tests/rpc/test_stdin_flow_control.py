@@ -25,6 +25,7 @@ from sandbox_agent.multiplex import multiplex
 from sandbox_agent.output_credit import Credits
 from sandbox_agent.stdin_credit import Stdin, feed
 from tests.local_agent import local_agent
+from tests.plane_memory import rss_mib
 from tests.planes import Plane
 
 MIB = 1 << 20
@@ -33,13 +34,6 @@ AHEAD_MIB = 32
 (on main the plane took all it was sent: hundreds of MiB a second)."""
 GROWTH_MIB = 96
 
-
-def rss_mib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    raise AssertionError("no VmRSS")
 
 
 class Flood:
