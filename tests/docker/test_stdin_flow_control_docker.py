@@ -10,8 +10,9 @@ import hashlib
 
 import pytest
 
+from tests.plane_memory import rss_mib
 from tests.planes import Plane
-from tests.rpc.test_stdin_flow_control import AHEAD_MIB, MIB, Flood, rss_mib, started_pid
+from tests.rpc.test_stdin_flow_control import AHEAD_MIB, MIB, Flood, started_pid
 
 pytestmark = pytest.mark.docker
 
