@@ -13,6 +13,9 @@ target's "cgroup rss") of every container, and each process's Pss_Anon from smap
 ``first call``: FIRST_CALLS sessions one after another, each claimed from a full pool (the pool refills in
 between), timed on its first `bash` `echo hi` right after CreateSession returned; p50 and all samples.
 
+``after idle``: N sessions each left alone LINGER_S after a call, then timed on one call (its helper is started
+again) and on the call right after it.
+
 Run: `.venv/bin/python -m tests.bench.idle_memory_bench [--n 4] [--first-calls 10]` (OCSB_TEST_IMAGE picks the
 image). Loopback only; removes its containers and scratch dirs.
 """
@@ -117,17 +120,44 @@ async def first_calls(count: int) -> list[str]:
             f"p50 {percentile(samples, 50):.1f} ms; samples {shown}; load {m.load()}"]
 
 
+async def after_idle(count: int) -> list[str]:
+    """A call after LINGER_S of idleness (its helper gone, started again) against the call right after it."""
+    async with served(pool=0) as (_, client):
+        sessions = [await client.create_session() for _ in range(count)]
+
+        async def timed(sid: str) -> float:
+            started = time.perf_counter()
+            out = await client.execute_tool(sid, "bash", BASH, on_permission=allow_once)
+            if out.error:
+                raise RuntimeError(f"bash failed: {out.error}")
+            return (time.perf_counter() - started) * 1000
+
+        for s in sessions:
+            await timed(s.id)
+        await asyncio.sleep(LINGER_S)
+        idle, warm = [], []
+        for s in sessions:  # one at a time: each call alone on the machine's share
+            idle.append(await timed(s.id))
+            warm.append(await timed(s.id))
+        for s in sessions:
+            await client.delete_session(s.id)
+    return [f"call after {LINGER_S:g} s idle: p50 {percentile(idle, 50):.1f} ms ({' '.join(f'{x:.0f}' for x in idle)});"
+            f" the next call p50 {percentile(warm, 50):.1f} ms ({' '.join(f'{x:.0f}' for x in warm)}); load {m.load()}"]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--first-calls", type=int, default=10)
-    parser.add_argument("--only", choices=("memory", "first"), default=None)
+    parser.add_argument("--only", choices=("memory", "first", "after-idle"), default=None)
     args = parser.parse_args()
     lines = [f"image {image()}"]
     if args.only in (None, "memory"):
         lines += await memory(args.n)
     if args.only in (None, "first"):
         lines += await first_calls(args.first_calls)
+    if args.only in (None, "after-idle"):
+        lines += await after_idle(args.n)
     print("\n".join(lines), flush=True)
 
 
