@@ -6,6 +6,11 @@ import gc
 # start. serve() collects, freezes and enables the collector once the socket serves (gc_tuning).
 gc.disable()
 
+# Before asyncio and uvloop load: they import `ssl`, which would load OpenSSL for TLS the agent never speaks.
+from sandbox_agent import no_tls  # noqa: E402
+
+no_tls.install()
+
 import os  # noqa: E402
 
 from sandbox_agent import environ_scrub, event_loop, syscall_filter  # noqa: E402

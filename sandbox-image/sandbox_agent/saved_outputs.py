@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -64,7 +63,7 @@ class _Names:
                 self._last_ms, self._counter = now, 0
             self._counter += 1
             encoded = (now * 0x1000 + self._counter) % (1 << 48)
-        suffix = "".join(_BASE62[b % 62] for b in secrets.token_bytes(14))
+        suffix = "".join(_BASE62[b % 62] for b in os.urandom(14))
         return f"tool_{encoded:012x}{suffix}"
 
 

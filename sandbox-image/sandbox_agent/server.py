@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
 from sandbox.v1 import agent_pb2
-from sandbox_agent import __version__, tool_home, tracing
+from sandbox_agent import __version__, spawner, tool_home, tracing
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.egress_forwarder import SOCKET_NAME as EGRESS_SOCKET
 from sandbox_agent.egress_forwarder import EgressForwarder, NetworkStartError, proxy_env, write_ca_bundle
@@ -102,6 +102,17 @@ class SandboxAgentService:
 
     async def _start_helper(self, argv: list[str], stdin: bool) -> Execution:
         return await self.run_helper(argv, stdin=stdin)
+
+    def _start_spawner(self) -> None:
+        """The tool user's spawner helper, started in the background when the sandbox is claimed (its session's code
+        snapshot, at CreateSession), so that the session's first command finds it running; a pooled sandbox holds
+        none (spawner.py: Lifetime). A failed start is the first command's to report: it starts the helper again."""
+        uid, gid = self._identity.uid, self._identity.gid
+        if uid is None or gid is None or not self._identity.via_spawner:
+            return
+        task = asyncio.ensure_future(spawner.shared(uid, gid).start())
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._spawn_background(task)
 
     async def stop_all(self) -> None:
         """Ends the commands and tool hosts while the server still delivers their last events."""
@@ -219,6 +230,7 @@ class SandboxAgentService:
     async def SnapshotCustomCode(
         self, request: agent_pb2.SnapshotCustomCodeRequest, context: Any
     ) -> agent_pb2.SnapshotCustomCodeResponse:
+        self._start_spawner()
         try:
             return await self._tools.snapshot_code(request.config_json, dict(request.env))
         except AgentError as exc:

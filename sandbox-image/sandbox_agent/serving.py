@@ -14,7 +14,7 @@ import os
 import signal
 from typing import Any
 
-from sandbox_agent import server_identity, spawner
+from sandbox_agent import server_identity
 from sandbox_agent.config import AgentConfig
 from sandbox_agent.frames import FramesServer, frames_path
 from sandbox_agent.gc_tuning import tune_after_startup
@@ -35,9 +35,9 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     # finds only the gRPC socket keeps this agent on gRPC for good.
     framed = await frames.start()
     # Once the socket serves (not before: a cold CreateSession waits for that): the one process the first tool
-    # host's start would otherwise wait for, started while the plane finishes the creation.
+    # host's start would otherwise wait for, started while the plane finishes the creation. The spawner helper is
+    # not started here: a pooled sandbox holds none until it is claimed (SandboxAgentService.SnapshotCustomCode).
     probing = server_identity.probe_split_uid_early(config.tool_uid, config.output_buffer_bytes)
-    helper = _start_spawner(config)
     server: Any = None
     if config.serve_grpc or not framed:
         from sandbox_agent import grpc_serving  # only here: a frames-only agent never loads grpc
@@ -62,22 +62,10 @@ async def serve(config: AgentConfig, ready: asyncio.Event | None = None, stop: a
     try:
         await stop.wait()
     finally:
-        for early in (probing, helper):
-            if early is not None:
-                early.cancel()
+        if probing is not None:
+            probing.cancel()
         await service.stop_all()
         await asyncio.gather(frames.stop(grace_s=0.5), *([server.stop(grace=0.5)] if server is not None else []))
         service.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(config.socket_path)
-
-
-def _start_spawner(config: AgentConfig) -> asyncio.Task[None] | None:
-    """The tool user's spawner helper, started in the background once the socket serves: a session's first command
-    then finds it running (HOME, made in the agent's own process now, no longer starts it). A failed start is
-    the first command's to report: it starts the helper again."""
-    if config.tool_uid < 0:
-        return None
-    task = asyncio.ensure_future(spawner.shared(config.tool_uid, config.tool_uid).start())
-    task.add_done_callback(lambda done: done.cancelled() or done.exception())
-    return task

@@ -18,10 +18,16 @@ agent watches them through their pidfd and still kills their group), but their e
 and reported as -1. A request in flight when the helper dies fails with a SpawnError, it is never
 retried: it may have started already. A helper that stops answering (a tool process may SIGSTOP
 it) is killed and replaced the same way. Between exec and prctl there is a window (the Python
-startup) in which a fresh helper is still dumpable: the first one starts with the agent's first
-spawn, at boot, before any tool process exists, and after every start the agent checks that the
-helper is untraced and non-dumpable. A command the helper was asked to start whose caller went
-away meanwhile is killed at once.
+startup) in which a fresh helper is still dumpable: the first one starts when the sandbox is
+claimed (or at its first spawn), before any tool process exists, and after every start the agent
+checks that the helper is untraced and non-dumpable. A command the helper was asked to start whose
+caller went away meanwhile is killed at once.
+
+Lifetime: not started at boot, the helper starts when the sandbox is claimed (`Spawner.start()` from the
+session's code snapshot, at CreateSession) or at a spawn, and an idle one (no request, no command of its own still
+running) is stopped after LINGER_S: a pooled or long-idle sandbox holds no helper, about 3 MiB of its cgroup's
+memory (docs/performance.md). Every start is checked the same way; a start while tool processes exist is one
+they could already cause at will by killing the helper.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ REPLY_TIMEOUT_S = 10.0
 """A helper silent this long on a request is stuck (a tool process may SIGSTOP it): it is replaced."""
 STATUS_TIMEOUT_S = 2.0
 """Same, for the status of a command that has visibly exited."""
+LINGER_S = 60.0
+"""An idle helper is stopped after this long; the next spawn starts one again (15-45 ms). Longer than the usual pause
+between a session's calls (a model's turn), so that those calls find it running."""
 PYTHON = sys.executable
 """Interpreter of the helper; it must be executable by the tool user (host tests point it elsewhere)."""
 _AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,6 +102,8 @@ class Spawner:
         self._assembler = _Assembler()
         self._send_lock = asyncio.Lock()
         self._closed = False
+        self._last_used = 0.0
+        self._linger: asyncio.TimerHandle | None = None
 
     @property
     def pid(self) -> int | None:
@@ -101,7 +112,7 @@ class Spawner:
 
     async def start(self) -> None:
         """Starts the helper unless it runs (or is starting): on a command's first spawn, or earlier (the agent
-        starts it once its socket serves, so that a session's first command does not wait for it)."""
+        starts it when its sandbox is claimed, so that a session's first command does not wait for it)."""
         if self._closed:
             raise SpawnError(_LOST)
         if self._sock is None:
@@ -124,6 +135,7 @@ class Spawner:
         if sock is None:
             raise SpawnError(_LOST)
         self._next_id += 1
+        self._last_used = self.loop.time()
         request_id = self._next_id
         fds = [stdout] + ([stderr] if stderr is not None else []) + ([stdin] if stdin is not None else [])
         message = {
@@ -206,6 +218,20 @@ class Spawner:
         except (TimeoutError, SpawnError, OSError) as exc:
             self._lost()
             raise SpawnError(f"cannot start the process spawner: {exc}") from exc
+        self._last_used = self.loop.time()
+        self._linger = self.loop.call_later(LINGER_S, self._retire_if_idle, ours)
+
+    def _retire_if_idle(self, sock: socket.socket) -> None:
+        """Stops the helper once it has had nothing to do for LINGER_S; looks again later while it has."""
+        if sock is not self._sock:
+            return
+        busy = bool(self._replies or self._exits) or self._send_lock.locked()
+        idle = self.loop.time() - self._last_used
+        if busy or idle < LINGER_S:
+            # A command still running keeps it: only the helper can report that command's status.
+            self._linger = self.loop.call_later(LINGER_S if busy else LINGER_S - idle, self._retire_if_idle, sock)
+            return
+        self._lost()  # nothing waits on it: no request in flight, no command left to report
 
     def _on_readable(self, sock: socket.socket) -> None:
         while sock is self._sock:
@@ -245,6 +271,7 @@ class Spawner:
             reply.set_result(Spawned(pid, fds[0], status))
         elif "status" in message:
             _close_all(fds)
+            self._last_used = self.loop.time()
             exited = self._exits.pop(int(message["pid"]), None)
             if exited is not None and not exited.done():
                 exited.set_result(int(message["status"]))
@@ -256,12 +283,18 @@ class Spawner:
         """The helper is gone (or unusable): fail what waits on it, reap it, start afresh next time."""
         sock, proc = self._sock, self._proc
         self._sock, self._proc = None, None
+        self._stop_lingering()
         if sock is not None:
             self.loop.remove_reader(sock)
             sock.close()
         self._fail_waiters()
         if proc is not None:
             self._reap_later(proc)
+
+    def _stop_lingering(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
 
     def _fail_waiters(self) -> None:
         self._assembler = _Assembler()
@@ -306,6 +339,7 @@ class Spawner:
                 await self._starting
         proc, sock = self._proc, self._sock
         self._proc, self._sock = None, None
+        self._stop_lingering()
         if sock is not None:
             self.loop.remove_reader(sock)
             sock.close()
@@ -328,6 +362,7 @@ class Spawner:
         self._closed = True
         proc, sock = self._proc, self._sock
         self._proc, self._sock = None, None
+        self._stop_lingering()  # (a TimerHandle's cancel needs no running loop)
         if sock is not None:
             with contextlib.suppress(Exception):
                 self.loop.remove_reader(sock)

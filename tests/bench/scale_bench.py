@@ -51,7 +51,10 @@ BURST_CREATES = 50
 BURST_POOL = 10
 MEMORY_COUNTS = (10, 100, 200)
 SETTLE_S = 10.0
-"""Idle time before memory is read: the agents' start-up garbage is collected and their spawners are up."""
+"""Idle time before the pool's upkeep is measured: the agents' start-up garbage is collected."""
+MEMORY_IDLE_S = 70.0
+"""Idle time before memory is read: past the spawner helper's linger (spawner.LINGER_S, 60 s), which a claimed
+sandbox holds for its first idle minute (docs/performance.md, 2026-11-28 14:45)."""
 UPKEEP_POOL = 50
 UPKEEP_WINDOW_S = 60.0
 CREATE_CONCURRENCY = 8
@@ -361,7 +364,7 @@ async def memory_section(quick: bool) -> list[str]:
             ids += made
             if refused:
                 lines.append(f"  {n}: {len(refused)} creates refused (admission or quota): {refused[0][:240]}")
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(MEMORY_IDLE_S)
             cids = list((await session_containers(plane.instance)).values())
             mems = [x for x in (m.container_memory(c) for c in cids) if x is not None]
             anon = [x.anon_mib for x in mems]

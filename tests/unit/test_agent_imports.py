@@ -11,7 +11,9 @@ from pathlib import Path
 import sandbox_agent
 
 AGENT_ROOT = Path(sandbox_agent.__file__).resolve().parent.parent
-RARE = {"tarfile", "urllib.parse", "ipaddress", "tempfile", "platform", "ctypes.util"}
+RARE = {"tarfile", "urllib.parse", "ipaddress", "tempfile", "platform", "ctypes.util", "shutil", "bz2", "lzma",
+        "secrets", "random", "_ssl"}
+"""`_ssl`: the agent's process speaks no TLS (no_tls.py); shutil only where `which` and `rmtree` run."""
 
 
 def agent_modules() -> set[str]:
@@ -38,6 +40,14 @@ def test_the_rare_rpcs_modules_still_import_what_they_use(tmp_path: Path) -> Non
     info = fileops._info("d", Path("/").stat())
     assert info.isdir()
     assert syscall_filter.program(["io_setup"], os.uname().machine)
+    from sandbox_agent.custom import manager, snapshot
+    from sandbox_agent.tools import runner
+
+    assert runner._find_program("sh", "/usr/bin:/bin") in ("/usr/bin/sh", "/bin/sh")
+    manager.find_bun()  # None or a path: reaching shutil.which is the point
+    (tmp_path / "old-snapshot" / "d").mkdir(parents=True)
+    snapshot.remove(str(tmp_path / "old-snapshot"))
+    assert not (tmp_path / "old-snapshot").exists()
     (tmp_path / "cas.pem").write_bytes(b"SYSTEM")
     bundle = egress_forwarder.write_ca_bundle(b"SESSION", str(tmp_path), str(tmp_path / "cas.pem"))
     assert Path(bundle).read_bytes() == b"SYSTEM\nSESSION"

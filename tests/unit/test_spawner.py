@@ -176,6 +176,36 @@ async def test_a_tool_process_can_kill_the_helper_and_the_next_spawn_restarts_it
     assert not exists(first)  # the dead helper was reaped
 
 
+async def test_an_idle_helper_leaves_after_its_linger_and_the_next_spawn_starts_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spawner, "LINGER_S", 0.3)
+    await run("true")
+    first = helper_pid()
+    deadline = time.monotonic() + 5
+    while spawner.shared(65534, 65534).pid is not None:
+        assert time.monotonic() < deadline, "the idle helper stayed"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # reaped by the agent's side
+    assert not exists(first)
+    out, _, exit_ = await run("id -u")
+    assert (out, exit_.exit_code) == (b"65534\n", 0)
+    assert helper_pid() != first
+
+
+async def test_a_running_command_keeps_its_helper_past_the_linger(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spawner, "LINGER_S", 0.2)
+    execution = await Execution.start(spec("sleep 0.8; exit 3"), NOBODY, 1 << 20)
+    helper = helper_pid()
+    await asyncio.sleep(0.5)
+    assert spawner.shared(65534, 65534).pid == helper  # it alone can report the command's status
+    _, _, exit_ = await collect(execution)
+    assert (exit_.exit_code, exit_.signal) == (3, 0)
+    # Idle from the command's end on: it leaves a linger later.
+    await asyncio.sleep(0.6)
+    assert spawner.shared(65534, 65534).pid is None
+
+
 async def test_helper_killed_before_its_reply_fails_only_that_start() -> None:
     for _ in range(5):
         outcome: str | int

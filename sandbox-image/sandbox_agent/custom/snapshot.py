@@ -35,8 +35,6 @@ import errno
 import hashlib
 import os
 import posixpath
-import secrets
-import shutil
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,6 +126,8 @@ async def take(runner: ToolRunner, *, base: str, workspace: str, worktree: str, 
 def remove(root: str) -> None:
     """Deletes a snapshot directory (the agent's own files: its identity may)."""
     if root:
+        import shutil  # only here: shutil (with bz2 and lzma) is 0.3 MiB of every idle agent
+
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -257,7 +257,7 @@ def _make_root(base: str, dirs: Sequence[str]) -> str:
     except OSError as exc:
         raise SnapshotError(_storage_problem(base, exc)) from None
     for _ in range(8):
-        root = posixpath.join(base, PREFIX + secrets.token_hex(8))
+        root = posixpath.join(base, PREFIX + os.urandom(8).hex())
         try:
             os.mkdir(root, 0o700)
         except FileExistsError:

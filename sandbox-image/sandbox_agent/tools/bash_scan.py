@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import functools
+import importlib.machinery
+import importlib.util
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
 from sandbox_agent.tools.base import ToolError
@@ -42,7 +44,23 @@ class Scan:
 
 @functools.cache
 def _language() -> Language:
-    return Language(tree_sitter_bash.language())
+    return Language(_bash_grammar().language())
+
+
+def _bash_grammar() -> Any:
+    """tree_sitter_bash's compiled grammar, loaded without running its package's `__init__`: that imports
+    importlib.resources (pathlib, tempfile, shutil, ipaddress...) for a query file the agent never reads, 0.6 MiB
+    of private memory in every agent that ran a `bash` call (docs/performance.md, 2026-11-28)."""
+    package = importlib.util.find_spec("tree_sitter_bash")  # a top-level package's spec: found, not imported
+    where = package.submodule_search_locations if package is not None else None
+    spec = importlib.machinery.PathFinder.find_spec("tree_sitter_bash._binding", list(where or []))
+    if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        import tree_sitter_bash  # laid out differently: the package's own way
+
+        return tree_sitter_bash
+    binding = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(binding)
+    return binding
 
 
 def scan(command: str, cwd: str, directory: str, worktree: str) -> Scan:

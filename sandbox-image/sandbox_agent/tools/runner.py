@@ -13,7 +13,6 @@ import asyncio
 import ctypes
 import functools
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -186,6 +185,8 @@ async def _stop_on(abort: asyncio.Event, execution: Execution) -> None:
 @functools.cache
 def _find_program(name: str, path: str) -> str:
     """A bare program name looked up in the tool PATH, then beside this Python (a venv's rg); once."""
+    import shutil  # only here: shutil (with bz2 and lzma) is 0.3 MiB of every idle agent
+
     return shutil.which(name, path=path) or shutil.which(name, path=os.path.dirname(sys.executable)) or name
 
 

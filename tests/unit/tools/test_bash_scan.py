@@ -282,3 +282,20 @@ def test_a_respelled_path_command_still_asks_for_outside_directories(project: Pa
     (outside / "f").write_text("x")
     assert run_scan(f"env rm {outside}/f", project).external_dirs == [str(outside)]
     assert run_scan(f"sh -c 'cat {outside}/f'", project).external_dirs == [str(outside)]
+
+
+def test_the_grammar_loads_without_the_tree_sitter_bash_package_and_its_imports() -> None:
+    # A fresh interpreter (this one may hold the package already): the grammar parses, and neither the package's
+    # __init__ nor what it imports (importlib.resources, pathlib, tempfile: 0.6 MiB of the agent) ever loaded.
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    code = ("import sys\n"
+            "from sandbox_agent.tools.bash_scan import scan\n"
+            "print(scan('echo hi && git status', '/tmp', '/tmp', '/tmp').patterns)\n"
+            "print([m for m in ('tree_sitter_bash', 'importlib.resources', 'tempfile') if m in sys.modules])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'sandbox-image'}"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['echo hi', 'git status']", "[]"]
