@@ -164,8 +164,11 @@ async def test_stalled_copies_in_two_tenants_hold_up_another_tenants_snapshot_fo
                 stalling.append(asyncio.ensure_future(hostile.snapshot(session.id)))
             honest = await beta.create_session()
             await beta.run(honest.id, ["bash", "-c", "echo kept > notes.txt"])
-            while held_downloads.count < 2:  # both turns held by downloads that send nothing
+            for _ in range(400):  # until both turns are held by downloads that send nothing
+                if held_downloads.count == 2:
+                    break
                 await asyncio.sleep(0.05)
+            assert held_downloads.count == 2
             start = time.monotonic()
             taken = await beta.snapshot(honest.id, deadline_s=20)
             assert time.monotonic() - start < 1.0 + 3  # 30 s before (FIRST_PIECE_WAIT_S)
@@ -174,7 +177,8 @@ async def test_stalled_copies_in_two_tenants_hold_up_another_tenants_snapshot_fo
             held_downloads.released.set()
             ends = await asyncio.gather(*stalling, return_exceptions=True)
             lapsed = [e for e in ends if isinstance(e, grpc.aio.AioRpcError)]
-            assert lapsed and all(e.code() == grpc.StatusCode.UNAVAILABLE for e in lapsed)
+            assert lapsed
+            assert all(e.code() == grpc.StatusCode.UNAVAILABLE for e in lapsed)
             assert all("while other tenants' copies waited" in (e.details() or "") for e in lapsed)
         finally:
             held_downloads.released.set()

@@ -305,7 +305,8 @@ async def test_stalled_copies_holding_every_turn_give_them_up_to_another_tenant_
     monkeypatch.setattr(copy_pace, "STALL_S", 0.5)
     spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=2)
     closed = [asyncio.Event(), asyncio.Event()]
-    stalled = [asyncio.ensure_future(_copy(spool, tenant, _silent(done))) for tenant, done in zip("ac", closed)]
+    stalled = [asyncio.ensure_future(_copy(spool, tenant, _silent(done)))
+               for tenant, done in zip("ac", closed, strict=True)]
     await asyncio.sleep(0.05)  # both hold a turn, their downloads unanswered
     started = time.monotonic()
     async with asyncio.timeout(5):
