@@ -18,6 +18,7 @@ ControlPlaneError
 ├── SandboxError                the sandbox could not be had or was lost
 │   ├── HardeningError          a required hardening option could not be applied (fail closed)
 │   ├── SandboxStartError       the container or its agent did not come up
+│   │   └── AgentProtocolError  its agent names less flow control than this plane requires (sandbox/agent_protocol.py)
 │   ├── SandboxLostError        the container died or vanished
 │   └── CopyLapsedError         a workspace copy got too little from the sandbox (core/sessions/workspace_spool.py)
 ├── StoreUnavailableError       the PostgreSQL store cannot be reached (store/postgres.py)
@@ -112,6 +113,12 @@ class HardeningError(SandboxError):
 
 class SandboxStartError(SandboxError):
     pass
+
+
+class AgentProtocolError(SandboxStartError):
+    """The sandbox's agent is of an older image: it will never be usable by this plane, so no retry helps."""
+
+    code = ErrorCode.FAILED_PRECONDITION
 
 
 class SandboxLostError(SandboxError):

@@ -39,6 +39,7 @@ from controlplane.errors import ControlPlaneError, InvalidArgumentError, Sandbox
 from controlplane.sandbox.agent_files import AgentFiles
 from controlplane.sandbox.agent_framed_calls import NO_STATUS, FramedStub
 from controlplane.sandbox.agent_frames import SharedStreams
+from controlplane.sandbox.agent_protocol import protocol_error
 from controlplane.sandbox.agent_streams import SharedCall, SharedStream, map_agent_error, refusal
 from controlplane.sandbox.pinned_socket import PinnedSocket
 from controlplane.sandbox.rule_encoding import encode_rules
@@ -231,6 +232,10 @@ class GrpcSandboxAgent(AgentFiles, SandboxAgent):
             if self._framed_only_for_streams(exc):
                 return await self.health(max(0.05, deadline - time.monotonic()), wait_for_ready=wait_for_ready)
             raise map_agent_error(exc, self.sandbox_id) from exc
+        # Every look at the agent (its start, its adoption, the liveness check) refuses an agent of an older image.
+        refused = protocol_error(r.flow_control, self.sandbox_id, "Health")
+        if refused is not None:
+            raise refused
         return AgentHealth(
             r.version, r.agent_pid, r.agent_uid, r.tool_uid, r.workspace, r.uptime_ms, r.running, r.tool_home
         )

@@ -24,8 +24,8 @@ from controlplane.errors import (
     SandboxError,
     SandboxLostError,
 )
+from controlplane.sandbox.agent_protocol import REQUIRED, OlderAgent
 from controlplane.sandbox.call_windows import GRANT_EVERY, WINDOW, CallWindow, Overrun, largest_event
-from controlplane.sandbox.held_output import HeldOutput
 from controlplane.sandbox.stdin_windows import StdinWindow
 from controlplane.telemetry.remote import AgentCallSpan
 
@@ -111,9 +111,8 @@ class SharedStream:
         """Calls whose windows come from their tenant's budget (controlplane.core.calls.output_budget)."""
         self._stdin: dict[int, StdinWindow] = {}
         self.features: frozenset[str] | None = None
-        """The flow control the agent honours, from the stream's first message (None: not arrived yet)."""
-        self._held: HeldOutput | None = None
-        """For an agent that honours no output window: the reader's own bound on each call's queue."""
+        """The flow control the agent names on the stream's first message (None: not arrived yet). It is held to
+        REQUIRED whatever it names: a stream whose agent names less is closed (agent_protocol.py)."""
         self._largest = largest_event(request_type)
         self._numbers = itertools.count(1)
         self._call = call
@@ -132,18 +131,14 @@ class SharedStream:
         number = next(self._numbers)
         inbox = self._inboxes[number] = asyncio.Queue()
         window = WINDOW
-        # Until the agent said what it honours, a call is counted as if it honoured both: an agent of this version
-        # says so before anything else, and an older one's first event lifts what it ignores.
-        if self.features is None or "output-credit" in self.features:
-            if share is None:
-                self._windows[number] = CallWindow(self._largest)
-            else:  # every taken byte goes to the share, which batches the grants itself
-                window = share.window
-                self._windows[number], self._shares[number] = CallWindow(self._largest, window, 1), share
-        elif share is not None:  # an agent without windows is held by the reader (held_output), not by a budget
-            share.close()
-        if self.features is None or "stdin-credit" in self.features:
-            self._stdin[number] = StdinWindow()
+        # Every call is held to both windows, before the agent said anything as after: the plane serves no agent
+        # that honours less (agent_protocol.py), and one that claims to and does not gets no more room for it.
+        if share is None:
+            self._windows[number] = CallWindow(self._largest)
+        else:  # every taken byte goes to the share, which batches the grants itself
+            window = share.window
+            self._windows[number], self._shares[number] = CallWindow(self._largest, window, 1), share
+        self._stdin[number] = StdinWindow()
         self._outbox.put_nowait(self._request_type(call=number, request=request, trace=dict(traced.metadata),
                                                    credit=window))
         return number, inbox
@@ -153,8 +148,7 @@ class SharedStream:
             self._outbox.put_nowait(self._request_type(call=number, request=request))
 
     async def send_stdin(self, number: int, request: Any, data: bytes) -> None:
-        """Sends a command's stdin once its window has room (at once where the agent honours none); dropped when
-        the call ended meanwhile."""
+        """Sends a command's stdin once its window has room; dropped when the call ended meanwhile."""
         window = self._stdin.get(number)
         if window is not None:
             await window.spend(data)
@@ -169,8 +163,6 @@ class SharedStream:
         share = self._shares.get(number)
         if grant and share is not None:
             grant = share.taken(grant)
-        if self._held is not None:
-            grant = self._held.took(number)
         if grant and self.open:
             self._outbox.put_nowait(self._request_type(call=number, credit=grant))
 
@@ -179,18 +171,21 @@ class SharedStream:
         share = self._shares.pop(number, None)
         if share is not None:
             share.close()
-        if self._held is not None:
-            self._held.drop(number)
         self._release_stdin(number)
         if self._inboxes.pop(number, None) is not None and cancel and self.open:
             self._outbox.put_nowait(self._request_type(call=number, cancel=True))
 
     async def _read(self) -> None:
-        ended: grpc.aio.AioRpcError | None = None
+        ended: grpc.aio.AioRpcError | OlderAgent | None = None
         try:
             async for event in self._call:
                 if self.features is None:
-                    self._learn_features(event)
+                    # The first message: an agent that does not name all the plane requires is of an older image
+                    # (or hostile); its calls fail with what to do about it, and the stream ends here.
+                    self.features = frozenset(event.features) if not event.call else frozenset()
+                    if not REQUIRED <= self.features:
+                        ended = OlderAgent(self.features)
+                        break
                 if not event.call:  # the agent's hello (a later one changes nothing)
                     continue
                 inbox = self._inboxes.get(event.call)
@@ -205,13 +200,11 @@ class SharedStream:
                 if event.done or event.error:  # the call is over in the agent: its stdin goes nowhere now
                     over = self._stdin.get(event.call)
                     if over is not None:
-                        over.release(ended=True)  # kept until the call is forgotten: later writes see it ended
+                        over.release()  # kept until the call is forgotten: later writes see it ended
                 window = self._windows.get(event.call)
                 overrun = window.arrived(event) if window is not None else None
                 if overrun is None:
                     inbox.put_nowait(event)
-                    if self._held is not None:
-                        await self._held.arrived(event.call, event)
                 else:
                     self._overran(event.call, inbox, overrun)
         except grpc.aio.AioRpcError as exc:
@@ -226,29 +219,16 @@ class SharedStream:
             for inbox in inboxes.values():
                 inbox.put_nowait(ended)
 
-    def _learn_features(self, event: Any) -> None:
-        """The agent's first message says what flow control it honours; an agent that starts with anything else
-        is of an older image, honouring none: its calls are not held to windows it would break (an honest call
-        would fail past 2 MiB of output queued, a writer would wait for stdin credit without end)."""
-        self.features = frozenset(event.features) if not event.call else frozenset()
-        if "output-credit" not in self.features:
-            self._windows.clear()
-            self._close_shares()
-            self._held = HeldOutput()
-        if "stdin-credit" not in self.features:
-            for number in list(self._stdin):
-                self._release_stdin(number, ended=False)
-
     def _close_shares(self) -> None:
         """The budgeted calls' windows go back to their tenants' budgets."""
         shares, self._shares = self._shares, {}
         for share in shares.values():
             share.close()
 
-    def _release_stdin(self, number: int, *, ended: bool = True) -> None:
+    def _release_stdin(self, number: int) -> None:
         window = self._stdin.pop(number, None)
         if window is not None:
-            window.release(ended=ended)
+            window.release()
 
     def _overran(self, number: int, inbox: asyncio.Queue[Any], overrun: Overrun) -> None:
         """Fails a call the agent sent past its window, without waiting: its queued events are dropped (the
@@ -259,8 +239,6 @@ class SharedStream:
         self.forget(number, cancel=True)
 
     def close(self) -> None:
-        if self._held is not None:
-            self._held.close()
         if self.open:
             self.open = False
             self._outbox.put_nowait(END)
@@ -302,8 +280,8 @@ class SharedCall:
                 if isinstance(item, grpc.aio.AioRpcError):
                     self._traced.finish(error=item)
                     raise map_agent_error(item, self._sandbox_id) from item
-                if isinstance(item, Overrun):
-                    finished = True  # already cancelled
+                if isinstance(item, (Overrun, OlderAgent)):
+                    finished = True  # already cancelled, or its stream is closed
                     raise item.error(self._sandbox_id)
                 taken = item is not None
                 if item is None or item.error:

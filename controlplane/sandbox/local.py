@@ -69,6 +69,11 @@ class LocalSandboxProvider(SandboxProvider):
             raise SandboxStartError(f"the in-process agent did not start: {task.exception()!r}")
         sandbox = Sandbox(sandbox_id, GrpcSandboxAgent(f"unix:{config.socket_path}", sandbox_id))
         self._running[sandbox_id] = (sandbox, stop, task)
+        try:  # as every provider: an agent that does not speak this plane's protocol is not used (agent_protocol)
+            await sandbox.agent.health()
+        except BaseException:
+            await self._stop(sandbox_id)
+            raise
         await self._ledger.put_sandbox(SandboxRecord(sandbox_id, self._instance, "claimed", session_id, time.time()))
         return sandbox
 

@@ -38,18 +38,16 @@ class StdinWindow:
     def __init__(self) -> None:
         self.outstanding = 0
         """Sent (each message at its stdin_cost) and not yet credited."""
-        self.open = True
-        """False once nothing more will be credited (the call ended, or its agent honours no stdin window): writers
-        no longer wait on it."""
         self.ended = False
-        """The call is over: what a writer still has goes nowhere."""
+        """The call is over: nothing more will be credited, a writer no longer waits, what it still has goes
+        nowhere."""
         self._room = asyncio.Event()
         self._room.set()
 
     async def spend(self, data: bytes) -> None:
         """Waits while the window is used up, then counts `data`. A message may end past the window (one is never
         split): the next one waits."""
-        while self.open and self.outstanding >= STDIN_WINDOW:
+        while not self.ended and self.outstanding >= STDIN_WINDOW:
             self._room.clear()
             await self._room.wait()
         self.outstanding += stdin_cost(data)
@@ -59,8 +57,7 @@ class StdinWindow:
         if self.outstanding < STDIN_WINDOW:
             self._room.set()
 
-    def release(self, *, ended: bool) -> None:
-        """Nothing more will be credited (`ended`: the call is over): a waiting writer goes on at once."""
-        self.open = False
-        self.ended = self.ended or ended
+    def release(self) -> None:
+        """The call is over: a waiting writer goes on at once (and drops what it has)."""
+        self.ended = True
         self._room.set()

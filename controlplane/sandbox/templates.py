@@ -160,7 +160,11 @@ def agent_problem(client: Any, image: str, base_image: str, base_digest: str) ->
         changed = sorted(k for k in {*env, *base_env} if env.get(k) != base_env.get(k))
         return f"its environment changes {changed}, which the agent's start depends on"
     if agent_digest(client, image) != base_digest:
-        return f"its {AGENT_ROOT} is not the agent of the sandbox image {base_image} (missing, changed or older)"
+        # A prebuilt `image = ...` built on an older sandbox image ends here, before any sandbox of it starts: its
+        # agent would speak an older protocol (agent_protocol.py), which the plane refuses anyway at the start.
+        return (f"its {AGENT_ROOT} is not the agent of the sandbox image {base_image} (missing, changed or older): "
+                f"rebuild the template FROM the current sandbox image {base_image} (`ARG SANDBOX_IMAGE` then "
+                "`FROM ${SANDBOX_IMAGE}`)")
     return None
 
 

@@ -127,6 +127,7 @@ class SandboxAgentService:
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             running=len(self._running) + self._tools.running,
             tool_home=self._config.tool_home,
+            flow_control=FEATURES,
         )
 
     def _spec_from(self, start: agent_pb2.ExecStart) -> ExecSpec:

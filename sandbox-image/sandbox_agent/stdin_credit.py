@@ -20,7 +20,8 @@ from sandbox.v1 import agent_pb2
 from sandbox_agent.rpc_status import RequestsLostError
 
 FEATURES = ("output-credit", "stdin-credit")
-"""What this agent advertises on the first message of each shared stream (agent.proto: `features`)."""
+"""What this agent advertises in Health (`flow_control`) and on the first message of each shared stream (`features`):
+the control plane uses no agent that names less (controlplane/sandbox/agent_protocol.py)."""
 MESSAGE_COST = 256
 """Added to each stdin message's data in the window: holding even an empty message costs the plane and the agent
 something, so a flood of tiny messages is bounded by the window as a flood of big ones is."""

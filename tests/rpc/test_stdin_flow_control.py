@@ -1,8 +1,10 @@
 """Flow control of a command's stdin (controlplane/sandbox/stdin_windows.py, sandbox_agent/stdin_credit.py), with
 the real agent: a client streaming into a command that does not read is held by gRPC's own flow control once the
 call's window is used up (the plane holds at most the window, the agent no more), what a command reads arrives
-whole and in order, an abort reaches a command whose stdin is stalled, and an agent that never credits stalls
-only its own call. The local plane runs here: its RSS is what is measured."""
+whole and in order, an abort reaches a command whose stdin is stalled, an agent that never credits stalls only its
+own call, one that neither credits nor reads its requests costs the plane no more, and an agent naming no flow
+control (an older image) is refused with what to do (controlplane/sandbox/agent_protocol.py). The local plane runs
+here: its RSS is what is measured."""
 
 from __future__ import annotations
 
@@ -16,13 +18,13 @@ from typing import Any
 import grpc
 import pytest
 
-from controlplane.core.seam.messages import CommandSpec, Exited, Output, Started
+from controlplane.core.seam.messages import CommandSpec, Exited, Started
+from controlplane.errors import AgentProtocolError
 from controlplane.sandbox.stdin_windows import STDIN_WINDOW
 from controlplane.v1 import sandbox_pb2
 from sandbox.v1 import agent_pb2
-from sandbox_agent import server
-from sandbox_agent.multiplex import multiplex
-from sandbox_agent.output_credit import Credits
+from sandbox_agent import server, tool_calls
+from sandbox_agent.multiplex import multiplex, routed
 from sandbox_agent.stdin_credit import Stdin, feed
 from tests.local_agent import local_agent
 from tests.plane_memory import rss_mib
@@ -166,35 +168,80 @@ async def test_an_abort_reaches_a_command_whose_stdin_is_stalled() -> None:
             await anext(events)
 
 
-async def test_an_agent_of_an_older_image_serves_honest_calls_without_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    # An image from before the hello: it names no flow control, credits no stdin and ignores output windows.
-    def without_hello(*args: Any, hello: object = None, **kwargs: Any) -> AsyncIterator[Any]:
-        return multiplex(*args, **kwargs)
+def without_hello(*args: Any, hello: object = None, **kwargs: Any) -> AsyncIterator[Any]:
+    """The agent's shared streams as an image from before the hello serves them: no first message naming windows."""
+    return multiplex(*args, **kwargs)
 
-    def uncredited(requests: AsyncIterator[agent_pb2.ExecRequest], execution: Stdin,
-                   credit: Callable[[int], None]) -> Coroutine[None, None, None]:
-        return feed(requests, execution, lambda _size: None)
 
-    opened = Credits.open
-    monkeypatch.setattr(server, "multiplex", without_hello)
-    monkeypatch.setattr(server, "feed", uncredited, raising=False)
-    monkeypatch.setattr(Credits, "open", lambda self, call, window: opened(self, call, 0))
-    data = bytes(range(256)) * (32 * MIB // 256)
+def deaf(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A compromised agent's reading of its ExecMany stream: the first request (a call's start), then nothing more."""
+    async def first_only() -> AsyncIterator[Any]:
+        async for request in routed(requests):
+            yield request
+            await asyncio.Event().wait()
+
+    return first_only()
+
+
+@pytest.mark.parametrize("names", ["both windows", "nothing"])
+async def test_an_agent_that_neither_credits_nor_reads_its_requests_leaves_the_plane_a_window(
+        local_plane: Plane, monkeypatch: pytest.MonkeyPatch, names: str) -> None:
+    # Issue 22: on main an agent naming nothing on its stream (as an older image) was held to no stdin window, and one
+    # that also stopped reading left all of a client's stdin in the plane's outbox to it. Claiming the windows, it is
+    # held to them; naming none, its calls are refused.
+    monkeypatch.setattr(server, "routed", deaf)
+    monkeypatch.setattr(server, "feed", lambda requests, execution, credit: feed(requests, execution, lambda _: None))
+    if names == "nothing":
+        monkeypatch.setattr(server, "multiplex", without_hello)
+    session = await local_plane.client.create_session()
+    flood = Flood()
+    before = peak = rss_mib()
+    call = local_plane.client.exec_call(session.id, ["sleep", "600"], stdin=flood())
+    refused: grpc.aio.AioRpcError | None = None
+    try:
+        try:
+            await asyncio.wait_for(started_pid(call), 10)
+        except grpc.aio.AioRpcError as exc:
+            refused = exc
+        for _ in range(8):  # four seconds: on main the plane had taken the cap's 256 MiB well before
+            await asyncio.sleep(0.5)
+            peak = max(peak, rss_mib())
+        assert flood.sent < AHEAD_MIB * MIB, f"the client got {flood.sent >> 20} MiB ahead of an agent not reading"
+        assert peak - before < GROWTH_MIB, f"the plane grew by {peak - before} MiB"
+        if names == "nothing":
+            assert refused is not None, "an agent naming no flow control was served"
+            assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "older than this control plane" in (refused.details() or "")
+        else:
+            assert refused is None
+    finally:
+        call.cancel()
+        await local_plane.client.delete_session(session.id)
+
+
+async def test_a_sandbox_whose_agent_names_no_flow_control_is_refused_at_its_start(
+        local_plane: Plane, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An older image's agent: Health without `flow_control`, streams without the hello.
+    monkeypatch.setattr(server, "FEATURES", ())
+    monkeypatch.setattr(tool_calls, "FEATURES", ())
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await local_plane.client.create_session()  # on main: a session, served without windows
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION, raised.value
+    details = raised.value.details() or ""
+    assert "older than this control plane" in details
+    assert "FROM the current ocsb-sandbox image" in details
+
+
+async def test_an_agent_naming_no_flow_control_is_refused_by_its_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plane's side of an older image's agent: Health says nothing of windows, nor do the streams.
+    monkeypatch.setattr(server, "FEATURES", ())
+    monkeypatch.setattr(tool_calls, "FEATURES", ())
     async with local_agent("a.sock") as (client, _, _root):
+        with pytest.raises(AgentProtocolError, match="Health names no flow control, not output-credit and stdin"):
+            await client.health()  # on main: healthy
         stream = await client.exec(CommandSpec(argv=["cat"], stdin=True))
-        for at in range(0, len(data), MIB):  # all of it before any output is read: nothing waits for credit
-            await asyncio.wait_for(stream.write_stdin(data[at:at + MIB]), 5)
-        await stream.close_stdin()
-        await asyncio.sleep(1)  # its output piles up unread: on main, past the window, the call was failed
-        out, exited = bytearray(), None
-        async for event in stream.events():
-            if isinstance(event, Output):
-                out += event.data
-            elif isinstance(event, Exited):
-                exited = event
-        assert exited is not None
-        assert exited.exit_code == 0
-        assert bytes(out) == data
+        with pytest.raises(AgentProtocolError, match="first message on a shared stream names no flow control"):
+            await asyncio.wait_for(anext(stream.events()), 5)  # on main: served without windows
         shared = client._exec_stream
         assert shared is not None
-        assert shared.features == frozenset()
+        assert not shared.open

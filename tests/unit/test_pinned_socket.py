@@ -14,6 +14,7 @@ import pytest
 from controlplane.errors import SandboxError
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from sandbox.v1 import agent_pb2
+from sandbox_agent.stdin_credit import FEATURES
 
 
 class _Agent:
@@ -25,7 +26,7 @@ class _Agent:
 
     async def health(self, request: agent_pb2.HealthRequest, context: object) -> agent_pb2.HealthResponse:
         self.asked += 1
-        return agent_pb2.HealthResponse(version=self.version)
+        return agent_pb2.HealthResponse(version=self.version, flow_control=FEATURES)  # as this tree's agent
 
 
 async def _serve(path: Path, agent: _Agent) -> grpc.aio.Server:

@@ -1,8 +1,8 @@
 """The control plane's stdin windows on the shared ExecMany stream (controlplane/sandbox/stdin_windows.py): a writer
 waits once a call has a window of stdin the agent has not credited, goes on as credit comes, and is released at
-once when its call ends; an agent that never credits stalls only its own call; an agent of an older image (no
-hello naming the flow control it honours) is held to no window it would break. The agent here is a scripted
-stream: exactly what a hostile (or an old) agent could send."""
+once when its call ends; an agent that never credits stalls only its own call; a stream whose agent does not name
+both windows first (an older image, or a hostile agent saying nothing) fails its calls with what to do about it
+(agent_protocol.py). The agent here is a scripted stream: exactly what a hostile (or an old) agent could send."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 
 from controlplane.core.calls.output_budget import OutputBudget, drawing_from
 from controlplane.core.seam.messages import Output
+from controlplane.errors import AgentProtocolError
 from controlplane.sandbox.agent_client import StreamedExec
+from controlplane.sandbox.agent_protocol import REQUIRED
 from controlplane.sandbox.agent_streams import SharedStream
-from controlplane.sandbox.call_windows import SLACK, WINDOW
-from controlplane.sandbox.held_output import HOLD
 from controlplane.sandbox.stdin_windows import STDIN_WINDOW, StdinWindow
 from sandbox.v1 import agent_pb2
 from sandbox_agent.stdin_credit import FEATURES, stdin_cost
@@ -58,7 +58,7 @@ async def test_a_window_holds_a_writer_until_credit_and_lets_a_message_end_past_
     window.credit(1 << 30)  # a hostile agent crediting more than was sent takes nothing below zero
     await asyncio.wait_for(waiting, 1)
     assert window.outstanding == stdin_cost(b"z")
-    window.release(ended=False)
+    window.release()
     await asyncio.wait_for(window.spend(b"w" * (4 * STDIN_WINDOW)), 1)
     await asyncio.wait_for(window.spend(b"w"), 1)  # released: never waits again
 
@@ -119,28 +119,43 @@ async def test_a_call_that_ends_releases_its_waiting_writer_at_once(ending: str)
     stream.close()
 
 
-async def test_an_older_agent_is_held_to_no_window_it_does_not_honour() -> None:
+OLDER_FIRST_MESSAGES = {
+    "a call's event": agent_pb2.ExecManyEvent(call=1, event=agent_pb2.ExecEvent(started=agent_pb2.Started(pid=7))),
+    "a hello naming nothing": agent_pb2.ExecManyEvent(),
+    "a hello without stdin credit": agent_pb2.ExecManyEvent(features=["output-credit"]),
+    "a hello without output credit": agent_pb2.ExecManyEvent(features=["stdin-credit", "something-else"]),
+}
+
+
+@pytest.mark.parametrize("first", list(OLDER_FIRST_MESSAGES))
+async def test_a_stream_whose_agent_names_less_than_both_windows_fails_its_calls_with_what_to_do(first: str) -> None:
+    # An image from before the hello (its first message is a call's event), or a hostile agent saying too little.
     agent = ScriptedAgent()
-    agent.events.get_nowait()  # an image from before the hello: its first message is a call's event
+    agent.events.get_nowait()
+    budget = OutputBudget()
     outbox: asyncio.Queue[object] = asyncio.Queue()
     stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
-    call = command(stream)
-    requests_sent(outbox)
+    with drawing_from(budget):
+        call = command(stream)
+    flood = await fill(call)  # the client's stdin, before the agent said anything: held at the window
+    assert not flood.done()
+    agent.events.put_nowait(OLDER_FIRST_MESSAGES[first])
     agent.output(1, 10)
-    await settle()
-    assert stream.features == frozenset()
-    for _ in range(4 * STDIN_WINDOW // CHUNK):  # no stdin credit will ever come: it does not wait for any
-        await asyncio.wait_for(call.write_stdin(b"s" * CHUNK), 1)
-    for _ in range((WINDOW + SLACK) // CHUNK + 8):  # its output is not failed past the window (on main: it was)
-        agent.output(1)
-    await settle()
-    events = call.events()
-    taken = 0
-    while taken < (WINDOW + SLACK) // CHUNK + 9:
-        assert isinstance(await asyncio.wait_for(anext(events), 1), Output)
-        taken += 1
-    await events.aclose()  # type: ignore[attr-defined]
-    stream.close()
+    with pytest.raises(AgentProtocolError, match="older than this control plane") as raised:
+        await asyncio.wait_for(anext(call.events()), 1)  # on main: served, without windows
+    assert "FROM the current ocsb-sandbox image" in str(raised.value)
+    assert "sbx-flow" in str(raised.value)
+    assert not stream.open
+    assert agent.cancelled
+    await asyncio.wait_for(flood, 1)  # its writer is let go: what it had left goes nowhere
+    up = [outbox.get_nowait() for _ in range(outbox.qsize())]
+    sent = [r.request.stdin for r in up if isinstance(r, agent_pb2.ExecManyRequest) and r.request.stdin]
+    assert sum(map(stdin_cost, sent)) < STDIN_WINDOW + stdin_cost(b"s" * CHUNK)
+    assert budget.used == 0  # the call's share of its tenant's budget went back
+
+
+async def test_the_plane_requires_what_this_trees_agent_names() -> None:
+    assert REQUIRED <= frozenset(FEATURES)  # the image the plane builds is never refused by it
 
 
 async def test_a_writer_before_the_hello_is_counted_and_the_hello_keeps_it() -> None:
@@ -157,64 +172,4 @@ async def test_a_writer_before_the_hello_is_counted_and_the_hello_keeps_it() -> 
     assert stream.features == frozenset(FEATURES)
     assert not flood.done()  # still held: the agent honours the window
     flood.cancel()
-    stream.close()
-
-
-async def test_an_agent_honouring_no_output_window_is_held_by_the_reader_not_failed() -> None:
-    agent = ScriptedAgent()
-    agent.events.get_nowait()  # no hello: an older image, or a hostile agent that says nothing
-    outbox: asyncio.Queue[object] = asyncio.Queue()
-    stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
-    call = command(stream)
-    flood = (HOLD + 4 * MIB) // CHUNK
-    for _ in range(flood):
-        agent.output(1)
-    await settle()
-    held = stream._inboxes[1].qsize()
-    assert held * CHUNK <= HOLD + CHUNK  # on main: the call failed past 2 MiB; without the hold: all 12 MiB queued
-    assert not agent.events.empty()  # the rest waits in the agent's stream, unread
-    events = call.events()
-    requests_sent(outbox)
-    for _ in range(flood):  # taken, every event arrives: nothing is failed or lost
-        assert isinstance(await asyncio.wait_for(anext(events), 1), Output)
-    # What was taken is granted back all the same: the image before the hello honours its start window.
-    grants = [r.credit for r in requests_sent(outbox) if r.call == 1 and not r.HasField("request")]
-    assert sum(grants) >= (flood - 1) * CHUNK
-    await events.aclose()  # type: ignore[attr-defined]
-    # Another call nobody reads holds the reader (and so the sandbox's other calls) until the stream closes.
-    unread, behind = command(stream), command(stream)
-    for _ in range(flood):
-        agent.output(2)
-    agent.output(3, 10)
-    await settle()
-    assert stream._inboxes[3].empty()
-    stream.close()
-    for _ in range(50 * flood):
-        if not stream._inboxes[3].empty():
-            break
-        await asyncio.sleep(0)
-    assert stream._inboxes[3].qsize() == 1  # let go: a closed stream's reader waits on no consumer
-    unread.cancel()
-    behind.cancel()
-
-
-async def test_a_budgeted_call_on_a_stream_without_output_windows_gives_its_share_back() -> None:
-    """A tenant's budget (output_budget.py) must not keep the windows of calls whose agent honours none: each such
-    call would hold a full window of the budget until it ended, and the tenant's other calls start at the floor."""
-    budget = OutputBudget()
-    agent = ScriptedAgent()
-    agent.events.get_nowait()  # an image from before the hello
-    outbox: asyncio.Queue[object] = asyncio.Queue()
-    stream = SharedStream(agent, outbox, agent_pb2.ExecManyRequest)
-    with drawing_from(budget):
-        early = command(stream)  # counted as windowed until the agent's first message says otherwise
-    assert budget.used == WINDOW
-    agent.output(1, 10)
-    await settle()
-    assert budget.used == 0
-    with drawing_from(budget):
-        late = command(stream)  # the stream is known to have no windows: its share goes back at once
-    assert budget.used == 0
-    early.cancel()
-    late.cancel()
     stream.close()

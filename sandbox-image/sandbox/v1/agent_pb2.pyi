@@ -137,6 +137,7 @@ class HealthResponse(_message.Message):
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
     TOOL_HOME_FIELD_NUMBER: _builtins.int
+    FLOW_CONTROL_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     agent_pid: _builtins.int
     agent_uid: _builtins.int
@@ -148,6 +149,12 @@ class HealthResponse(_message.Message):
     """Commands and tool calls currently running."""
     tool_home: _builtins.str
     """HOME of the tool user; saved tool outputs live under it."""
+    @_builtins.property
+    def flow_control(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The flow control this agent honours on its shared streams (as ExecManyEvent.features). The control plane
+        uses no agent that does not name all it requires: one without this field is of an older image.
+        """
+
     def __init__(
         self,
         *,
@@ -159,10 +166,11 @@ class HealthResponse(_message.Message):
         uptime_ms: _builtins.int = ...,
         running: _builtins.int = ...,
         tool_home: _builtins.str = ...,
+        flow_control: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_pid", b"agent_pid", "agent_uid", b"agent_uid", "flow_control", b"flow_control", "running", b"running", "tool_home", b"tool_home", "tool_uid", b"tool_uid", "uptime_ms", b"uptime_ms", "version", b"version", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -530,8 +538,8 @@ class ExecManyEvent(_message.Message):
     @_builtins.property
     def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only on the stream's first message (call 0, no event): what flow control this agent honours ("output-credit":
-        the `credit` window of each call's events; "stdin-credit": `stdin_credit` above). An agent that sends no such
-        message (an older image) honours neither, and the control plane keeps to what it supports.
+        the `credit` window of each call's events; "stdin-credit": `stdin_credit` above). The control plane holds every
+        agent to both, and refuses a stream whose first message names less (an older image's agent).
         """
 
     def __init__(
