@@ -20,7 +20,7 @@ ControlPlaneError
 │   ├── SandboxStartError       the container or its agent did not come up
 │   │   └── AgentProtocolError  its agent names less flow control than this plane requires (sandbox/agent_protocol.py)
 │   ├── SandboxLostError        the container died or vanished
-│   └── CopyLapsedError         a workspace copy got nothing from the sandbox in time (core/sessions/workspace_spool.py)
+│   └── CopyLapsedError         a workspace copy got too little from the sandbox (core/sessions/workspace_spool.py)
 ├── StoreUnavailableError       the PostgreSQL store cannot be reached (store/postgres.py)
 ├── HttpMessageError            a message the credential broker will not relay (egress_proxy/http1.py)
 ├── ToolError                   a tool call failed; its text is what the model reads (core/calls/tool.py)
@@ -102,8 +102,9 @@ class SandboxError(ControlPlaneError, RuntimeError):
 
 
 class CopyLapsedError(SandboxError):
-    """A sandbox sent nothing of a workspace copy for too long: its agent is broken or hostile, so the copy is
-    given up (and not asked of it again as if it were honest)."""
+    """A sandbox sent nothing of a workspace copy for too long, or too little while another tenant waited for a
+    copy turn (copy_pace.py): its agent is broken or hostile, so the copy is given up (and not asked of it again
+    as if it were honest)."""
 
 
 class HardeningError(SandboxError):

@@ -1,5 +1,6 @@
 """The reaper's idle pauses and expiries: a session whose agent never answers the workspace copy they take holds up
-no other tenant's (in-process agents; the hostile one is the real agent with its DownloadWorkspace held)."""
+no other tenant's, nor do such agents in as many tenants as there are copy turns hold up another tenant's snapshot
+(in-process agents; the hostile one is the real agent with its DownloadWorkspace held)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from controlplane import app
 from controlplane.client import AsyncClient
 from controlplane.config import load_settings
-from controlplane.core.sessions import pausing, workspace_spool
+from controlplane.core.sessions import copy_pace, pausing, workspace_spool
 from controlplane.core.sessions.models import SessionState
 from controlplane.v1 import session_pb2
 from sandbox_agent.server import SandboxAgentService
 from tests.planes import new_instance, remove_data_dir, remove_instance_leftovers, running_plane, short_tmp
 
-TENANTS = [{"name": "alpha", "token": "reaper-alpha-token"}, {"name": "beta", "token": "reaper-beta-token"}]
+TENANTS = [{"name": "alpha", "token": "reaper-alpha-token"}, {"name": "beta", "token": "reaper-beta-token"},
+           {"name": "gamma", "token": "reaper-gamma-token"}]
 HOSTILE = "HOSTILE"
 """A workspace holding this file is one whose agent leaves DownloadWorkspace unanswered (until released)."""
 
@@ -142,3 +145,42 @@ async def test_a_session_whose_copy_lapsed_is_not_paused_again_automatically(
         finally:
             held_downloads.released.set()
             await alpha.close()
+
+
+async def test_stalled_copies_in_two_tenants_hold_up_another_tenants_snapshot_for_stall_s_at_most(
+    held_downloads: HeldDownloads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compromised agents of alpha and gamma that leave their snapshots' downloads unanswered held both of the
+    plane's copy turns (snapshots.max_concurrent_copies) for FIRST_PIECE_WAIT_S, 30 s, and beta's snapshot waited;
+    now one gives its turn up once beta waits and it has sent nothing for copy_pace.STALL_S."""
+    monkeypatch.setattr(copy_pace, "STALL_S", 1.0)
+    async with running_plane("local", tenants=TENANTS) as plane:
+        alpha, beta, gamma = (AsyncClient(plane.plane.address, t["token"]) for t in TENANTS)
+        try:
+            stalling = []
+            for hostile in (alpha, gamma):
+                session = await hostile.create_session()
+                await hostile.run(session.id, ["bash", "-c", f"touch {HOSTILE}"])
+                stalling.append(asyncio.ensure_future(hostile.snapshot(session.id)))
+            honest = await beta.create_session()
+            await beta.run(honest.id, ["bash", "-c", "echo kept > notes.txt"])
+            for _ in range(400):  # until both turns are held by downloads that send nothing
+                if held_downloads.count == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert held_downloads.count == 2
+            start = time.monotonic()
+            taken = await beta.snapshot(honest.id, deadline_s=20)
+            assert time.monotonic() - start < 1.0 + 3  # 30 s before (FIRST_PIECE_WAIT_S)
+            assert taken.session_id == honest.id
+            # The first stalled copy to give its turn up let beta in; the other, no longer pressed, waits on alone.
+            held_downloads.released.set()
+            ends = await asyncio.gather(*stalling, return_exceptions=True)
+            lapsed = [e for e in ends if isinstance(e, grpc.aio.AioRpcError)]
+            assert lapsed
+            assert all(e.code() == grpc.StatusCode.UNAVAILABLE for e in lapsed)
+            assert all("while other tenants' copies waited" in (e.details() or "") for e in lapsed)
+        finally:
+            held_downloads.released.set()
+            for client in (alpha, beta, gamma):
+                await client.close()

@@ -152,3 +152,26 @@ async def test_while_another_tenant_creates_a_burst_gives_back_slots_as_its_crea
         end.set()
     await asyncio.gather(*burst, other)
     assert (gate.busy, gate.waiting()) == (0, 0)
+
+
+async def test_a_holder_is_pressed_only_by_another_tenant_that_a_freed_slot_would_let_in() -> None:
+    """What a workspace copy whose sandbox stalls gives its slot up for (workspace_spool.fill)."""
+    gate = FairGate(2, 1)
+    release = asyncio.Event()
+
+    async def hold(tenant: str) -> None:
+        async with gate.slot(tenant):
+            await release.wait()
+
+    holders = [asyncio.ensure_future(hold(t)) for t in "ac"]
+    await asyncio.sleep(0)
+    watch = asyncio.ensure_future(gate.until_pressed("a"))
+    own = asyncio.ensure_future(hold("a"))  # a's own second copy waits: a freed slot of a's is a's again
+    await asyncio.sleep(0.01)
+    assert (gate.pressed("a"), gate.pressed("c"), watch.done()) == (False, False, False)
+    other = asyncio.ensure_future(hold("b"))  # b holds nothing: a slot freed by a or c would be b's
+    await asyncio.sleep(0.01)
+    assert (gate.pressed("a"), gate.pressed("c"), gate.pressed("b"), watch.done()) == (True, True, False, True)
+    release.set()
+    await asyncio.gather(*holders, own, other)
+    assert not gate.pressed("a")

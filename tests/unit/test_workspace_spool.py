@@ -1,6 +1,6 @@
 """Workspace copies spooled to disk (controlplane.core.sessions.workspace_spool): bounded in size, removed on every
-way out (also a cancel), at most `max_concurrent` at once on a plane; and a spooled tar made portable from its
-file, not from memory."""
+way out (also a cancel), at most `max_concurrent` at once on a plane, a copy whose sandbox stalls or trickles giving
+its turn up while another tenant waits; and a spooled tar made portable from its file, not from memory."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from controlplane.core.sessions import workspace_spool
+from controlplane.core.sessions import copy_pace, workspace_spool
 from controlplane.core.sessions.portable_tar import _StoppedError, portable, portable_file
 from controlplane.core.sessions.workspace_spool import WorkspaceSpool, fill, finished, pieces
-from controlplane.errors import ResourceExhaustedError, SandboxError
+from controlplane.errors import CopyLapsedError, ResourceExhaustedError, SandboxError
 
 
 async def _chunks(data: bytes, piece: int = 1000, stall_after: int | None = None) -> AsyncIterator[bytes]:
@@ -273,3 +274,107 @@ async def test_a_download_that_never_begins_is_given_up_sooner(tmp_path: Path, m
             await fill(path, silent(), limit=1 << 20)
     assert time.monotonic() - started < 5
     assert closed.is_set()
+
+
+async def _silent(closed: asyncio.Event) -> AsyncIterator[bytes]:
+    """A compromised agent's download that never sends a byte; `closed` is set once the copy has closed it."""
+    try:
+        await asyncio.Event().wait()
+        yield b""
+    finally:
+        closed.set()
+
+
+async def _trickle(every_s: float, count: int) -> AsyncIterator[bytes]:
+    """One byte every `every_s`, `count` of them: slow, but never long without a byte."""
+    for _ in range(count):
+        await asyncio.sleep(every_s)
+        yield b"x"
+
+
+async def _copy(spool: WorkspaceSpool, tenant: str, download: AsyncIterator[bytes]) -> int:
+    """As snapshotting's `_portable`: the turn, the file, and the sandbox's download filled under that turn."""
+    async with spool.turn(tenant) as turn, spool.file("workspace") as path:
+        return await fill(path, download, limit=1 << 30, turn=turn)
+
+
+async def test_stalled_copies_holding_every_turn_give_them_up_to_another_tenant_within_stall_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compromised agents in two tenants that never answered a download held both turns for FIRST_PIECE_WAIT_S
+    (30 s; a byte and then nothing, PIECE_WAIT_S, 120 s), and every other tenant's copies waited."""
+    monkeypatch.setattr(copy_pace, "STALL_S", 0.5)
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=2)
+    closed = [asyncio.Event(), asyncio.Event()]
+    stalled = [asyncio.ensure_future(_copy(spool, tenant, _silent(done)))
+               for tenant, done in zip("ac", closed, strict=True)]
+    await asyncio.sleep(0.05)  # both hold a turn, their downloads unanswered
+    started = time.monotonic()
+    async with asyncio.timeout(5):
+        assert await _copy(spool, "b", _chunks(bytes(5000))) == 5000
+    assert time.monotonic() - started < 0.5 + 0.5
+    for copy in stalled:
+        with pytest.raises(CopyLapsedError, match=r"sent 0 bytes .* in the last 0\.5 s while other tenants' copies "
+                                                  r"waited"):
+            await copy
+    assert all(done.is_set() for done in closed)
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+async def test_a_trickling_copy_gives_its_turn_up_only_while_another_tenant_waits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte every 0.1 s (a compromised agent's trickle, under PIECE_WAIT_S each time) held a turn for good."""
+    monkeypatch.setattr(copy_pace, "STALL_S", 0.4)
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=1)
+    # Alone, and with only its own tenant's copy waiting: as slow as it is, it runs to its end (2 s, 5 windows).
+    own = asyncio.ensure_future(_copy(spool, "a", _chunks(bytes(100))))
+    assert await _copy(spool, "a", _trickle(0.1, 20)) == 20
+    assert await own == 100
+    # Another tenant waits: given up within a window of its arrival.
+    trickling = asyncio.ensure_future(_copy(spool, "a", _trickle(0.1, 40)))
+    await asyncio.sleep(0.6)
+    started = time.monotonic()
+    async with asyncio.timeout(5):
+        assert await _copy(spool, "b", _chunks(bytes(5000))) == 5000
+    assert time.monotonic() - started < 0.4 + 0.5
+    with pytest.raises(CopyLapsedError, match=r"sent [1-9] bytes of its workspace in the last 0\.4 s while"):
+        await trickling
+
+
+async def test_an_honest_copy_that_streams_is_never_given_up_while_others_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor judged a quarter of a MiB a window here: 64 KiB every 10 ms (5 windows' worth at 1.6 MiB each)
+    runs to its end with another tenant waiting the whole time, and so does a small one sent at once."""
+    monkeypatch.setattr(copy_pace, "STALL_S", 0.2)
+    monkeypatch.setattr(copy_pace, "STALL_BYTES", 256 << 10)
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=1)
+
+    async def streaming() -> AsyncIterator[bytes]:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            yield bytes(64 << 10)
+
+    honest = asyncio.ensure_future(_copy(spool, "a", streaming()))
+    await asyncio.sleep(0.01)
+    waiting = asyncio.ensure_future(_copy(spool, "b", _chunks(bytes(5000))))
+    assert await honest == 100 * (64 << 10)
+    assert await waiting == 5000
+
+
+async def test_the_plane_s_own_slow_writes_are_not_charged_to_the_sandbox(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the time spent waiting on the sandbox counts: a loaded host's disk is the plane's, not the agent's."""
+    monkeypatch.setattr(copy_pace, "STALL_S", 0.3)
+    monkeypatch.setattr(copy_pace, "STALL_BYTES", 4)
+    spool = WorkspaceSpool(tmp_path / "spool", max_concurrent=1)
+    real = workspace_spool.finished
+
+    async def slow_writes(call: Any, *args: object, **kwargs: Any) -> Any:
+        if getattr(call, "__name__", "") == "write":
+            await asyncio.sleep(0.2)  # each write: most of a window
+        return await real(call, *args, **kwargs)
+
+    monkeypatch.setattr(workspace_spool, "finished", slow_writes)
+    honest = asyncio.ensure_future(_copy(spool, "a", _chunks(bytes(10), piece=1)))  # sent at once, written slowly
+    await asyncio.sleep(0.01)
+    assert await _copy(spool, "b", _chunks(bytes(10))) == 10
+    assert await honest == 10

@@ -11,6 +11,9 @@ burst's others: 1.0 s at p50 to B's 0.47 s alone in the fairness bench, where B'
 A's took 0.56 s. So a slot is kept that the busiest tenant cannot take (another tenant's create starts at
 once), and while another tenant creates, a tenant's share shrinks, so the burst gives back the slots it
 holds as its creates end (docs/performance.md, fairness). A lone tenant keeps its whole share.
+
+A holder may ask whether another tenant waits for a slot that only the width keeps from it (`pressed`), and wait
+until one does (`until_pressed`): a workspace copy whose sandbox stalls gives its slot up then (workspace_spool.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class FairGate:
         self._waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
         """Per tenant, in the order tenants are served next; a tenant is moved to the end when one of its
         waiters is let in."""
+        self._changed: asyncio.Future[None] | None = None
+        """Resolved at the next change of who holds or waits (`until_pressed` looks again then)."""
 
     @classmethod
     def for_creates(cls) -> FairGate:
@@ -59,6 +64,18 @@ class FairGate:
     def held(self, tenant: str) -> int:
         return self._held[tenant]
 
+    def pressed(self, tenant: str) -> bool:
+        """Whether another tenant waits that a slot given back now would let in: one under its share, kept out only
+        by the width. A tenant waiting past its own share (or `tenant`'s own waiters) would gain nothing from it."""
+        return any(t != tenant and self._held[t] < self._share(t) for t in self._waiting)
+
+    async def until_pressed(self, tenant: str) -> None:
+        """Returns once `pressed(tenant)` holds (at once if it does)."""
+        while not self.pressed(tenant):
+            if self._changed is None:
+                self._changed = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._changed)  # shared by every watcher: one's cancel must not end the others'
+
     @contextlib.asynccontextmanager
     async def slot(self, tenant: str) -> AsyncIterator[None]:
         if self._busy < self._width and self._held[tenant] < self._share(tenant) and tenant not in self._waiting:
@@ -67,6 +84,7 @@ class FairGate:
         else:
             turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiting.setdefault(tenant, deque()).append(turn)
+            self._changes()
             try:
                 await turn
             except asyncio.CancelledError:
@@ -101,8 +119,15 @@ class FairGate:
             del self._held[tenant]
         self._fill()
 
+    def _changes(self) -> None:
+        if self._changed is not None:
+            if not self._changed.done():
+                self._changed.set_result(None)
+            self._changed = None
+
     def _fill(self) -> None:
         """Hands free slots to the first waiter of each tenant in turn that is under its share."""
+        self._changes()  # called after every change of who holds or waits
         while self._busy < self._width:
             tenant = next((t for t in self._waiting if self._held[t] < self._share(t)), None)
             if tenant is None:

@@ -330,7 +330,7 @@ class SessionPauses:
         if own is None:
             raise FailedPreconditionError(f"session {session.id} is PAUSED but its stored workspace is missing")
         return await self._snapshots.keep(replace(session), self._storage.workspace(session.tenant, own.id), RETAINED,
-                                          self._purge_at())
+                                          self._purge_at(), from_sandbox=False)
 
     def _purge_at(self) -> float:
         return self._clock() + self.retain_s
@@ -342,10 +342,14 @@ class SessionPauses:
         provider = self._sessions.provider
         if await still_answers(provider, session.sandbox_id):
             download = (await provider.get(session.sandbox_id)).agent.download()
-        else:  # the agent is gone: the container goes first, then its kept volume is read without it
-            await provider.retire(session.sandbox_id)
-            download = provider.salvage(session.sandbox_id)
-        return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
+            try:
+                return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
+            except CopyLapsedError as exc:  # a stalling agent: its volume holds the same work
+                log.warning("session %s: its sandbox let the kept copy lapse (%s); its volume is read", session.id, exc)
+        # The agent is gone (or stalled): the container goes first, then its kept volume is read without it.
+        await provider.retire(session.sandbox_id)
+        return await self._snapshots.keep(session, provider.salvage(session.sandbox_id), RETAINED, self._purge_at(),
+                                          from_sandbox=False)
 
     async def _retain_ending(self, session: Session, store: Callable[[Session], Awaitable[Snapshot]]) -> Snapshot:
         """An ending session's workspace kept as a retained snapshot (`store` writes it), under the tenant's turn:

@@ -87,14 +87,15 @@ class SessionSnapshots:
         return [s for s in await self._storage.list(tenant) if s.kind != PAUSED]
 
     async def keep(self, session: Session, download: AsyncIterator[bytes], kind: str,
-                   purge_at: float = 0.0) -> Snapshot:
+                   purge_at: float = 0.0, *, from_sandbox: bool = True) -> Snapshot:
         """Stores `session`'s workspace for the platform: a paused session's own, or an ending session's
         (retained). Neither counts toward max_per_tenant nor is refused by the disk quota: the tenant had that
-        workspace already, and refusing would lose it."""
+        workspace already, and refusing would lose it. `from_sandbox`: `download` is its agent's, held to
+        copy_pace's floor while other tenants wait (not a stored workspace or a salvaged volume, the plane's own)."""
         todos = await self._todos.get_todos(session.id)
         approvals = await self._approvals.load_approvals(session.id)
         state = replace(SnapshotState.of(session, todos, approvals), kind=kind, purge_at=purge_at)
-        async with self._portable(session.tenant, session.id, download) as tar:
+        async with self._portable(session.tenant, session.id, download, from_sandbox) as tar:
             return await self._storage.write(session.tenant, "snap_" + secrets.token_hex(12), session.id, state,
                                              pieces(tar))
 
@@ -151,10 +152,13 @@ class SessionSnapshots:
         return session, SnapshotState.of(session, todos, approvals)
 
     @contextlib.asynccontextmanager
-    async def _portable(self, tenant: str, session_id: str, download: AsyncIterator[bytes]) -> AsyncIterator[Path]:
-        """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after."""
-        async with self._spool.turn(tenant), self._spool.file("workspace") as raw, self._spool.file("portable") as copy:
-            await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes)
+    async def _portable(self, tenant: str, session_id: str, download: AsyncIterator[bytes],
+                        from_sandbox: bool = True) -> AsyncIterator[Path]:
+        """The workspace `download` gives, spooled to a file and made portable: the file's path, removed after. A
+        sandbox's download gives its copy turn up when it sends too slowly while another tenant waits (fill)."""
+        async with self._spool.turn(tenant) as turn, self._spool.file("workspace") as raw, \
+                self._spool.file("portable") as copy:
+            await fill(raw, download, self._sessions.policy.max_archive_expanded_bytes, turn if from_sandbox else None)
             stop = threading.Event()  # a cancel frees the files and the turn only after the pass, stopped early
             # Past the entries a create takes, refused now: a snapshot no create would accept is no snapshot.
             limit = self._sessions.policy.max_archive_entries

@@ -1,0 +1,46 @@
+"""An ending session's kept copy whose agent lets the download lapse (a compromised agent that answers its health
+checks and never the copy) is read from the session's volume instead (pausing.py's `_salvage`): the user's work is
+kept as a retained snapshot, where it was lost with the lapse before. The stalling agent is the plane's own client
+of the real agent with its DownloadWorkspace held; the retire, the volume's read and the restore are the engine's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from controlplane.core.sessions import workspace_spool
+from controlplane.sandbox.agent_client import GrpcSandboxAgent
+from controlplane.v1 import session_pb2
+from tests.planes import running_plane
+
+pytestmark = pytest.mark.docker
+
+
+async def test_an_expired_sessions_kept_copy_that_lapses_is_read_from_its_volume(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace_spool, "FIRST_PIECE_WAIT_S", 1.0)  # the plane runs in this process
+    held: list[str] = []
+
+    async def never_answers(self: GrpcSandboxAgent, path: str = "") -> AsyncIterator[bytes]:
+        held.append(self.sandbox_id)
+        await asyncio.Event().wait()
+        yield b""
+
+    monkeypatch.setattr(GrpcSandboxAgent, "download", never_answers)
+    lifetime = {"idle_timeout_s": 2, "retain_s": 3600, "reap_interval_s": 0.5}
+    async with running_plane("docker", pool={"size": 0}, lifetime=lifetime) as plane:
+        client = plane.client
+        session = await client.create_session()
+        made = await client.run(session.id, ["bash", "-c", "echo 'the work' > notes.txt"])
+        assert made.exit_code == 0, made.stderr
+        deadline = time.monotonic() + 40
+        while (await client.get_session(session.id)).state != session_pb2.Session.DELETED:
+            assert time.monotonic() < deadline, "the session did not expire"
+            await asyncio.sleep(0.2)
+        assert held == [session.sandbox_id]  # the agent was asked, and let the copy lapse
+        [kept] = [s for s in await client.list_snapshots() if s.session_id == session.id and s.retained]
+        restored = await client.create_session(from_snapshot=kept.id)
+        assert await client.read_file(restored.id, "notes.txt") == b"the work\n"
