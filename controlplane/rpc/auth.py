@@ -147,8 +147,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _streaming(
-    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Awaitable[Slot]], refused: Callable[[str], Awaitable[None]],
-    guard: StreamGuard, token: str, tenant: str, method: str,
+    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Awaitable[Slot]],
+    refused: Callable[[str], Awaitable[None]], guard: StreamGuard, token: str, tenant: str, method: str,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     async def accept(context: grpc.aio.ServicerContext[Any, Any]) -> Callable[[], None]:
         try:

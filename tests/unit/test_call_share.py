@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from controlplane.core.tenants.call_share import CallShare
-from controlplane.core.tenants.quota import QuotaExceededError, Quota, TenantQuotas
+from controlplane.core.tenants.quota import Quota, QuotaExceededError, TenantQuotas
 
 
 class Clock:
