@@ -156,3 +156,41 @@ async def test_quota_slots_wait_for_their_turn_and_refusals_stay_refusals() -> N
     for slot in [*a_slots, b_slot]:
         slot.release()
     assert quotas.call_share.running("a") == quotas.call_share.running("b") == 0
+
+
+async def test_a_long_call_stops_holding_its_tenants_share() -> None:
+    clock = Clock()
+    share = CallShare(width=2, recent_s=1.5, long_s=2.0, clock=clock)
+    server = await share.turn("a", 4)  # a long command of A's (a build, a server)
+    b_end = await share.turn("b", None)
+    assert share.share("a", 4) == 1
+    assert share.counted("a") == 1
+    clock.now += 2.0
+    assert share.counted("a") == 0  # still running, no longer counted against A's share
+    a_next = await asyncio.wait_for(share.turn("a", 4), 1)  # so A's next call runs beside it though B calls
+    assert share.running("a") == 2
+    for end in (a_next, b_end, server):
+        end()
+
+
+async def test_a_tenant_with_only_a_long_call_does_not_hold_others_to_a_share() -> None:
+    clock = Clock()
+    share = CallShare(width=2, recent_s=1.5, long_s=2.0, clock=clock)
+    server = await share.turn("b", None)
+    clock.now += 2.0
+    assert share.share("a", 4) == 4  # B runs one long call and starts nothing: A is alone in calling
+    ends = await asyncio.wait_for(_turns(share, "a", 4, 4), 1)
+    for end in [*ends, server]:
+        end()
+
+
+async def test_a_waiting_call_is_let_in_when_a_running_one_turns_long() -> None:
+    share = CallShare(width=2, recent_s=5.0, long_s=0.1)
+    long = await share.turn("a", 4)
+    b_end = await share.turn("b", None)
+    waiting = asyncio.ensure_future(share.turn("a", 4))
+    await asyncio.sleep(0)
+    assert share.waiting("a") == 1
+    a_next = await asyncio.wait_for(waiting, 2)  # nothing ended: A's first call turning long let it in
+    for end in (a_next, b_end, long):
+        end()
