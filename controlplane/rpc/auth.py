@@ -66,7 +66,8 @@ class Authenticator:
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Rejects unauthenticated calls before any handler runs, admits request streams (ExecuteTool, Exec:
-    a tenant's calls) under its `calls` quota before saying they are accepted, and keeps every stream
+    a tenant's calls) under its `calls` quota and its fair share of the calls (waiting its turn,
+    controlplane.core.tenants.call_share) before saying they are accepted, and keeps every stream
     under its token for as long as it is open (controlplane.rpc.token_watch)."""
 
     def __init__(
@@ -122,7 +123,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             await self._quotas.pause_refusal(tenant, HELD_STREAM_BYTES)
 
         return _streaming(
-            handler, lambda: self._quotas.take_call(tenant), refused, self._guard, token, tenant, method,
+            handler, lambda: self._quotas.admit_call(tenant), refused, self._guard, token, tenant, method,
         )
 
     async def _refused_token(self, details: grpc.HandlerCallDetails, reason: str) -> None:
@@ -146,12 +147,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _streaming(
-    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Slot], refused: Callable[[str], Awaitable[None]],
-    guard: StreamGuard, token: str, tenant: str, method: str,
+    handler: grpc.RpcMethodHandler[Any, Any], admit: Callable[[], Awaitable[Slot]],
+    refused: Callable[[str], Awaitable[None]], guard: StreamGuard, token: str, tenant: str, method: str,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     async def accept(context: grpc.aio.ServicerContext[Any, Any]) -> Callable[[], None]:
         try:
-            slot = admit()
+            slot = await admit()  # waits for the tenant's fair share of the calls (a waiting call reads nothing)
         except ControlPlaneError as exc:
             await refused(str(exc))
             await abort_with(context, exc)

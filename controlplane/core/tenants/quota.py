@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from controlplane.core.sessions.models import Resources, Session, SessionState
+from controlplane.core.tenants.call_share import CallShare
 from controlplane.core.tenants.refusals import BURST, RefusalGate
 from controlplane.core.tenants.refusals import REFUSAL_PAUSE_S as REFUSAL_PAUSE_S  # where tests and callers look
 from controlplane.errors import ResourceExhaustedError
@@ -140,6 +141,8 @@ class TenantQuotas:
         self._stored: dict[str, Quota] = {}
         self._disk_mb = disk_mb_per_session
         self._held: dict[str, _Held] = {}
+        self.call_share = CallShare()
+        """The plane's concurrent calls shared among the tenants calling (controlplane.core.tenants.call_share)."""
 
     # -- limits -------------------------------------------------------------------------------------
 
@@ -290,6 +293,18 @@ class TenantQuotas:
         held.calls_started += 1
         return Slot(held, "calls")
 
+    async def admit_call(self, tenant: str) -> Slot:
+        """A call slot (take_call: refused over the quota), once the tenant's fair share of the plane's calls
+        lets it run: while other tenants call, a busy tenant's calls beyond its share wait their turn here
+        (call_share). A call cancelled while it waits gives its slot back."""
+        slot = self.take_call(tenant)
+        try:
+            slot.then(await self.call_share.turn(tenant, self.quota(tenant).calls))
+        except BaseException:
+            slot.release()
+            raise
+        return slot
+
     def take_subscription(self, tenant: str) -> Slot:
         held = self._of(tenant)
         limit = self.quota(tenant).subscriptions
@@ -308,11 +323,18 @@ class Slot:
     def __init__(self, held: _Held, counter: str) -> None:
         self._held: _Held | None = held
         self._counter = counter
+        self._then: Callable[[], None] | None = None
+
+    def then(self, release: Callable[[], None]) -> None:
+        """Also runs `release` when the slot is released (a call's fair turn)."""
+        self._then = release
 
     def release(self) -> None:
         if self._held is not None:
             setattr(self._held, self._counter, getattr(self._held, self._counter) - 1)
             self._held = None
+            if self._then is not None:
+                self._then()
 
 
 def _num(value: float) -> str:
