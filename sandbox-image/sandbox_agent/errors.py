@@ -28,6 +28,7 @@ AgentError
 │   └── _ResponseTooLargeError  a response over the size limit (its call ends RESOURCE_EXHAUSTED)
 ├── CallAbortedError        a framed call's handler ended it with a status (rpc_status.py)
 ├── RequestsLostError       a caller's request stream broke off before its end (rpc_status.py)
+├── NoTLSError              TLS was asked of the agent's process, which loads none (no_tls.py)
 ├── LspStartError           a language server could not be started (lsp/servers.py)
 └── LspError                a language server request failed (lsp/client.py)
     ├── LspServerExitedError    the server exited

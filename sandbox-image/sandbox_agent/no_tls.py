@@ -13,10 +13,12 @@ from __future__ import annotations
 import sys
 import types
 
+from sandbox_agent.errors import AgentError
+
 WHY = "the sandbox agent's process has no TLS (sandbox_agent/no_tls.py): it serves a Unix socket only"
 
 
-class NoTLSError(RuntimeError):
+class NoTLSError(AgentError):
     """Raised by every use of TLS in the agent's process."""
 
 
@@ -80,6 +82,12 @@ class MemoryBIO(_Refused):
 
 def create_default_context(*args: object, **kwargs: object) -> SSLContext:
     raise NoTLSError(WHY)
+
+
+# They stand for the `ssl` module's own classes (their tree mirrors its tree, outside the agent's), and say so.
+for _mirrored in (SSLError, SSLZeroReturnError, SSLWantReadError, SSLWantWriteError, SSLSyscallError, SSLEOFError,
+                  SSLCertVerificationError, SSLContext, SSLObject, SSLSocket, MemoryBIO):
+    _mirrored.__module__ = "ssl"
 
 
 def install() -> bool:
