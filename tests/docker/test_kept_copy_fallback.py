@@ -1,7 +1,8 @@
 """An ending session's kept copy whose agent lets the download lapse (a compromised agent that answers its health
-checks and never the copy) is read from the session's volume instead (pausing.py's `_salvage`): the user's work is
-kept as a retained snapshot, where it was lost with the lapse before. The stalling agent is the plane's own client
-of the real agent with its DownloadWorkspace held; the retire, the volume's read and the restore are the engine's."""
+checks and never the copy), or makes it trickle (a model can stop and start the archiver, which runs as the tool
+user), is read from the session's volume instead (pausing.py's `_salvage`): the user's work is kept as a retained
+snapshot, where it was lost before. The stalling agent is the plane's own client of the real agent with its
+download replaced; the retire, the volume's read and the restore are the engine's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from controlplane.core.sessions import workspace_spool
+from controlplane.core.sessions import pausing, workspace_spool
 from controlplane.sandbox.agent_client import GrpcSandboxAgent
 from controlplane.v1 import session_pb2
 from tests.planes import running_plane
@@ -41,6 +42,36 @@ async def test_an_expired_sessions_kept_copy_that_lapses_is_read_from_its_volume
             assert time.monotonic() < deadline, "the session did not expire"
             await asyncio.sleep(0.2)
         assert held == [session.sandbox_id]  # the agent was asked, and let the copy lapse
+        [kept] = [s for s in await client.list_snapshots() if s.session_id == session.id and s.retained]
+        restored = await client.create_session(from_snapshot=kept.id)
+        assert await client.read_file(restored.id, "notes.txt") == b"the work\n"
+
+
+async def test_an_expired_sessions_kept_copy_that_trickles_is_read_from_its_volume(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A model can stop and start the archiver (it runs as the tool user): a byte now and then never lapses, and the
+    # kept copy ran into its overall bound before, with nothing kept.
+    monkeypatch.setattr(pausing, "AGENT_COPY_TIMEOUT_S", 2.0)  # the plane runs in this process
+    trickled: list[str] = []
+
+    async def trickles(self: GrpcSandboxAgent, path: str = "") -> AsyncIterator[bytes]:
+        trickled.append(self.sandbox_id)
+        while True:
+            await asyncio.sleep(0.2)
+            yield b"\0"
+
+    monkeypatch.setattr(GrpcSandboxAgent, "download", trickles)
+    lifetime = {"idle_timeout_s": 2, "retain_s": 3600, "reap_interval_s": 0.5}
+    async with running_plane("docker", pool={"size": 0}, lifetime=lifetime) as plane:
+        client = plane.client
+        session = await client.create_session()
+        made = await client.run(session.id, ["bash", "-c", "echo 'the work' > notes.txt"])
+        assert made.exit_code == 0, made.stderr
+        deadline = time.monotonic() + 40
+        while (await client.get_session(session.id)).state != session_pb2.Session.DELETED:
+            assert time.monotonic() < deadline, "the session did not expire"
+            await asyncio.sleep(0.2)
+        assert trickled == [session.sandbox_id]
         [kept] = [s for s in await client.list_snapshots() if s.session_id == session.id and s.retained]
         restored = await client.create_session(from_snapshot=kept.id)
         assert await client.read_file(restored.id, "notes.txt") == b"the work\n"

@@ -54,8 +54,12 @@ STRAY_AFTER_S = 600.0
 SCAN_INTERVAL_S = 60.0
 """How often the reaper reads the snapshot storage for retained snapshots to purge and stray paused ones."""
 RETRY_PAUSE_S = 60.0
-SALVAGE_TIMEOUT_S = 60.0
-"""How long an ending session's workspace may take to be stored before the session ends without it."""
+AGENT_COPY_TIMEOUT_S = 60.0
+"""How long an ending session's agent may take to send its kept copy before its volume is read instead (a model
+can stop and start the archiver, which runs as the tool user, to make it trickle)."""
+SALVAGE_TIMEOUT_S = 300.0
+"""The most an ending session's kept copy may take in all (its turn, the agent's copy, the volume's read): a stuck
+engine must not hold the end for good."""
 
 
 class SessionPauses:
@@ -83,7 +87,7 @@ class SessionPauses:
         sessions.before_removal = self._before_removal
         sessions.reapers.append(self.round)
 
-    # -- API ----------------------------------------------------------------------------------------
+    # -- API --
 
     async def pause(self, tenant: str, session_id: str) -> Session:
         async with self._locks.hold(session_id):
@@ -212,7 +216,7 @@ class SessionPauses:
             await asyncio.shield(self._storage.delete(tenant, kept.id))
             raise
 
-    # -- the reaper's round ---------------------------------------------------------------------------
+    # -- the reaper's round --
 
     async def round(self) -> None:
         """Pauses idle sessions (lifetime.pause_after_idle_s); every `_scan_interval_s`, purges retained snapshots
@@ -293,7 +297,7 @@ class SessionPauses:
                 await self._retain_ending(owner, self._retain_paused)  # bounded as any ending session's
         await self._storage.delete(tenant, snapshot.id)
 
-    # -- internals ----------------------------------------------------------------------------------
+    # -- internals --
 
     async def _pausable(self, session: Session) -> None:
         if session.parent_id:
@@ -343,9 +347,13 @@ class SessionPauses:
         if await still_answers(provider, session.sandbox_id):
             download = (await provider.get(session.sandbox_id)).agent.download()
             try:
-                return await self._snapshots.keep(session, download, RETAINED, self._purge_at())
+                return await asyncio.wait_for(self._snapshots.keep(session, download, RETAINED, self._purge_at()),
+                                              AGENT_COPY_TIMEOUT_S)
             except CopyLapsedError as exc:  # a stalling agent: its volume holds the same work
                 log.warning("session %s: its sandbox let the kept copy lapse (%s); its volume is read", session.id, exc)
+            except TimeoutError:  # a trickling or slow agent: the same
+                log.warning("session %s: its kept copy took over %g s; its volume is read", session.id,
+                            AGENT_COPY_TIMEOUT_S)
         # The agent is gone (or stalled): the container goes first, then its kept volume is read without it.
         await provider.retire(session.sandbox_id)
         return await self._snapshots.keep(session, provider.salvage(session.sandbox_id), RETAINED, self._purge_at(),
