@@ -114,7 +114,7 @@ class DockerSandboxProvider(SandboxProvider):
         self._pools = RuntimePools(config.runtime, runtimes or {}, pool_maker(
             pool.refill_concurrency, self._create_pooled, self.destroy, self._healthy), self._templates.pool_sizes())
 
-    # -- naming ---------------------------------------------------------------------------------
+    # -- naming --
 
     def _name(self, sandbox_id: str) -> str:
         return engine_name(self._instance, sandbox_id)
@@ -134,7 +134,7 @@ class DockerSandboxProvider(SandboxProvider):
             labels[LABEL_SESSION] = session_id
         return labels
 
-    # -- lifecycle ------------------------------------------------------------------------------
+    # -- lifecycle --
 
     async def start(self, live: Mapping[str, str]) -> ReconcileReport:
         global_dir = self._config.global_dir
@@ -252,6 +252,9 @@ class DockerSandboxProvider(SandboxProvider):
         await self._ledger.forget_sandbox(sandbox_id)
         self._retained.discard(sandbox_id)
 
+    async def keeps_workspace(self, sandbox_id: str) -> bool:
+        return True  # a volume
+
     async def retire(self, sandbox_id: str) -> None:
         """The container and socket dir go; the workspace volume (and its disk image) stay until `destroy`."""
         sandbox = self._live.pop(sandbox_id, None)
@@ -275,7 +278,7 @@ class DockerSandboxProvider(SandboxProvider):
             self._disks.release(sandbox_id)
         self._dirs.remove(sandbox_id)
 
-    # -- creation -------------------------------------------------------------------------------
+    # -- creation --
 
     async def _create_pooled(self, runtime: str | None = None, template: str = DEFAULT_TEMPLATE) -> Sandbox:
         return await self._create("", self._defaults, "", runtime, template)
@@ -386,7 +389,7 @@ class DockerSandboxProvider(SandboxProvider):
             return False
         return True
 
-    # -- reconciliation -------------------------------------------------------------------------
+    # -- reconciliation --
 
     async def _reconcile(self, live: Mapping[str, str]) -> ReconcileReport:
         report = ReconcileReport()

@@ -1,5 +1,14 @@
 """Entry point of the sandbox image: `python3 -m sandbox_agent`."""
 
+import sys
+
+# First: the agent runs as root with the workspace as its working directory, and without a safe path `-m` puts that
+# directory first on sys.path, so every module imported after start (the bash grammar, the rare RPCs') would be
+# looked up where the model and the tenant's archive write. The image sets PYTHONSAFEPATH=1; without it, no start.
+if __name__ == "__main__" and not sys.flags.safe_path:
+    raise SystemExit("sandbox agent: refusing to start: its working directory would come first on sys.path "
+                     "(run it with PYTHONSAFEPATH=1 or python3 -P)")
+
 import gc
 
 # No collection while the agent's modules load (all of them live as long as the agent): a few ms of every sandbox's

@@ -124,7 +124,7 @@ async def test_a_plane_stopped_mid_pause_stops_at_once_and_leaves_the_session_re
         remove_data_dir(data_dir)
 
 
-async def test_a_session_whose_copy_lapsed_is_not_paused_again_automatically(
+async def test_a_session_whose_copy_lapsed_is_not_paused_again_soon(
     held_downloads: HeldDownloads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Asked again after each retry interval, its agent held a copy turn each time: with such agents in two

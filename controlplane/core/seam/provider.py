@@ -246,6 +246,12 @@ class SandboxProvider(abc.ABC):
     async def destroy(self, sandbox_id: str) -> None:
         """Removes the sandbox and everything it owns; idempotent."""
 
+    async def keeps_workspace(self, sandbox_id: str) -> bool:
+        """Whether `retire` keeps this sandbox's workspace for `salvage` to read. Here: no, it goes with the sandbox,
+        so its agent is the only way to the work (pausing.py then does not give up on a slow copy)."""
+        del sandbox_id  # nothing of theirs outlives these providers' sandboxes
+        return False
+
     async def retire(self, sandbox_id: str) -> None:
         """Removes a failed session's sandbox but keeps its workspace, so the user's work outlives the failure;
         `destroy` removes the workspace once the session is deleted. Here (providers whose workspace lives and

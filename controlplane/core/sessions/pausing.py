@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -54,6 +53,7 @@ STRAY_AFTER_S = 600.0
 SCAN_INTERVAL_S = 60.0
 """How often the reaper reads the snapshot storage for retained snapshots to purge and stray paused ones."""
 RETRY_PAUSE_S = 60.0
+LAPSED_RETRY_S = 1800.0
 AGENT_COPY_TIMEOUT_S = 60.0
 """How long an ending session's agent may take to send its kept copy before its volume is read instead (a model
 can stop and start the archiver, which runs as the tool user, to make it trickle)."""
@@ -243,10 +243,9 @@ class SessionPauses:
         try:
             await self.pause(held.tenant, held.id)
         except CopyLapsedError as exc:
-            # Its agent held a copy turn for the whole wait without a byte: asked again every minute, it would
-            # hold one again each time (with such agents in two tenants, every tenant's copies waited). It is not
-            # paused automatically any more; its idle timeout still ends it.
-            self._retry_at[held.id] = math.inf
+            # Its sandbox held a copy turn, sending too little: asked every minute, it would hold one each time
+            # (such agents in two tenants held every copy); an honest slow one is still paused later.
+            self._retry_at[held.id] = now + LAPSED_RETRY_S
             log.warning("idle session %s is not paused: its sandbox let the workspace copy lapse (%s)", held.id, exc)
         except ControlPlaneError as exc:  # it runs on; the idle timeout still ends it
             self._retry_at[held.id] = now + RETRY_PAUSE_S  # not every round: a refusal would fill the log
@@ -346,9 +345,11 @@ class SessionPauses:
         provider = self._sessions.provider
         if await still_answers(provider, session.sandbox_id):
             download = (await provider.get(session.sandbox_id)).agent.download()
+            # Bounded where the volume outlives the sandbox: else the agent is the only way to the work
+            bound = AGENT_COPY_TIMEOUT_S if await provider.keeps_workspace(session.sandbox_id) else None
             try:
                 return await asyncio.wait_for(self._snapshots.keep(session, download, RETAINED, self._purge_at()),
-                                              AGENT_COPY_TIMEOUT_S)
+                                              bound)
             except CopyLapsedError as exc:  # a stalling agent: its volume holds the same work
                 log.warning("session %s: its sandbox let the kept copy lapse (%s); its volume is read", session.id, exc)
             except TimeoutError:  # a trickling or slow agent: the same

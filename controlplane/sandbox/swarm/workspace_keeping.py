@@ -104,10 +104,14 @@ class SwarmWorkspaces(SandboxProvider):
         if not except_node:
             self._retained.discard(sandbox_id)
 
+    async def keeps_workspace(self, sandbox_id: str) -> bool:
+        """Where the sandbox has a disk: what `retire` keeps and `salvage` reads (else the tmpfs, which goes)."""
+        disks = self._disks
+        return disks is not None and (self._disk_new or await asyncio.to_thread(disks.holder, sandbox_id) is not None)
+
     async def retire(self, sandbox_id: str) -> None:
         """The service, network and socket dirs go; the workspace volume stays on its node until `destroy`."""
-        disks = self._disks
-        if disks is None or not (self._disk_new or await asyncio.to_thread(disks.holder, sandbox_id) is not None):
+        if not await self.keeps_workspace(sandbox_id):
             await super().retire(sandbox_id)
             return
         self._retained.add(sandbox_id)
