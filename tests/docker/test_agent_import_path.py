@@ -2,7 +2,7 @@
 first on sys.path unless the path is safe. Every module the agent imports after its start (the bash grammar at the
 first bash call, `shutil` for a program's lookup, the rare RPCs' modules) was then looked up in the workspace
 first, which the model and the tenant's archive write: a planted `shutil.py` or `tree_sitter_bash.py` ran as root
-(red team, 2026-11-28). The image runs the agent with PYTHONSAFEPATH=1, and the agent refuses to start without it."""
+(red team, 2026-11-28). The image's entrypoint runs it with PYTHONSAFEPATH=1; the agent refuses to start without it."""
 
 from __future__ import annotations
 

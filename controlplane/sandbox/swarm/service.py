@@ -40,7 +40,8 @@ NO_NEW_PRIVS = (
 tmpfs cannot be owned by the tool user (runc gives it the image dir's mode, owner root), and the
 agent has no CAP_CHOWN; as the owner it may still open the workspace to the tool user. A volume
 would not do: Swarm leaves a task's volumes behind on its node."""
-AGENT_COMMAND = ["python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"]
+AGENT_COMMAND = ["env", "PYTHONSAFEPATH=1", "python3", "-c", NO_NEW_PRIVS, "python3", "-m", "sandbox_agent"]
+"""With a safe sys.path for both Pythons, as the image's entrypoint (the working directory is the workspace)."""
 
 
 def sandbox_template(
