@@ -137,4 +137,11 @@ if (ids !== undefined) {
   process.getuid = () => toolUid
 }
 
+// The Bun tool host starts in the image's toolhost directory (Bun resolved host.ts through the cwd's tsconfig
+// `paths`, which a project's could point elsewhere: sandbox_agent/custom/host.py) and takes the project directory
+// as its cwd here, before any tool loads: tools see it as `process.cwd()`, as upstream.
+const hostCwd = process.env.OCSB_HOST_CWD
+delete process.env.OCSB_HOST_CWD // not for the host's children
+if (hostCwd) process.chdir(hostCwd)
+
 export const hardened = ids !== undefined

@@ -1,6 +1,6 @@
 // The Bun tool host: one long-lived process per session that imports the project's custom tool and
 // plugin files once and serves calls, hooks and permission replies over the protocol channel.
-// Run as `bun --no-install run /opt/agent/toolhost/host.ts` with cwd = the project directory.
+// Run as `bun --no-install run /opt/agent/toolhost/host.ts` from its own directory; harden.ts moves to the project.
 import "./harden.ts" // first: before any other code runs in the host
 import { log, requestLines, send } from "./channel.ts"
 import { Calls } from "./calls.ts"

@@ -93,7 +93,9 @@ EOF
   echo '{"name":"left-pad","main":"index.js"}' > $d/node_modules/left-pad/package.json
   echo 'require("fs").writeFileSync("/tmp/owned-leftpad-" + process.pid, "x\n"); module.exports = "HIJACKED"' \
     > $d/node_modules/left-pad/index.js
-  paths='{"compilerOptions":{"baseUrl":"/","paths":{"@opencode-ai/plugin":["/workspace/evil.ts"],"left-pad":["/workspace/evil.ts"]}}}'
+  # Also the host's own entry by its path and every name ("*"): Bun resolved the entry file through the cwd's
+  # tsconfig, so a project's replaced host.ts (and harden.ts with it) at the host's next start (red team).
+  paths='{"compilerOptions":{"baseUrl":"/","paths":{"@opencode-ai/plugin":["/workspace/evil.ts"],"left-pad":["/workspace/evil.ts"],"/opt/agent/toolhost/host.ts":["/workspace/evil.ts"],"*":["/workspace/evil.ts"]}}}'
   echo "$paths" > $d/tsconfig.json
   echo "$paths" > $d/jsconfig.json
   echo '{"name":"evil","type":"module","imports":{"#x":"/workspace/evil.ts"}}' > $d/package.json

@@ -481,12 +481,16 @@ def bun_launcher(runner: ToolRunner, bun: str, host_ts: str, cwd: str, env: dict
     `--config` names the image's empty bunfig: Bun would otherwise read the project's `bunfig.toml`
     (writable by every tool process) at each start, and its `preload` would run code in the host.
     The runtime transpiler cache is off: it would live in a directory the tool user can write.
-    `--no-env-file`: the cwd stays the project directory (tools see it as `process.cwd()`, as upstream), and
-    Bun would load its `.env`, `.env.local`, ... (model-writable) into the host's environment at each start.
+    `--no-env-file`: Bun would load the cwd's `.env`, `.env.local`, ... into the host's environment.
+    It starts in the image's toolhost directory, not the project's: Bun resolves the entry file through the
+    cwd's tsconfig.json/jsconfig.json `paths` (model-writable in the project), which could name another file
+    in place of host.ts, and harden.ts would never run (red team, 2026-11-28). harden.ts then makes the project
+    directory (OCSB_HOST_CWD) the cwd, so tools see it as `process.cwd()`, as upstream.
     """
-    bunfig = os.path.join(os.path.dirname(host_ts), "bunfig.toml")
-    argv = [bun, "--no-install", "--no-env-file", f"--config={bunfig}", "run", host_ts]
-    return _launcher(runner, argv, cwd, env | {"BUN_RUNTIME_TRANSPILER_CACHE_PATH": "0"}, BUN_SERVER, "bun")
+    home = os.path.dirname(host_ts)
+    argv = [bun, "--no-install", "--no-env-file", f"--config={os.path.join(home, 'bunfig.toml')}", "run", host_ts]
+    env = env | {"BUN_RUNTIME_TRANSPILER_CACHE_PATH": "0", "OCSB_HOST_CWD": cwd}
+    return _launcher(runner, argv, home, env, BUN_SERVER, "bun")
 
 
 def python_launcher(runner: ToolRunner, python: str, host_py: str, cwd: str, env: dict[str, str]) -> Launch:

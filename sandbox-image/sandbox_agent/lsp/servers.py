@@ -96,7 +96,9 @@ PYTHON = ServerSpec(
     # pyhost_identity (first) restores the server's own saved uid, as in the Python tool host. The host's
     # other measures (children as the plain tool user) are not taken: with them jedi's workspace search
     # found nothing, and its children are its own environment probes, not a tool's commands.
-    argv=(sys.executable, "-s", "-B", "-c",
+    # -P: with -c the cwd (the project root, model-writable) would come first on sys.path, and a planted
+    # ctypes.py would run before pyhost_identity takes the server's identity (as root on gVisor).
+    argv=(sys.executable, "-P", "-s", "-B", "-c",
           f"import sys; sys.path.insert(0, {PYHOST_DIR!r}); import pyhost_identity; pyhost_identity.protect(); "
           "from jedi_language_server.cli import cli; sys.exit(cli())"),
     venv_names=(".venv", "venv"),
