@@ -73,7 +73,9 @@ async def test_many_unread_execs_hold_their_tenants_budget_not_a_window_each(
         assert held < bound, f"{UNREAD} unread Execs grew the plane by {held >> 20} MiB (bound {bound >> 20} MiB)"
         # Another tenant streams at full speed; the hoarder's own call that is read is slowed, never failed.
         beside = await streamed_s(neighbour, theirs)
-        assert beside < 3 * alone + 1.0, f"the neighbour's stream took {beside:.2f} s ({alone:.2f} s alone)"
+        # Beside 80 held calls it took 2-3x its time alone on a quiet machine and 4x at load (4.54 s against 1.15 s
+        # in a CI run); drawn from the hoarder's spent budget it would crawl at the floor or stall.
+        assert beside < 5 * alone + 2.0, f"the neighbour's stream took {beside:.2f} s ({alone:.2f} s alone)"
         own = await hoarder.run(sessions[0], ["head", "-c", str(4 << 20), "/dev/zero"], timeout_ms=60_000)
         assert len(own.stdout) == 4 << 20
     finally:
