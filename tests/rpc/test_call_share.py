@@ -48,15 +48,21 @@ async def test_a_lone_tenant_runs_its_whole_quota(plane: Plane, clients: dict[st
             call.cancel()
 
 
+async def alpha_running_while_beta_calls(alpha: AsyncClient, beta: AsyncClient) -> tuple[Any, Any, Any]:
+    """Alpha's session, beta's, and alpha's long call, running while beta has just called (beta is active)."""
+    mine, theirs = await alpha.create_session(), await beta.create_session()
+    long = alpha.exec_call(mine.id, ["sleep", "30"])
+    await started(long)
+    assert (await beta.run(theirs.id, ["true"])).exit_code == 0  # beta is calling now
+    return mine, theirs, long
+
+
 async def test_a_busy_tenants_call_waits_while_another_calls_then_runs(
     plane: Plane, clients: dict[str, AsyncClient],
 ) -> None:
     quotas = quotas_of(plane)
     alpha, beta = clients["alpha"], clients["beta"]
-    mine, theirs = await alpha.create_session(), await beta.create_session()
-    long = alpha.exec_call(mine.id, ["sleep", "30"])
-    await started(long)
-    assert (await beta.run(theirs.id, ["true"])).exit_code == 0  # beta is calling now
+    mine, theirs, long = await alpha_running_while_beta_calls(alpha, beta)
     waiting = asyncio.ensure_future(alpha.run(mine.id, ["echo", "ok"]))
     await asyncio.sleep(0.5)
     assert not waiting.done(), "alpha's second call ran beside its first while beta was calling"
@@ -73,10 +79,7 @@ async def test_a_waiting_call_cancelled_by_its_client_gives_its_slot_back(
 ) -> None:
     quotas = quotas_of(plane)
     alpha, beta = clients["alpha"], clients["beta"]
-    mine, theirs = await alpha.create_session(), await beta.create_session()
-    long = alpha.exec_call(mine.id, ["sleep", "30"])
-    await started(long)
-    await beta.run(theirs.id, ["true"])
+    mine, _, long = await alpha_running_while_beta_calls(alpha, beta)
     waiting = alpha.exec_call(mine.id, ["echo", "never"])
     for _ in range(100):
         if quotas.call_share.waiting("alpha") == 1:
